@@ -1,0 +1,147 @@
+"""The course runner: execute the numbered notebooks headlessly with papermill.
+
+``cascadekit run --scale smoke --out runs/smoke`` executes every chapter in
+order into ``--out``, with a progress bar, and stops at the first failure with
+the failing cell's traceback. It writes ``summary.json`` and ``summary.md``
+(status and wall time per chapter) and, on a second call, skips chapters that
+were already executed at the same scale by the same code version.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+from cascadekit.codeversion import REPO_DIR, code_version
+from cascadekit.profiles import load_profile
+
+NOTEBOOK_DIR = REPO_DIR / "notebooks"
+
+
+class ChapterFailed(RuntimeError):
+    """A chapter raised; the message carries the failing cell's traceback."""
+
+
+@dataclass
+class ChapterResult:
+    chapter: str
+    status: str  # "ok", "failed", "skipped"
+    wall_s: float
+    scale: str
+    code_version: str
+    output: str
+    error: str = ""
+
+
+def chapters(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
+    """Numbered chapter notebooks (``NN_name.ipynb``) in order."""
+    return sorted(p for p in notebook_dir.glob("[0-9][0-9]_*.ipynb"))
+
+
+def select(all_chapters: list[Path], only: Iterable[str] | None) -> list[Path]:
+    """Keep chapters whose number or name matches one of ``only`` ("01", "3", "02_judging")."""
+    if not only:
+        return all_chapters
+    wanted = [w.strip() for w in only if w.strip()]
+    picked = []
+    for path in all_chapters:
+        number = path.name[:2]
+        if any(w == path.stem or w.zfill(2) == number or path.stem.startswith(w) for w in wanted):
+            picked.append(path)
+    unknown = [w for w in wanted if not any(w == p.stem or w.zfill(2) == p.name[:2] or p.stem.startswith(w) for p in all_chapters)]
+    if unknown:
+        raise ValueError(f"unknown chapter(s) {unknown}; available: {[p.stem for p in all_chapters]}")
+    return picked
+
+
+def _load_summary(out: Path) -> dict[str, dict]:
+    path = out / "summary.json"
+    if not path.exists():
+        return {}
+    try:
+        return {r["chapter"]: r for r in json.loads(path.read_text())["chapters"]}
+    except (ValueError, KeyError, TypeError):
+        return {}  # an unreadable summary only costs a re-run
+
+
+def _write_summary(out: Path, results: dict[str, dict], scale: str) -> None:
+    ordered = [results[k] for k in sorted(results)]
+    payload = {"scale": scale, "code_version": code_version(), "chapters": ordered}
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(out / "summary.json")
+    rows = ["| chapter | status | wall time (s) |", "|---|---|---|"]
+    rows += [f"| {r['chapter']} | {r['status']} | {r['wall_s']:.1f} |" for r in ordered]
+    (out / "summary.md").write_text(f"# Course run at scale `{scale}` (code {code_version()})\n\n" + "\n".join(rows) + "\n")
+
+
+def _traceback_of(err: Exception) -> str:
+    lines = getattr(err, "traceback", None)
+    if lines:
+        from papermill.utils import remove_ansi_escape_sequences  # lazy: only the runner needs papermill
+
+        return remove_ansi_escape_sequences("\n".join(lines))
+    return f"{type(err).__name__}: {err}"
+
+
+def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides: dict | None = None) -> Path:
+    """Execute one notebook with papermill into ``out``; raise ChapterFailed with the traceback."""
+    import papermill
+
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / path.name
+    parameters = {"scale": scale, "seed": seed, "out_dir": str((out / "artifacts" / path.stem).resolve())}
+    if overrides:
+        parameters["overrides"] = dict(overrides)
+    try:
+        papermill.execute_notebook(
+            str(path), str(target), parameters=parameters, cwd=str(path.parent),
+            kernel_name="python3", progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+        )
+    except Exception as err:  # papermill wraps every kernel error; report it whole
+        raise ChapterFailed(f"{path.name} failed:\n{_traceback_of(err)}") from err
+    return target
+
+
+def run_course(
+    scale: str,
+    out: Path,
+    only: Iterable[str] | None = None,
+    seed: int = 0,
+    overrides: dict | None = None,
+    notebook_dir: Path = NOTEBOOK_DIR,
+) -> list[ChapterResult]:
+    """Run the chosen chapters in order; stop at the first failure (after recording it)."""
+    from tqdm.auto import tqdm
+
+    load_profile(scale, overrides)  # fail fast on an unknown scale or override
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    version = code_version()
+    done = _load_summary(out)
+    results: list[ChapterResult] = []
+    todo = select(chapters(notebook_dir), only)
+    bar = tqdm(todo, desc=f"course ({scale})", unit="chapter")
+    for path in bar:
+        bar.set_postfix_str(path.stem)
+        prior = done.get(path.stem)
+        if (prior and prior["status"] in {"ok", "skipped"} and prior["scale"] == scale
+                and prior["code_version"] == version and (out / path.name).exists() and not overrides):
+            result = ChapterResult(path.stem, "skipped", prior["wall_s"], scale, version, str(out / path.name))
+        else:
+            start = time.perf_counter()
+            try:
+                execute_chapter(path, out, scale, seed, overrides)
+                result = ChapterResult(path.stem, "ok", time.perf_counter() - start, scale, version, str(out / path.name))
+            except ChapterFailed as err:
+                result = ChapterResult(path.stem, "failed", time.perf_counter() - start, scale, version,
+                                       str(out / path.name), str(err))
+        results.append(result)
+        done[path.stem] = asdict(result)
+        _write_summary(out, done, scale)
+        if result.status == "failed":
+            bar.close()
+            raise ChapterFailed(result.error)
+    return results
