@@ -9,6 +9,7 @@ were already executed at the same scale by the same code version.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,13 +78,14 @@ def _write_summary(out: Path, results: dict[str, dict], scale: str) -> None:
     (out / "summary.md").write_text(f"# Course run at scale `{scale}` (code {code_version()})\n\n" + "\n".join(rows) + "\n")
 
 
-def _traceback_of(err: Exception) -> str:
-    lines = getattr(err, "traceback", None)
-    if lines:
-        from papermill.utils import remove_ansi_escape_sequences  # lazy: only the runner needs papermill
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
-        return remove_ansi_escape_sequences("\n".join(lines))
-    return f"{type(err).__name__}: {err}"
+
+def _traceback_of(err: Exception) -> str:
+    """The failing cell's traceback, without terminal colour codes."""
+    lines = getattr(err, "traceback", None)
+    text = "\n".join(lines) if lines else f"{type(err).__name__}: {err}"
+    return _ANSI.sub("", text)
 
 
 def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides: dict | None = None) -> Path:
@@ -98,7 +100,7 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
     try:
         papermill.execute_notebook(
             str(path), str(target), parameters=parameters, cwd=str(path.parent),
-            kernel_name="python3", progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+            kernel_name="python3", language="python", progress_bar=False, log_output=False, request_save_on_cell_execute=False,
         )
     except Exception as err:  # papermill wraps every kernel error; report it whole
         raise ChapterFailed(f"{path.name} failed:\n{_traceback_of(err)}") from err

@@ -1,0 +1,60 @@
+"""The course runner on throwaway notebooks: order, --only, failure traceback, resume."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from cascadekit.runner import ChapterFailed, run_course, select
+
+
+def _notebook(path: Path, body: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('scale = "smoke"\nseed = 0\nout_dir = "out"')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture()
+def course(tmp_path: Path) -> Path:
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "01_first.ipynb", "print('first', scale)")
+    _notebook(folder / "02_second.ipynb", "print('second')")
+    return folder
+
+
+def test_runs_in_order_then_resumes(course: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = run_course("smoke", out, notebook_dir=course)
+    assert [(r.chapter, r.status) for r in first] == [("01_first", "ok"), ("02_second", "ok")]
+    executed = nbformat.read(out / "01_first.ipynb", as_version=4)
+    assert "first smoke" in executed.cells[-1].outputs[0]["text"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["status"] for c in summary["chapters"]] == ["ok", "ok"]
+    assert "| 01_first | ok |" in (out / "summary.md").read_text()
+    again = run_course("smoke", out, notebook_dir=course)
+    assert [r.status for r in again] == ["skipped", "skipped"]
+
+
+def test_only_selects_chapters(course: Path, tmp_path: Path) -> None:
+    results = run_course("smoke", tmp_path / "out", only=["2"], notebook_dir=course)
+    assert [r.chapter for r in results] == ["02_second"]
+    with pytest.raises(ValueError, match="99"):
+        select(sorted(course.glob("*.ipynb")), ["99"])
+
+
+def test_stops_at_first_failure_with_traceback(course: Path, tmp_path: Path) -> None:
+    _notebook(course / "01_first.ipynb", "raise ZeroDivisionError('planted failure')")
+    with pytest.raises(ChapterFailed, match="planted failure"):
+        run_course("smoke", tmp_path / "out", notebook_dir=course)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [c["status"] for c in summary["chapters"]] == ["failed"]
+
+
+def test_unknown_scale_fails_before_running(course: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown scale profile 'gigantic'"):
+        run_course("gigantic", tmp_path / "out", notebook_dir=course)
