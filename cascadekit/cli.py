@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run and env.
+"""The ``cascadekit`` command line: data, verify, run, book and env.
 
 Every subcommand turns bad input (an unknown scale, context or chapter, an op
 out of range, an unreadable JSONL line) into one clear error line and exit
@@ -106,6 +106,21 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_book(args: argparse.Namespace) -> int:
+    from cascadekit.book import BookBuildError, broken_internal_links, build_book
+
+    try:
+        html = build_book(Path(args.executed), Path(args.out))
+    except BookBuildError as err:
+        print(err, file=sys.stderr)
+        return 1
+    broken = broken_internal_links(html)
+    for link in broken:
+        print(f"broken link: {link}", file=sys.stderr)
+    print(f"book built: {html / 'index.html'}")
+    return 1 if broken else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cascadekit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override, repeatable")
     run.set_defaults(func=cmd_run)
+
+    book = sub.add_parser("book", help="build the HTML book from notebooks executed by `cascadekit run`")
+    book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
+    book.add_argument("--out", default="book/_build/html")
+    book.set_defaults(func=cmd_book)
 
     env = sub.add_parser("env", help="stack versions, device, dtype, memory and known problems")
     env.add_argument("--short", action="store_true")

@@ -1,0 +1,16 @@
+"""Sphinx configuration for the cascadekit book.
+
+The book renders notebooks that papermill already executed (``cascadekit book``
+stages them next to these pages); it never executes anything itself, and it
+builds offline: sphinx-book-theme ships its assets on PyPI.
+"""
+project = "cascadekit"
+author = "the cascadekit authors"
+extensions = ["myst_nb"]
+nb_execution_mode = "off"
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+html_theme = "sphinx_book_theme"
+html_title = "cascadekit: reasoning-model post-training, end to end"
+html_theme_options = {"show_navbar_depth": 2, "use_download_button": False}
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+suppress_warnings = ["mystnb.unknown_mime_type"]
