@@ -1,0 +1,144 @@
+"""The sandbox against hostile programs: each must be contained and reported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cascadekit import sandbox
+from cascadekit.sandbox import Isolation, Limits, run_python
+
+STRONG = sandbox.isolation().drop_uid and sandbox.isolation().namespaces
+needs_strong = pytest.mark.skipif(not STRONG, reason="needs root and namespaces")
+
+
+def test_plain_program_runs_with_stdin_and_files():
+    r = run_python(
+        "import helper\nprint(helper.double(int(input())))",
+        stdin="21\n",
+        files={"helper.py": "def double(x):\n    return 2 * x\n"},
+    )
+    assert r.ok, r.stderr
+    assert r.stdout == "42\n"
+    assert r.killed_reason is None and not r.timed_out
+    assert r.cpu_s is not None and r.wall_s < 5
+
+
+def test_exception_is_reported_not_raised():
+    r = run_python("raise ValueError('boom')")
+    assert not r.ok and r.returncode == 1
+    assert "ValueError: boom" in r.stderr
+
+
+def test_infinite_loop_hits_cpu_limit():
+    r = run_python("while True:\n    pass", limits=Limits(cpu_s=1, wall_s=5))
+    assert not r.ok
+    assert r.killed_reason == "cpu time"
+    assert r.wall_s < 4
+
+
+def test_sleeping_program_hits_wall_timeout():
+    r = run_python("import time\ntime.sleep(60)", limits=Limits(wall_s=1))
+    assert r.timed_out and r.killed_reason == "wall timeout"
+    assert r.wall_s < 3
+
+
+def test_memory_bomb_is_contained():
+    r = run_python("x = []\nwhile True:\n    x.append(' ' * 10**7)", limits=Limits(memory_mb=128))
+    assert not r.ok and r.killed_reason == "memory"
+
+
+def test_huge_output_is_capped_and_killed():
+    r = run_python("while True:\n    print('x' * 1000)", limits=Limits(output_bytes=4096))
+    assert r.killed_reason == "output limit"
+    assert len(r.stdout) <= 4096
+    assert r.wall_s < 3
+
+
+def test_file_size_limit():
+    r = run_python("open('big', 'w').write('x' * 3_000_000)", limits=Limits(fsize_mb=1))
+    assert not r.ok and r.killed_reason == "file size"
+
+
+def test_secrets_in_parent_environment_are_not_inherited(monkeypatch):
+    monkeypatch.setenv("CASCADEKIT_TEST_SECRET", "hunter2")
+    r = run_python("import os\nprint(sorted(os.environ.items()))")
+    assert r.ok
+    assert "hunter2" not in r.stdout and "CASCADEKIT_TEST_SECRET" not in r.stdout
+
+
+def test_killing_the_parent_does_not_kill_the_caller():
+    r = run_python("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')")
+    assert not r.ok  # the caller (this test) is still here to check
+
+
+@needs_strong
+def test_fork_bomb_is_contained_and_cleaned_up():
+    r = run_python(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        limits=Limits(wall_s=1.5, nproc=16),
+    )
+    assert r.timed_out and not r.ok
+    leftovers = subprocess.run(["ps", "-eo", "user="], capture_output=True, text=True).stdout
+    assert not [u for u in leftovers.split() if u.startswith("19000")]
+
+
+@needs_strong
+def test_setsid_escapee_is_killed():
+    r = run_python(
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint('done')"
+    )
+    assert r.ok and r.stdout == "done\n" and r.wall_s < 2
+
+
+@needs_strong
+def test_writes_outside_the_scratch_folder_do_not_land():
+    marker = f"escape_marker_{uuid.uuid4().hex}"
+    repo_file = Path(__file__).resolve().parent / marker
+    code = (
+        "import sys\n"
+        f"for path in ['/tmp/{marker}', '/var/tmp/{marker}', {str(repo_file)!r}]:\n"
+        "    try:\n"
+        "        open(path, 'w').write('escaped')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as e:\n"
+        "        print('refused', path, type(e).__name__)\n"
+    )
+    r = run_python(code)
+    assert r.ok, r.stderr
+    assert f"refused {repo_file}" in r.stdout
+    assert not os.path.exists(f"/tmp/{marker}")
+    assert not os.path.exists(f"/var/tmp/{marker}")
+    assert not repo_file.exists()
+
+
+@needs_strong
+def test_no_network():
+    r = run_python(
+        "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=1)\n"
+        "    print('connected')\nexcept OSError as e:\n    print('blocked', e)"
+    )
+    assert r.ok and r.stdout.startswith("blocked")
+
+
+@needs_strong
+def test_runs_as_a_throwaway_uid_that_cannot_signal_the_caller():
+    r = run_python(f"import os\nprint(os.getuid())\nos.kill({os.getpid()}, 9)")
+    assert int(r.stdout.split()[0]) != 0
+    assert "PermissionError" in r.stderr or "ProcessLookupError" in r.stderr
+
+
+def test_weak_isolation_still_limits_and_survives_parent_kill():
+    """An ordinary user's machine: no uid drop, no namespaces (never a fork bomb here)."""
+    weak = Isolation(drop_uid=False, namespaces=False)
+    r = sandbox._execute("print(input()[::-1])", "olleh\n", None, Limits(), weak)
+    assert r.ok and r.stdout == "hello\n"
+    r = sandbox._execute("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\n"
+                         "time.sleep(30)", "", None, Limits(wall_s=2), weak)
+    assert not r.ok and r.killed_reason is not None and r.wall_s < 3
+    r = sandbox._execute("while True:\n    pass", "", None, Limits(cpu_s=1), weak)
+    assert r.killed_reason == "cpu time"
