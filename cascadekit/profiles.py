@@ -53,6 +53,7 @@ class ModelConfig:
     max_positions: int
     tie_embeddings: bool
     pretrained: str = ""
+    architecture: str = "qwen3"
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class PretrainConfig:
     weight_decay: float
     max_grad_norm: float
     save_steps: int
+    problems: int = 0  # distinct problems to render; 0 = enough to fill the token budget once
 
 
 @dataclass(frozen=True)

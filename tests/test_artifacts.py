@@ -1,0 +1,63 @@
+import json
+
+import pytest
+
+from cascadekit.artifacts import CorruptArtifact, artifact_path, cache_root, get_or_build, verify
+
+
+def _builder(calls: list):
+    def build(folder):
+        calls.append(folder)
+        (folder / "model.safetensors").write_bytes(b"\x00" * 1000)
+        (folder / "sub").mkdir()
+        (folder / "sub" / "config.json").write_text("{}")
+    return build
+
+
+def test_builds_once_then_reuses(tmp_path):
+    calls = []
+    first = get_or_build("pretrain", "abc", _builder(calls), root=tmp_path)
+    second = get_or_build("pretrain", "abc", _builder(calls), root=tmp_path)
+    assert first == second == artifact_path("pretrain", "abc", tmp_path)
+    assert len(calls) == 1
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"model.safetensors", "sub/config.json"}
+    assert [p.name for p in tmp_path.joinpath("pretrain").iterdir()] == ["abc"]  # no temp folders left
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete_manifest", "delete_file", "bad_manifest"])
+def test_corrupt_entries_are_rebuilt_with_a_warning(tmp_path, damage):
+    calls = []
+    path = get_or_build("pretrain", "k", _builder(calls), root=tmp_path)
+    if damage == "truncate":
+        (path / "model.safetensors").write_bytes(b"\x00" * 10)
+    elif damage == "delete_manifest":
+        (path / "manifest.json").unlink()
+    elif damage == "delete_file":
+        (path / "sub" / "config.json").unlink()
+    else:
+        (path / "manifest.json").write_text("{")
+    with pytest.raises(CorruptArtifact):
+        verify(path)
+    with pytest.warns(UserWarning, match="corrupt"):
+        again = get_or_build("pretrain", "k", _builder(calls), root=tmp_path)
+    assert len(calls) == 2
+    verify(again)
+    assert (again / "model.safetensors").stat().st_size == 1000
+
+
+def test_a_failed_build_leaves_nothing(tmp_path):
+    def broken(folder):
+        (folder / "half.bin").write_bytes(b"x")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        get_or_build("tokenizer", "k", broken, root=tmp_path)
+    assert list((tmp_path / "tokenizer").iterdir()) == []
+
+
+def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path
+    monkeypatch.delenv("CASCADEKIT_CACHE")
+    assert cache_root().parts[-2:] == (".cache", "cascadekit")
