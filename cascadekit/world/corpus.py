@@ -1,0 +1,173 @@
+"""Corpora of problems: deterministic, deduplicated, split-disjoint, mixed by recipe.
+
+Two guards keep the splits (pretrain, midtrain, rl, eval) apart, as the paper
+requires ("no identical problem-solution bundle in training and evaluation"):
+
+1. each split draws its problems from its own seed stream (a hash of the split
+   name, the corpus seed and a counter), and
+2. each split only *keeps* problems whose graph hash falls in its quarter of the
+   hash space. The graph hash ignores statement order, so the same graph with the
+   same names can never land in two splits, whichever seeds produced it.
+
+Within a corpus, problems are deduplicated by the hash of their normalized
+(problem, question, solution) text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from cascadekit.world.contexts import context_id
+from cascadekit.world.graph import check_op, sample_graph
+from cascadekit.world.render import Problem, check_style, render_problem
+
+SPLITS = ("pretrain", "midtrain", "rl", "eval")
+MAX_DRAWS_PER_PROBLEM = 1000
+
+
+def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "full") -> Problem:
+    """One problem with exactly ``op`` operations, a pure function of its arguments."""
+    check_op(op)
+    check_style(style)
+    context = context_id(context)
+    rng = random.Random(seed)
+    return render_problem(sample_graph(op, rng), context, style, rng, seed=seed)
+
+
+def split_of(problem: Problem) -> str:
+    """The only split this problem may appear in, from its order-blind graph hash."""
+    return SPLITS[int(problem.graph_key[:8], 16) % len(SPLITS)]
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
+
+
+def _derived_seed(*parts: object) -> int:
+    text = "/".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def _generate(slots: list[tuple[int, str]], n: int, seed: int, split: str, style: str,
+              seen: set[str]) -> list[Problem]:
+    """``n`` new problems cycling through (op, context) ``slots``; ``seen`` keys are skipped and grown."""
+    problems: list[Problem] = []
+    draw = itertools.count()
+    for index in range(n):
+        op, context = slots[index % len(slots)]
+        for _ in range(MAX_DRAWS_PER_PROBLEM):
+            problem = generate_problem(op, context, _derived_seed(split, seed, next(draw)), style)
+            if split_of(problem) == split and problem.key not in seen:
+                break
+        else:
+            raise ValueError(
+                f"could not draw {n} distinct {split} problems: after {len(problems)}, "
+                f"{MAX_DRAWS_PER_PROBLEM} draws at op={op}, context={context} found nothing new; "
+                f"ask for fewer than n={n} or widen the op range")
+        seen.add(problem.key)
+        problems.append(problem)
+    return problems
+
+
+def generate_problems(ops: Iterable[int] = range(2, 11), contexts: Iterable[str] | str = ("A",),
+                      n: int = 1000, seed: int = 0, split: str = "pretrain",
+                      style: str = "full") -> list[Problem]:
+    """``n`` distinct problems of one split, cycling evenly through every (op, context).
+
+    Deterministic in all arguments; disjoint from every other split's problems.
+    """
+    ops = sorted(set(ops))
+    contexts = [contexts] if isinstance(contexts, str) else list(contexts)
+    if not ops or not contexts:
+        raise ValueError("need at least one op and one context")
+    for op in ops:
+        check_op(op)
+    contexts = list(dict.fromkeys(context_id(c) for c in contexts))
+    check_style(style)
+    _check_split(split)
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    slots = [(op, c) for c in contexts for op in ops]
+    return _generate(slots, n, seed, split, style, set())
+
+
+@dataclass(frozen=True)
+class MixtureComponent:
+    """A share of a corpus: one context over an inclusive op range ``ops=(lo, hi)`` (or a range)."""
+
+    context: str
+    ops: tuple[int, int] | range
+    share: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "context", context_id(self.context))
+        if isinstance(self.ops, range) and self.ops.step == 1 and len(self.ops):
+            lo, hi = self.ops[0], self.ops[-1]
+        else:
+            lo, hi = self.ops
+        check_op(lo)
+        check_op(hi)
+        if lo > hi:
+            raise ValueError(f"empty op range {self.ops!r}")
+        object.__setattr__(self, "ops", (lo, hi))
+        if not self.share >= 0:
+            raise ValueError(f"share must be non-negative, got {self.share!r}")
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Components whose shares sum to 1, e.g. context A ops 2-20 at 99.9% + context B op 2 at 0.1%."""
+
+    components: tuple[MixtureComponent, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "components", tuple(self.components))
+        total = sum(c.share for c in self.components)
+        if not self.components or abs(total - 1) > 1e-9:
+            raise ValueError(f"mixture shares must sum to 1, got {total}")
+
+    def counts(self, n: int) -> list[int]:
+        """Problems per component for a corpus of ``n``: largest remainders, summing to ``n``."""
+        exact = [c.share * n for c in self.components]
+        counts = [int(x) for x in exact]
+        by_remainder = sorted(range(len(exact)), key=lambda i: (counts[i] - exact[i], i))
+        for i in by_remainder[: n - sum(counts)]:
+            counts[i] += 1
+        return counts
+
+
+def sample_mixture(mixture: Mixture, n: int, seed: int = 0, split: str = "pretrain",
+                   style: str = "full") -> list[Problem]:
+    """``n`` distinct problems drawn from a mixture, shuffled, deterministic in the seed."""
+    check_style(style)
+    _check_split(split)
+    seen: set[str] = set()
+    problems: list[Problem] = []
+    for index, (component, count) in enumerate(zip(mixture.components, mixture.counts(n))):
+        lo, hi = component.ops
+        slots = [(op, component.context) for op in range(lo, hi + 1)]
+        problems += _generate(slots, count, _derived_seed(seed, "mixture", index), split, style, seen)
+    random.Random(seed).shuffle(problems)
+    return problems
+
+
+def write_jsonl(problems: Iterable[Problem], path: str | Path) -> Path:
+    """One problem per line, gold graph included."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for problem in problems:
+            fh.write(json.dumps(problem.to_dict()) + "\n")
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[Problem]:
+    with Path(path).open() as fh:
+        return [Problem.from_dict(json.loads(line)) for line in fh if line.strip()]
