@@ -1,0 +1,205 @@
+"""Judging sampled solutions and turning verdicts into tidy pass@k tables.
+
+Every sample is judged by the process verifier (``correct``: the answer is
+right *and* every step is a correct, properly grounded computation); the
+answer-only score (``answer_correct``) is kept beside it, together with a
+chance baseline: answers drawn from the training answer distribution. At this
+scale answers are small numbers, so guessing already scores well on answers
+alone; only the process-verified score says the model can reason.
+
+Records and tables are lists of plain dicts (``pandas.DataFrame(rows)`` if you
+like), one row per sample, per (op, k) or per (range, k).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from cascadekit.evaluation.passk import pass_at_k
+from cascadekit.evaluation.sampler import sample_completions
+from cascadekit.profiles import Profile, WorldConfig
+
+RANGES = ("in_distribution", "edge", "hard")
+ERRORS = ("n_missing", "n_dependency", "n_value", "answer_mismatch")
+
+
+def op_range(op: int, world: WorldConfig) -> str:
+    """``in_distribution``, ``edge``, ``hard`` or ``outside`` for an op count."""
+    return next((name for name in RANGES if op in world.ops(name)), "outside")
+
+
+def ladder_problems(profile: Profile) -> list:
+    """``problems_per_op`` held-out ``eval`` problems for every op from in-distribution to hard."""
+    from cascadekit.world import generate_problems
+
+    world = profile.world
+    return [
+        p
+        for op in range(world.ops_in_distribution[0], world.ops_hard[1] + 1)
+        for p in generate_problems(ops=[op], contexts=tuple(world.contexts), n=profile.evaluation.problems_per_op,
+                                   seed=profile.seed, split="eval", style=world.rendering)
+    ]
+
+
+def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], world: WorldConfig) -> list[dict]:
+    """One record per sample: op, range, problem index, the verdict's scores and error counts."""
+    from cascadekit.verify.process import judge
+
+    records = []
+    for index, (problem, samples) in enumerate(zip(problems, completions)):
+        for s, text in enumerate(samples):
+            verdict = judge(text, problem)
+            records.append({
+                "op": problem.op, "range": op_range(problem.op, world), "context": problem.context,
+                "problem": index, "sample": s,
+                "correct": bool(verdict.correct), "answer_correct": bool(verdict.answer_correct),
+                "process_accuracy": float(verdict.process_accuracy),
+                **{e: int(getattr(verdict, e)) for e in ERRORS},
+            })
+    return records
+
+
+def evaluate(model, tokenizer, problems: Sequence, profile: Profile) -> list[dict]:
+    """Sample ``evaluation.samples`` completions per problem and judge each one."""
+    prompts = [p.rl_prompt for p in problems]
+    completions = sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seed)
+    return judge_samples(problems, completions, profile.world)
+
+
+def _order(group):
+    """Sort ops numerically and ranges from in-distribution to hard."""
+    return (*RANGES, "outside").index(group) if isinstance(group, str) else group
+
+
+def _counts(records: Iterable[dict], metric: str, by: str) -> dict:
+    """``{group: [(n, c) per problem]}`` for a boolean ``metric``."""
+    per_problem: dict = defaultdict(lambda: [0, 0])
+    group_of = {}
+    for r in records:
+        key = r["problem"]
+        per_problem[key][0] += 1
+        per_problem[key][1] += int(r[metric])
+        group_of[key] = r[by]
+    groups: dict = defaultdict(list)
+    for key, (n, c) in per_problem.items():
+        groups[group_of[key]].append((n, c))
+    return groups
+
+
+def passk_table(records: Sequence[dict], ks: Iterable[int], metric: str = "correct", by: str = "op") -> list[dict]:
+    """Tidy rows ``{by, k, metric, pass@k, problems}``: the unbiased pass@k averaged over problems."""
+    rows = []
+    for group, nc in sorted(_counts(records, metric, by).items(), key=lambda kv: _order(kv[0])):
+        n, c = (np.array(v) for v in zip(*nc))
+        for k in ks:
+            rows.append({by: group, "k": k, "metric": metric, "pass@k": float(np.mean(pass_at_k(n, c, k))),
+                         "problems": len(nc)})
+    return rows
+
+
+def chance_table(problems: Sequence, train_answers: Sequence, ks: Iterable[int], world: WorldConfig) -> list[dict]:
+    """Pass@k of guessing: each of k answers drawn from the training answer distribution.
+
+    Computed exactly: if the true answer has training frequency p, k
+    independent guesses hit it with probability ``1 - (1 - p)**k``.
+    """
+    freq = Counter(train_answers)
+    total = sum(freq.values())
+    by_op: dict[int, list[float]] = defaultdict(list)
+    for p in problems:
+        by_op[p.op].append(freq.get(p.answer, 0) / total)
+    return [
+        {"op": op, "range": op_range(op, world), "k": k, "metric": "chance",
+         "pass@k": float(np.mean([1 - (1 - q) ** k for q in ps])), "problems": len(ps)}
+        for op, ps in sorted(by_op.items()) for k in ks
+    ]
+
+
+def error_taxonomy(records: Sequence[dict], by: str = "op") -> list[dict]:
+    """Per group: the share of samples showing each error kind, and the mean process accuracy."""
+    groups: dict = defaultdict(list)
+    for r in records:
+        groups[r[by]].append(r)
+    return [
+        {by: g, "samples": len(rs), "process_accuracy": float(np.mean([r["process_accuracy"] for r in rs])),
+         **{e: float(np.mean([r[e] > 0 for r in rs])) for e in ERRORS}}
+        for g, rs in sorted(groups.items())
+    ]
+
+
+def ladder_table(records: Sequence[dict], chance: Sequence[dict], n: int, world: WorldConfig) -> list[dict]:
+    """One row per op: pass@1 and pass@n under process verification, answer-only, and chance."""
+    rows = []
+    wide = defaultdict(dict)
+    for metric, label in (("correct", "process"), ("answer_correct", "answer")):
+        for r in passk_table(records, (1, n), metric):
+            wide[r["op"]][f"{label}_pass@{r['k']}"] = r["pass@k"]
+    for r in chance:
+        if r["k"] in (1, n):
+            wide[r["op"]][f"chance_pass@{r['k']}"] = r["pass@k"]
+    for op in sorted(wide):
+        rows.append({"op": op, "range": op_range(op, world), **wide[op]})
+    return rows
+
+
+def training_answers(profile: Profile, n: int = 2000) -> list:
+    """Answers of ``n`` pretraining problems: the distribution a guesser would copy."""
+    from cascadekit.training.pretrain import PRETRAIN_MIXTURE
+    from cascadekit.world import generate_problems
+
+    world = profile.world
+    ops = [op for name in PRETRAIN_MIXTURE for op in world.ops(name)]
+    problems = generate_problems(ops=ops, contexts=tuple(world.contexts), n=n, seed=profile.seed,
+                                 split="pretrain", style=world.rendering)
+    return [p.answer for p in problems]
+
+
+def evaluate_ladder(model, tokenizer, profile: Profile) -> dict:
+    """Evaluate every op of the profile: per-sample records and the op/range/error tables."""
+    problems = ladder_problems(profile)
+    records = evaluate(model, tokenizer, problems, profile)
+    n = profile.evaluation.samples
+    ks = list(range(1, n + 1))
+    chance = chance_table(problems, training_answers(profile), ks, profile.world)
+    return {
+        "samples_per_problem": n,
+        "ladder": ladder_table(records, chance, n, profile.world),
+        "passk_by_op": passk_table(records, ks) + passk_table(records, ks, "answer_correct") + chance,
+        "passk_by_range": passk_table(records, ks, by="range") + passk_table(records, ks, "answer_correct", by="range"),
+        "errors_by_op": error_taxonomy(records),
+        "records": records,
+    }
+
+
+def format_ladder(rows: Sequence[dict], n: int) -> str:
+    """The ladder as a fixed-width text table."""
+    cols = ["process_pass@1", f"process_pass@{n}", "answer_pass@1", f"answer_pass@{n}", "chance_pass@1", f"chance_pass@{n}"]
+    lines = ["op  range            " + " ".join(f"{c:>17}" for c in cols)]
+    for r in rows:
+        lines.append(f"{r['op']:<3} {r['range']:<16} " + " ".join(f"{r.get(c, float('nan')):>17.3f}" for c in cols))
+    return "\n".join(lines)
+
+
+def write_results(results: dict, loss_log: Sequence, out: Path) -> None:
+    """Write ``metrics.json`` (records in ``samples.jsonl``) and the PNG figures into ``out``."""
+    from cascadekit import plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    records = results.pop("records")
+    with (out / "samples.jsonl").open("w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    results["loss_log"] = [list(row) for row in loss_log]
+    (out / "metrics.json").write_text(json.dumps(results, indent=1))
+    n = results["samples_per_problem"]
+    figures = {
+        "loss_curve.png": plots.loss_curve(loss_log),
+        "ladder.png": plots.ladder(results["ladder"], n),
+        "passk_curves.png": plots.passk_curves(results["passk_by_op"]),
+    }
+    for name, fig in figures.items():
+        fig.savefig(out / name, dpi=120, bbox_inches="tight")
+    print(format_ladder(results["ladder"], n))
