@@ -1,0 +1,1 @@
+"""Evaluation: pass@k and evaluation suites."""

@@ -1,0 +1,117 @@
+"""Reward functions for GRPO on the DAG world, in TRL's reward-function shape.
+
+TRL calls ``fn(prompts, completions, **kwargs)`` with one list entry per
+completion and passes every extra dataset column as a keyword list; here the
+column ``gold`` holds each prompt's problem (a dict or its JSON string).
+Completions are plain strings, or conversations (lists of ``{"role", "content"}``)
+whose last message is the model's answer.
+
+Four rewards, from the paper's finding 4 (process supervision against reward hacking):
+
+* ``outcome_reward``: 1 if the final answer is exact, else 0. Blind to the steps,
+  so a lucky guess or a broken derivation earns full reward.
+* ``process_reward``: ``max(0, 1 - penalty / |gold|)``, and 0 whenever the answer is
+  wrong. The penalty counts value, dependency and missing-node mismatches,
+  extra nodes (at most ``|gold|``) and 1 for a wrong answer.
+* ``mixed_reward(alpha)``: ``alpha * outcome + (1 - alpha) * process``; the paper's
+  best setting is ``alpha = 0.2``.
+* ``strict_reward``: 1 only when the answer is right and the penalty is 0.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Callable
+
+from cascadekit.verify.process import ProcessVerdict, judge
+from cascadekit.world.render import Problem
+
+RewardFn = Callable[..., list[float]]
+
+
+def penalty(verdict: ProcessVerdict) -> int:
+    """Mistakes in a solution: wrong values, wrong parents, missing and extra nodes, a wrong answer."""
+    return (verdict.n_value + verdict.n_dependency + verdict.n_missing
+            + min(verdict.n_extra, verdict.n_gold) + int(verdict.answer_mismatch))
+
+
+def outcome_score(verdict: ProcessVerdict) -> float:
+    return 1.0 if verdict.answer_correct else 0.0
+
+
+def process_score(verdict: ProcessVerdict) -> float:
+    if not verdict.answer_correct:
+        return 0.0
+    return max(0.0, 1.0 - penalty(verdict) / verdict.n_gold)
+
+
+def strict_score(verdict: ProcessVerdict) -> float:
+    return 1.0 if verdict.answer_correct and penalty(verdict) == 0 else 0.0
+
+
+def completion_text(completion: Any) -> str:
+    """The model's text: a plain string, or the content of a conversation's last message.
+
+    A message's content may itself be a list of parts such as ``{"type": "text", "text": ...}``.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        if "role" in completion or "content" in completion:
+            return completion_text(completion.get("content"))
+        return str(completion.get("text", ""))
+    if isinstance(completion, (list, tuple)):
+        if completion and all(isinstance(m, dict) and "role" in m for m in completion):
+            return completion_text(completion[-1])
+        return "".join(completion_text(part) for part in completion)
+    return "" if completion is None else str(completion)
+
+
+@lru_cache(maxsize=4096)
+def _problem_from_json(text: str) -> Problem:
+    return Problem.from_dict(json.loads(text))
+
+
+def _as_problem(gold: Any) -> Problem:
+    if isinstance(gold, Problem):
+        return gold
+    if isinstance(gold, str):
+        return _problem_from_json(gold)
+    return Problem.from_dict(gold)
+
+
+def _verdicts(completions: list[Any], kwargs: dict[str, Any]) -> list[ProcessVerdict]:
+    golds = kwargs.get("gold")
+    if golds is None or len(golds) != len(completions):
+        raise ValueError("DAG-world rewards need a 'gold' dataset column with one problem per completion")
+    return [judge(completion_text(c), _as_problem(g)) for c, g in zip(completions, golds)]
+
+
+def outcome_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """1 for an exact final answer, whatever the steps."""
+    return [outcome_score(v) for v in _verdicts(completions, kwargs)]
+
+
+def process_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """``max(0, 1 - penalty / |gold|)`` for a right answer, 0 for a wrong one."""
+    return [process_score(v) for v in _verdicts(completions, kwargs)]
+
+
+def strict_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """1 only for a right answer reached with no mistake at all, extra steps included."""
+    return [strict_score(v) for v in _verdicts(completions, kwargs)]
+
+
+def mixed_reward(alpha: float = 0.2) -> RewardFn:
+    """A reward ``alpha * outcome + (1 - alpha) * process`` (the paper's best: alpha 0.2)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        return [alpha * outcome_score(v) + (1 - alpha) * process_score(v)
+                for v in _verdicts(completions, kwargs)]
+
+    reward.__name__ = reward.__qualname__ = f"mixed_reward_{alpha:g}"
+    reward.__doc__ = f"{alpha:g} * outcome + {1 - alpha:g} * process."
+    return reward

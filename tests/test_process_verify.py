@@ -1,0 +1,158 @@
+"""The process-verified judge: gold verifies, each kind of mutation is caught, nothing raises."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cascadekit.verify.process import ParsedSolution, ProcessVerdict, evaluate, judge, parse_solution
+from cascadekit.world import CONTEXTS, generate_problem, generate_problems
+
+STYLES = ("full", "compact")
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_every_gold_solution_verifies(style):
+    problems = generate_problems(ops=range(2, 21), contexts=tuple(CONTEXTS), n=1140, seed=0, style=style)
+    for p in problems:
+        for text in (p.training_text, p.rl_prompt + " " + p.training_text.removeprefix(p.rl_prompt)):
+            verdict = judge(text, p)
+            assert verdict.correct, (verdict.reason, p.training_text)
+        completion = p.training_text.removeprefix(p.rl_prompt)  # what an RL policy writes
+        assert judge(completion, p).process_accuracy == 1.0
+
+
+@given(seed=st.integers(0, 2**32), op=st.integers(2, 20), context=st.sampled_from(sorted(CONTEXTS)),
+       style=st.sampled_from(STYLES))
+@settings(max_examples=200, deadline=None)
+def test_gold_verifies_property(seed, op, context, style):
+    p = generate_problem(op, context, seed, style)
+    verdict = judge(p.training_text, p)
+    assert verdict.correct and verdict.n_extra == 0 and verdict.reason == "correct"
+
+
+def _steps(p):
+    return re.findall(r"Define .*?(?= Define | Answer:)", p.solution_text)
+
+
+def _with_steps(p, steps, answer=None):
+    answer = p.answer if answer is None else answer
+    return f"<solution> {' '.join(steps)} Answer: {answer}. </solution> <answer> {answer} </answer>"
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return [generate_problem(op, c, seed, s) for op in (3, 8, 15) for c in CONTEXTS
+            for seed in range(4) for s in STYLES]
+
+
+def test_dropped_step_is_missing(problems):
+    for p in problems:
+        steps = _steps(p)
+        i = len(steps) // 2
+        verdict = judge(_with_steps(p, steps[:i] + steps[i + 1:]), p)
+        assert not verdict.correct and verdict.n_missing == 1
+        assert verdict.process_accuracy < 1
+
+
+def test_changed_value_is_value_mismatch(problems):
+    for p in problems:
+        steps = _steps(p)
+        steps[0] = re.sub(r"= (\d+)\.$", lambda m: f"= {int(m.group(1)) + 1}.", steps[0])
+        verdict = judge(_with_steps(p, steps), p)
+        assert not verdict.correct and verdict.n_value == 1 and verdict.n_dependency == 0
+        assert verdict.answer_correct and verdict.n_missing == 0
+
+
+def test_swapped_parent_is_dependency_mismatch(problems):
+    tested = 0
+    for p in problems:
+        steps = _steps(p)
+        letters = [re.match(r"Define .+? as (\w+);", s).group(1) for s in steps]
+        last = steps[-1]
+        symbolic = last.split("=")[1]  # "so X = <letters> = <numbers> = value": the letters part
+        used = [w for w in re.findall(r"[A-Za-z]\w*", symbolic) if w in letters]
+        mentioned = set(re.findall(r"[A-Za-z]\w*", last.split(";", 1)[1]))
+        strangers = [x for x in letters[:-1] if x not in mentioned]
+        if not used or not strangers:
+            continue  # the last step already uses every earlier quantity
+        swapped = last.replace(symbolic, re.sub(rf"\b{used[0]}\b", strangers[0], symbolic, count=1), 1)
+        verdict = judge(_with_steps(p, steps[:-1] + [swapped]), p)
+        assert not verdict.correct and verdict.n_dependency == 1 and verdict.n_value == 0, verdict
+        tested += 1
+    assert tested >= len(problems) // 2
+
+
+def test_wrong_answer_is_answer_mismatch(problems):
+    for p in problems:
+        verdict = judge(_with_steps(p, _steps(p), answer=p.answer + 1), p)
+        assert not verdict.correct and verdict.answer_mismatch and not verdict.answer_correct
+        assert verdict.process_accuracy == 1.0
+        assert "answer" in verdict.reason
+
+
+def test_extra_nodes_are_allowed_but_counted():
+    p = generate_problem(5, "A", seed=2, style="compact")
+    steps = _steps(p)
+    extra = "Define owls in Nowhere as Z9; so Z9 = 4."
+    verdict = judge(_with_steps(p, [extra, *steps]), p)
+    assert verdict.correct and verdict.n_extra == 1
+
+
+def test_answer_only_is_not_correct():
+    p = generate_problem(6, "B", seed=4)
+    verdict = judge(f"<answer> {p.answer} </answer>", p)
+    assert verdict.answer_correct and not verdict.correct
+    assert verdict.n_missing == verdict.n_gold and verdict.process_accuracy == 0
+
+
+def test_parse_resolves_intermediate_letters():
+    text = ("Define bees in Oak as a; so a = 2. Define ants in Oak as b; so b = 3. "
+            "Define moths in Elm as c; t = a + b = 2 + 3 = 5; so c = 2 * t = 2 * 5 = 10. Answer: 10.")
+    parsed = parse_solution(text)
+    assert [s.name for s in parsed.steps] == ["bees in oak", "ants in oak", "moths in elm"]
+    assert parsed.steps[2].parents == {"bees in oak", "ants in oak"}
+    assert parsed.steps[2].value == 10 and parsed.answer == 10
+
+
+def test_value_falls_back_to_last_number():
+    parsed = parse_solution("Define x in y as q; so q = about 7 or so.")
+    assert parsed.steps[0].value == 7
+    assert parse_solution("Define x in y as q; so q = (2 + 3) * 4 = 20 oops.").steps[0].value == 20
+
+
+@pytest.mark.parametrize("expression,value", [
+    ("1 + 2 * 3", 7), ("(1 + 2) * 3", 9), ("-(4 - 6)", 2), ("7 / 2", 3.5), ("8 / (4 - 4)", None),
+    ("2 ** 3", None), ("10" * 50, None), ("(" * 60 + "1" + ")" * 60, None), ("1 +", None),
+    ("", None), ("x + 1", None), ("٣ + 1", None), ("__import__('os')", None),
+])
+def test_evaluate(expression, value):
+    assert evaluate(expression) == value
+
+
+_ADVERSARIAL = st.sampled_from([
+    "Define", "Define ", " as ", "x", ";", "=", "so", "<answer>", "</answer>", "<solution>", "</solution>",
+    "Answer:", "(", ")", "*", "/", "0", "-", " ", str(10**400), "((((((((((", "1/0", "∑", "é", "\x00",
+    "Define the number of adult lions in Maple Zoo as x; so x = 3.", "\n", ".",
+])
+
+
+@given(text=st.one_of(st.text(max_size=400), st.lists(_ADVERSARIAL, max_size=80).map("".join)))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_never_raises(text):
+    p = generate_problem(3, "A", seed=0)
+    verdict = judge(text, p)
+    assert isinstance(verdict, ProcessVerdict) and 0.0 <= verdict.process_accuracy <= 1.0
+    assert isinstance(parse_solution(text), ParsedSolution)
+    asdict(verdict)
+
+
+def test_pathological_inputs_are_fast():
+    p = generate_problem(3, "A", seed=0)
+    for text in ("Define " * 30_000, "(" * 100_000, "1" * 100_000 + "x", "Define a as b; " * 5_000,
+                 "<answer> " + "9" * 5000, "Answer: -" + "1" * 10_000):
+        judge(text, p)  # would hang or raise on quadratic regexes or huge ints
