@@ -261,7 +261,7 @@ def loose_variants(text: str) -> list[str]:
     cut = [text, "\n".join(lines[1:]).strip(), "\n".join(lines[:-1]).strip(),
            "\n".join(lines[1:-1]).strip()]
     variants = cut + [v.replace("*", "") for v in cut]
-    return [v for v in variants if v.strip()]
+    return [text] + [v for v in variants[1:] if v.strip()]  # the text itself: strict => loose
 
 
 def _safe_check(constraint: Constraint, text: str) -> bool:
