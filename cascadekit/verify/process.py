@@ -33,6 +33,8 @@ from cascadekit.world.render import Problem, normalize_name
 _MAX_DIGITS = 30
 _MAX_MAGNITUDE = 10**30
 _MAX_DEPTH = 50
+_NOT_ARITHMETIC = re.compile(r"[^0-9\s()+\-*/]")
+_TOKEN = re.compile(r"[0-9]+|[-+*/()]")
 
 
 class _Unreadable(Exception):
@@ -138,8 +140,6 @@ class ProcessVerdict:
     reason: str
 
 
-_NOT_ARITHMETIC = re.compile(r"[^0-9\s()+\-*/]")
-_TOKEN = re.compile(r"[0-9]+|[-+*/()]")
 _DEFINE = re.compile(r"Define\s+([^;]{1,200}?)\s+as\s+([A-Za-z]\w*)")
 _STEP_END = re.compile(r"Define\s|Answer\s*:")
 _IDENTIFIER = re.compile(r"[A-Za-z]\w*")
