@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cascadekit.world import (
     CONTEXTS,
@@ -34,6 +36,15 @@ def test_every_op_is_exact_with_valid_values(context):
             assert p.op == op
             assert all(0 <= node.value <= MAX_VALUE for node in p.nodes)
             assert p.answer == p.nodes[-1].value
+
+
+@given(op=st.integers(2, 30), seed=st.integers(0, 2**63), context=st.sampled_from(["A", "B", "C"]),
+       style=st.sampled_from(["full", "compact"]))
+@settings(max_examples=150, deadline=None)
+def test_any_seed_gives_an_exact_round_tripping_problem(op, seed, context, style):
+    p = generate_problem(op, context, seed, style)
+    assert p.op == op and p.seed == seed and Problem.from_dict(p.to_dict()) == p
+    assert all(0 <= node.value <= MAX_VALUE for node in p.nodes)
 
 
 def test_graph_edges_count_constants_and_reach_the_question():
@@ -121,6 +132,7 @@ def test_generate_problems_deterministic_deduplicated_balanced():
     counts = {(op, c): sum(p.op == op and p.context == c for p in first) for op in range(2, 6) for c in "AC"}
     assert set(counts.values()) == {10}
     assert all(split_of(p) == "rl" for p in first)
+    assert generate_problems(n=0) == []
 
 
 def test_splits_are_disjoint():

@@ -10,7 +10,8 @@ requires ("no identical problem-solution bundle in training and evaluation"):
    same names can never land in two splits, whichever seeds produced it.
 
 Within a corpus, problems are deduplicated by the hash of their normalized
-(problem, question, solution) text.
+(problem, question, solution) text. Both hashes are over text, so disjointness
+holds within one rendering style: keep one style per experiment.
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ MAX_DRAWS_PER_PROBLEM = 1000
 
 
 def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "full") -> Problem:
-    """One problem with exactly ``op`` operations, a pure function of its arguments."""
+    """One problem with exactly ``op`` operations, a pure function of its arguments.
+
+    The seed fixes the graph, the names' positions and the letters; the context
+    and style only choose the words. So ``generate_problem(5, "A", 0)`` and
+    ``generate_problem(5, "B", 0, "compact")`` are the same arithmetic in two
+    costumes, which is handy for showing that contexts share structure.
+    """
     check_op(op)
     check_style(style)
     context = context_id(context)
