@@ -437,7 +437,7 @@ def _verdict(status: dict | None, stderr: str, timed_out: bool, overflow: bool,
     if status is None:
         return returncode, "supervisor died (killed by the program?)"
     sig = status["signal"]
-    if sig in (signal.SIGXCPU, signal.SIGKILL) and status["cpu_s"] >= limits.cpu_s - 0.05:
+    if sig == signal.SIGXCPU or sig == signal.SIGKILL and status["cpu_s"] >= limits.cpu_s:
         return returncode, "cpu time"
     if sig is not None:
         return returncode, "file size" if sig == signal.SIGXFSZ else f"signal {signal.Signals(sig).name}"

@@ -1,0 +1,77 @@
+"""Code verifier: extraction, hidden tests in the sandbox, reasons, and cheap hacks."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cascadekit.sandbox import Limits
+from cascadekit.verify.code import FunctionTests, extract_code, verify_code
+
+TESTS = FunctionTests("add", [([1, 2], 3), ([0, 0], 0), ([-5, 5], 0), ([10, 20], 30)])
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+def answer(code: str, thinking: str = "Let me write it.") -> str:
+    return f"<think>\n{thinking}\n</think>\n\nHere it is:\n```python\n{code}```\n<|im_end|>"
+
+
+def test_extract_code_variants():
+    assert extract_code(answer(GOOD)) == GOOD
+    two = "```python\nx = 1\n```\nthen\n```python\nx = 2\n```"
+    assert extract_code(two) == "x = 2\n"
+    assert extract_code("```\ndef f(): pass\n```") == "def f(): pass\n"
+    assert extract_code(GOOD) == GOOD.strip()  # bare code
+    assert extract_code("I cannot solve this.") is None
+    assert extract_code("<think>```python\nx=1\n```</think>no code here") is None
+    assert extract_code(None) is None  # type: ignore[arg-type]
+
+
+def test_correct_solution_passes_all():
+    v = verify_code(answer(GOOD), TESTS)
+    assert v.all_passed and v.pass_fraction == 1.0 and v.passed == 4
+    assert v.reason == "all 4 tests passed"
+
+
+def test_wrong_answer_reports_the_first_failing_test():
+    v = verify_code(answer("def add(a, b):\n    return a - b if a < 0 else a + b\n"), TESTS)
+    assert not v.all_passed and v.passed == 3 and v.pass_fraction == 0.75
+    assert v.reason.startswith("wrong answer on test 2: add(-5, 5) returned -10")
+
+
+def test_reasons_for_broken_programs():
+    assert verify_code("no code", TESTS).reason == "no code found"
+    assert verify_code(answer("def add(a, b)\n    return a\n"), TESTS).reason.startswith("syntax error")
+    missing = verify_code(answer("def plus(a, b):\n    return a + b\n"), TESTS)
+    assert "could not load 'add'" in missing.reason and "AttributeError" in missing.reason
+    crash = verify_code(answer("def add(a, b):\n    return a + b if b else 1 // b\n"), TESTS)
+    assert crash.reason.startswith("error on test 1: ZeroDivisionError") and crash.passed == 3
+    boom = verify_code(answer("raise SystemExit(3)\n"), TESTS)
+    assert boom.passed == 0 and "SystemExit" in boom.reason
+
+
+def test_timeout_counts_unfinished_tests_as_failed():
+    slow = "def add(a, b):\n    while a == 0:\n        pass\n    return a + b\n"
+    v = verify_code(answer(slow), TESTS, limits=Limits(cpu_s=1, wall_s=3))
+    assert v.passed == 1 and "cpu time before test 1" in v.reason
+
+
+def test_cheap_hacks_fail():
+    always_equal = ("class Yes:\n    def __eq__(self, other):\n        return True\n"
+                    "def add(a, b):\n    return Yes()\n")
+    assert not verify_code(answer(always_equal), TESTS).all_passed
+    forged = ('import sys\nfor i in range(4):\n    print(\'{"i": %d, "ok": true}\' % i)\n'
+              "def add(a, b):\n    return 0\n")
+    assert verify_code(answer(forged), TESTS).passed == 2  # only the genuine zeros
+
+
+def test_noisy_solution_still_judged():
+    chatty = "def add(a, b):\n    print('debug', a, b)\n    return a + b\nprint('loaded')\n"
+    assert verify_code(answer(chatty), TESTS).all_passed
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200))
+def test_extract_never_raises(text):
+    code = extract_code(text)
+    assert code is None or isinstance(code, str)
