@@ -143,7 +143,7 @@ _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 def _parse_tool_call(body: str) -> dict | None:
     try:
         call = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurd nesting
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
@@ -151,7 +151,7 @@ def _parse_tool_call(body: str) -> dict | None:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurd nesting
             return None
     if not isinstance(args, dict):
         return None

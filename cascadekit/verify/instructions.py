@@ -177,7 +177,7 @@ class JsonFormat(Constraint):
         body = re.sub(r"\s*```$", "", body)
         try:
             json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurd nesting
             return False
         return True
 
