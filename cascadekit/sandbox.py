@@ -466,7 +466,11 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
     scratch = tempfile.mkdtemp(prefix="cascadekit-sbx-")
     start = time.monotonic()
     try:
-        _write_files(scratch, code, files)
+        try:
+            _write_files(scratch, code, files)
+        except (OSError, ValueError) as e:  # file names can come from a model's patch
+            return SandboxResult(False, None, "", str(e), False, f"could not write files: {e}",
+                                 time.monotonic() - start, None, None, iso.describe())
         if uid is not None:
             _chown_tree(scratch, uid)
         return _run(scratch, stdin, limits, iso, uid, start)

@@ -142,3 +142,18 @@ def test_weak_isolation_still_limits_and_survives_parent_kill():
     assert not r.ok and r.killed_reason is not None and r.wall_s < 3
     r = sandbox._execute("while True:\n    pass", "", None, Limits(cpu_s=1), weak)
     assert r.killed_reason == "cpu time"
+
+
+def test_bad_file_names_are_a_result_not_an_exception():
+    r = run_python("print(1)", files={"../escape.py": "x = 1"})
+    assert not r.ok and r.killed_reason.startswith("could not write files")
+    r = run_python("print(1)", files={"a.py": "x", "a.py/b.py": "y"})
+    assert not r.ok and r.killed_reason.startswith("could not write files")
+
+
+def test_weak_isolation_warns(monkeypatch):
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.warns(RuntimeWarning, match="weak isolation"):
+        iso = sandbox.isolation.__wrapped__()
+    assert iso == Isolation(drop_uid=False, namespaces=False)
