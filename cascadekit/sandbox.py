@@ -181,9 +181,10 @@ def isolation() -> Isolation:
         except (OSError, subprocess.SubprocessError):
             namespaces = False
     iso = Isolation(drop_uid=drop_uid, namespaces=namespaces)
-    if drop_uid and not _execute("import json", "", None, Limits(), iso).ok:
-        iso = Isolation(drop_uid=False, namespaces=namespaces)  # the uid cannot run Python
-    if not (drop_uid and namespaces):
+    # Can the dropped uid import the standard library? (fractions: not preloaded by the supervisor)
+    if drop_uid and not _execute("import fractions", "", None, Limits(), iso).ok:
+        iso = Isolation(drop_uid=False, namespaces=namespaces)
+    if not (iso.drop_uid and iso.namespaces):
         warnings.warn(
             "cascadekit.sandbox: weak isolation on this machine ("
             + iso.describe()
