@@ -52,3 +52,11 @@ def test_scalar_returns_float_and_bad_input_raises():
     for n, c, k in ((5, 6, 1), (5, -1, 1), (5, 2, 0), (5, 2, 6), (5.0, 2, 1)):
         with pytest.raises(ValueError):
             pass_at_k(n, c, k)
+
+
+def test_simulated_unbiased_estimator_tracks_truth_and_naive_falls_short():
+    from cascadekit.evaluation.passk import estimator_bias
+
+    result = estimator_bias(p=0.05, n=16, ks=np.arange(1, 17), trials=20_000, seed=1)
+    assert np.max(np.abs(result["unbiased"] - result["true"])) < 0.015
+    assert result["naive"][-1] < result["true"][-1] - 0.1

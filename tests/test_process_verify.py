@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cascadekit.verify.mutations import (answer_only, change_value, drop_step, solution_steps, swap_parent,
+                                          with_steps, wrong_answer)
 from cascadekit.verify.process import ParsedSolution, ProcessVerdict, evaluate, judge, parse_solution
 from cascadekit.world import CONTEXTS, generate_problem, generate_problems
 
@@ -35,15 +36,6 @@ def test_gold_verifies_property(seed, op, context, style):
     assert verdict.correct and verdict.n_extra == 0 and verdict.reason == "correct"
 
 
-def _steps(p):
-    return re.findall(r"Define .*?(?= Define | Answer:)", p.solution_text)
-
-
-def _with_steps(p, steps, answer=None):
-    answer = p.answer if answer is None else answer
-    return f"<solution> {' '.join(steps)} Answer: {answer}. </solution> <answer> {answer} </answer>"
-
-
 @pytest.fixture(scope="module")
 def problems():
     return [generate_problem(op, c, seed, s) for op in (3, 8, 15) for c in CONTEXTS
@@ -52,18 +44,14 @@ def problems():
 
 def test_dropped_step_is_missing(problems):
     for p in problems:
-        steps = _steps(p)
-        i = len(steps) // 2
-        verdict = judge(_with_steps(p, steps[:i] + steps[i + 1:]), p)
+        verdict = judge(drop_step(p), p)
         assert not verdict.correct and verdict.n_missing == 1
         assert verdict.process_accuracy < 1
 
 
 def test_changed_value_is_value_mismatch(problems):
     for p in problems:
-        steps = _steps(p)
-        steps[0] = re.sub(r"= (\d+)\.$", lambda m: f"= {int(m.group(1)) + 1}.", steps[0])
-        verdict = judge(_with_steps(p, steps), p)
+        verdict = judge(change_value(p), p)
         assert not verdict.correct and verdict.n_value == 1 and verdict.n_dependency == 0
         assert verdict.answer_correct and verdict.n_missing == 0
 
@@ -71,17 +59,10 @@ def test_changed_value_is_value_mismatch(problems):
 def test_swapped_parent_is_dependency_mismatch(problems):
     tested = 0
     for p in problems:
-        steps = _steps(p)
-        letters = [re.match(r"Define .+? as (\w+);", s).group(1) for s in steps]
-        last = steps[-1]
-        symbolic = last.split("=")[1]  # "so X = <letters> = <numbers> = value": the letters part
-        used = [w for w in re.findall(r"[A-Za-z]\w*", symbolic) if w in letters]
-        mentioned = set(re.findall(r"[A-Za-z]\w*", last.split(";", 1)[1]))
-        strangers = [x for x in letters[:-1] if x not in mentioned]
-        if not used or not strangers:
+        text = swap_parent(p)
+        if text is None:
             continue  # the last step already uses every earlier quantity
-        swapped = last.replace(symbolic, re.sub(rf"\b{used[0]}\b", strangers[0], symbolic, count=1), 1)
-        verdict = judge(_with_steps(p, steps[:-1] + [swapped]), p)
+        verdict = judge(text, p)
         assert not verdict.correct and verdict.n_dependency == 1 and verdict.n_value == 0, verdict
         tested += 1
     assert tested >= len(problems) // 2
@@ -89,7 +70,7 @@ def test_swapped_parent_is_dependency_mismatch(problems):
 
 def test_wrong_answer_is_answer_mismatch(problems):
     for p in problems:
-        verdict = judge(_with_steps(p, _steps(p), answer=p.answer + 1), p)
+        verdict = judge(wrong_answer(p), p)
         assert not verdict.correct and verdict.answer_mismatch and not verdict.answer_correct
         assert verdict.process_accuracy == 1.0
         assert "answer" in verdict.reason
@@ -97,15 +78,14 @@ def test_wrong_answer_is_answer_mismatch(problems):
 
 def test_extra_nodes_are_allowed_but_counted():
     p = generate_problem(5, "A", seed=2, style="compact")
-    steps = _steps(p)
     extra = "Define owls in Nowhere as Z9; so Z9 = 4."
-    verdict = judge(_with_steps(p, [extra, *steps]), p)
+    verdict = judge(with_steps(p, [extra, *solution_steps(p)]), p)
     assert verdict.correct and verdict.n_extra == 1
 
 
 def test_answer_only_is_not_correct():
     p = generate_problem(6, "B", seed=4)
-    verdict = judge(f"<answer> {p.answer} </answer>", p)
+    verdict = judge(answer_only(p), p)
     assert verdict.answer_correct and not verdict.correct
     assert verdict.n_missing == verdict.n_gold and verdict.process_accuracy == 0
 

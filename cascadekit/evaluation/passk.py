@@ -43,3 +43,26 @@ def pass_at_k(n: ArrayLike, c: ArrayLike, k: int | ArrayLike) -> np.ndarray | fl
         factors = np.where(in_product, 1.0 - k_f / i, 1.0)
     result = np.where(n_arr - c_arr < k_arr, 1.0, 1.0 - np.prod(factors, axis=-1))
     return float(result) if result.ndim == 0 else result
+
+
+def naive_pass_at_k(n: ArrayLike, c: ArrayLike, k: int | ArrayLike) -> np.ndarray | float:
+    """The plug-in estimate ``1 - (1 - c/n)**k``: biased low for k > 1 (shown in chapter 02)."""
+    result = 1.0 - (1.0 - np.asarray(c, dtype=np.float64) / np.asarray(n, dtype=np.float64)) ** np.asarray(k)
+    return float(result) if result.ndim == 0 else result
+
+
+def estimator_bias(p: float, n: int, ks: ArrayLike, trials: int = 20_000, seed: int = 0) -> dict[str, np.ndarray]:
+    """Mean of the unbiased and the naive estimators over simulated runs, beside the truth.
+
+    Each trial draws ``n`` samples that are correct with probability ``p``; the
+    true pass@k of such a model is ``1 - (1 - p)**k``.
+    """
+    ks = np.asarray(ks)
+    c = np.random.default_rng(seed).binomial(n, p, size=trials)
+    n_col = np.full((trials, 1), n)
+    return {
+        "k": ks,
+        "true": 1.0 - (1.0 - p) ** ks,
+        "unbiased": pass_at_k(n_col, c[:, None], ks[None, :]).mean(axis=0),
+        "naive": naive_pass_at_k(n_col, c[:, None], ks[None, :]).mean(axis=0),
+    }

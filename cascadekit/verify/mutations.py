@@ -1,0 +1,77 @@
+"""Controlled corruptions of a gold solution, one per error category of the judge.
+
+Chapter 02 uses them to show what process verification catches that an
+answer check misses, and the tests use them to prove each mistake lands in the
+right category. Each returns a full completion text (``<solution> ... </answer>``),
+or None when the problem has no place for that mutation.
+"""
+from __future__ import annotations
+
+import re
+
+from cascadekit.world.render import Problem
+
+_STEP = re.compile(r"Define .*?(?= Define | Answer:)")
+_DEFINED = re.compile(r"Define .+? as (\w+);")
+_WORD = re.compile(r"[A-Za-z]\w*")
+
+
+def solution_steps(problem: Problem) -> list[str]:
+    """The gold solution's ``Define ...`` steps."""
+    return _STEP.findall(problem.solution_text)
+
+
+def with_steps(problem: Problem, steps: list[str], answer: int | None = None) -> str:
+    """A completion made of ``steps`` and an answer (the gold one by default)."""
+    answer = problem.answer if answer is None else answer
+    return f"<solution> {' '.join(steps)} Answer: {answer}. </solution> <answer> {answer} </answer>"
+
+
+def drop_step(problem: Problem) -> str:
+    """Leave out the middle step: a missing node."""
+    steps = solution_steps(problem)
+    middle = len(steps) // 2
+    return with_steps(problem, steps[:middle] + steps[middle + 1:])
+
+
+def change_value(problem: Problem) -> str:
+    """Add one to the first step's stated value: a value mismatch (the answer stays right)."""
+    steps = solution_steps(problem)
+    steps[0] = re.sub(r"= (\d+)\.$", lambda m: f"= {int(m.group(1)) + 1}.", steps[0])
+    return with_steps(problem, steps)
+
+
+def swap_parent(problem: Problem) -> str | None:
+    """In the last step, use an unrelated earlier quantity in place of a real parent,
+    keeping the numbers: a dependency mismatch. None when every earlier quantity is used."""
+    steps = solution_steps(problem)
+    letters = [m.group(1) for m in map(_DEFINED.match, steps) if m]
+    last = steps[-1]
+    symbolic = last.split("=")[1]  # "so X = <letters> = <numbers> = value": the letters part
+    used = [w for w in _WORD.findall(symbolic) if w in letters]
+    mentioned = set(_WORD.findall(last.split(";", 1)[1]))
+    strangers = [x for x in letters[:-1] if x not in mentioned]
+    if not used or not strangers:
+        return None
+    swapped = last.replace(symbolic, re.sub(rf"\b{used[0]}\b", strangers[0], symbolic, count=1), 1)
+    return with_steps(problem, steps[:-1] + [swapped])
+
+
+def wrong_answer(problem: Problem) -> str:
+    """Every step right, the final answer off by one: an answer mismatch."""
+    return with_steps(problem, solution_steps(problem), answer=problem.answer + 1)
+
+
+def answer_only(problem: Problem) -> str:
+    """The reward-hacking probe: the right answer and no derivation at all."""
+    return f"<answer> {problem.answer} </answer>"
+
+
+MUTATIONS = {
+    "gold": lambda p: with_steps(p, solution_steps(p)),
+    "dropped step": drop_step,
+    "changed value": change_value,
+    "swapped parent": swap_parent,
+    "wrong answer": wrong_answer,
+    "answer only": answer_only,
+}
