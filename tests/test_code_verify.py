@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascadekit.sandbox import Limits
-from cascadekit.verify.code import FunctionTests, extract_code, verify_code
+from cascadekit.verify.code import FunctionTests, IOTests, extract_code, verify_code
 
 TESTS = FunctionTests("add", [([1, 2], 3), ([0, 0], 0), ([-5, 5], 0), ([10, 20], 30)])
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -75,3 +75,19 @@ def test_noisy_solution_still_judged():
 def test_extract_never_raises(text):
     code = extract_code(text)
     assert code is None or isinstance(code, str)
+
+
+IO = IOTests([("3 4\n", "7\n"), ("10 -2\n", "8"), ("0 0\n", "0\n")])
+
+
+def test_io_tests():
+    good = "a, b = map(int, input().split())\nprint(a + b)   \n"
+    v = verify_code(answer(good), IO)
+    assert v.all_passed and v.reason == "all 3 tests passed"
+    wrong = "a, b = map(int, input().split())\nprint(a * b if a == 3 else a + b)\n"
+    v = verify_code(answer(wrong), IO)
+    assert v.passed == 2 and v.reason.startswith("wrong answer on test 0: printed '12\\n'")
+    crash = verify_code(answer("input()\nraise ValueError('nope')\n"), IO)
+    assert crash.passed == 0 and crash.reason == "error on test 0: ValueError: nope"
+    slow = verify_code(answer("while True:\n    pass\n"), IOTests([("", "")]), Limits(cpu_s=1))
+    assert slow.reason.startswith("cpu time on test 0")

@@ -1,6 +1,9 @@
 """Code answers: extract the Python program, run it against hidden tests in the sandbox.
 
-Tests are calls of a named function, ``FunctionTests("solve", [((args...), expected), ...])``.
+Two kinds of hidden tests: calls of a named function,
+``FunctionTests("solve", [((args...), expected), ...])``, all run in one sandbox;
+or competitive-programming style ``IOTests([(stdin, expected_stdout), ...])``,
+one sandbox per case, output compared line by line ignoring trailing spaces.
 The verdict is the fraction of tests passed, with the first failure as the reason.
 The paper's Code RL reward is all-or-nothing on hidden tests; use ``all_passed``
 for that, ``pass_fraction`` for a denser signal.
@@ -24,7 +27,7 @@ from typing import Any
 from cascadekit.sandbox import Limits, run_python
 from cascadekit.verify.boxed import answer_part
 
-__all__ = ["FunctionTests", "CodeVerdict", "extract_code", "verify_code"]
+__all__ = ["FunctionTests", "IOTests", "CodeVerdict", "extract_code", "verify_code"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,13 @@ class FunctionTests:
 
     function: str
     cases: list[tuple[list[Any] | tuple[Any, ...], Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class IOTests:
+    """Hidden tests: the program, fed ``stdin``, prints ``expected_stdout``."""
+
+    cases: list[tuple[str, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,37 +126,65 @@ def _parse_reports(stdout: str, nonce: str) -> list[dict]:
     return reports
 
 
-def verify_code(text: str, tests: FunctionTests, limits: Limits = Limits()) -> CodeVerdict:
+def verify_code(text: str, tests: FunctionTests | IOTests, limits: Limits = Limits()) -> CodeVerdict:
     """Extract the program from ``text`` and run the hidden tests in the sandbox; never raises."""
     total = len(tests.cases)
-
-    def verdict(passed: int, reason: str) -> CodeVerdict:
-        return CodeVerdict(passed / total if total else 0.0, total > 0 and passed == total,
-                           passed, total, reason)
-
     code = extract_code(text)
     if code is None:
-        return verdict(0, "no code found")
+        return _verdict(0, total, "no code found")
     if (error := _syntax_error(code)) is not None:
-        return verdict(0, error)
+        return _verdict(0, total, error)
+    if isinstance(tests, IOTests):
+        return _run_io_tests(code, tests, limits)
+    return _run_function_tests(code, tests, limits)
+
+
+def _verdict(passed: int, total: int, reason: str) -> CodeVerdict:
+    return CodeVerdict(passed / total if total else 0.0, total > 0 and passed == total,
+                       passed, total, reason)
+
+
+def _lines(output: str) -> list[str]:
+    lines = [line.rstrip() for line in output.strip("\n").split("\n")]
+    return lines if lines != [""] else []
+
+
+def _run_io_tests(code: str, tests: IOTests, limits: Limits) -> CodeVerdict:
+    total, passed, first_failure = len(tests.cases), 0, None
+    for i, (stdin, expected) in enumerate(tests.cases):
+        result = run_python(code, stdin=stdin, limits=limits)
+        if result.ok and _lines(result.stdout) == _lines(expected):
+            passed += 1
+        elif first_failure is None:
+            if not result.ok:
+                tail = result.stderr.strip().splitlines()[-1:] or [""]
+                first_failure = f"{result.killed_reason or 'error'} on test {i}: {tail[0][:200]}"
+            else:
+                first_failure = f"wrong answer on test {i}: printed {result.stdout[:100]!r}, " \
+                                f"expected {expected[:100]!r}"
+    return _verdict(passed, total, first_failure or f"all {total} tests passed" if total else "no tests")
+
+
+def _run_function_tests(code: str, tests: FunctionTests, limits: Limits) -> CodeVerdict:
+    total = len(tests.cases)
     nonce = secrets.token_hex(16)
     cases = {"function": tests.function, "cases": [[list(a), e] for a, e in tests.cases]}
     result = run_python(_HARNESS, stdin=nonce + "\n", limits=limits,
                         files={"solution.py": code, "cases.json": json.dumps(cases)})
     reports = _parse_reports(result.stdout, nonce)
     if reports and "setup" in reports[0]:
-        return verdict(0, f"could not load {tests.function!r}: {reports[0]['setup']}")
+        return _verdict(0, total, f"could not load {tests.function!r}: {reports[0]['setup']}")
     by_index = {r["i"]: r for r in reports if isinstance(r.get("i"), int)}
     passed = sum(1 for r in by_index.values() if r.get("ok") is True)
     for i, (args, expected) in enumerate(tests.cases):
         r = by_index.get(i)
         if r is None:
             why = result.killed_reason or f"harness exited with {result.returncode}"
-            return verdict(passed, f"{why} before test {i} finished ({passed}/{total} passed)")
+            return _verdict(passed, total, f"{why} before test {i} finished ({passed}/{total} passed)")
         if "error" in r:
-            return verdict(passed, f"error on test {i}: {r['error']}")
+            return _verdict(passed, total, f"error on test {i}: {r['error']}")
         if not r.get("ok"):
             call = f"{tests.function}({', '.join(map(repr, args))})"
-            return verdict(passed, f"wrong answer on test {i}: {call} returned {r.get('got')}, "
-                                   f"expected {expected!r}")
-    return verdict(passed, f"all {total} tests passed" if total else "no tests")
+            return _verdict(passed, total, f"wrong answer on test {i}: {call} returned "
+                                           f"{r.get('got')}, expected {expected!r}")
+    return _verdict(passed, total, f"all {total} tests passed" if total else "no tests")
