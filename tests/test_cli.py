@@ -1,0 +1,62 @@
+"""The command line: data -> verify round trip, and bad input as one clear error line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cascadekit.cli import main
+
+
+def test_data_then_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    problems = tmp_path / "problems.jsonl"
+    assert main(["data", "--ops", "2-4", "--contexts", "A,B", "--split", "eval", "--count", "12",
+                 "--style", "compact", "--out", str(problems)]) == 0
+    records = [json.loads(line) for line in problems.read_text().splitlines()]
+    assert len(records) == 12 and {r["op"] for r in records} == {2, 3, 4}
+    outputs = tmp_path / "outputs.jsonl"
+    with outputs.open("w") as fh:
+        for i, r in enumerate(records):
+            text = r["solution_text"] if i % 2 == 0 else f"Answer: {r['answer']}."
+            fh.write(json.dumps({"gold": r, "output": text}) + "\n")
+    verdicts = tmp_path / "verdicts.jsonl"
+    assert main(["verify", str(outputs), "--out", str(verdicts)]) == 0
+    judged = [json.loads(line) for line in verdicts.read_text().splitlines()]
+    assert [v["correct"] for v in judged] == [i % 2 == 0 for i in range(12)]
+    assert "process-verified correct: 6/12" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["data", "--contexts", "Z", "--out", "x.jsonl"], "'Z'"),
+        (["data", "--ops", "1-3", "--out", "x.jsonl"], "op"),
+        (["data", "--split", "holdout", "--out", "x.jsonl"], "holdout"),
+        (["data", "--style", "fancy", "--out", "x.jsonl"], "fancy"),
+        (["run", "--scale", "enormous"], "enormous"),
+        (["run", "--only", "99"], "99"),
+        (["run", "--set", "model.widht=3"], "widht"),
+    ],
+)
+def test_bad_input_is_one_clear_error(argv: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cascadekit ") and needle in err and "Traceback" not in err
+
+
+def test_verify_rejects_malformed_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"gold": {"op": 2}, "output": "x"}\n')
+    assert main(["verify", str(bad), "--out", str(tmp_path / "v.jsonl")]) == 2
+    assert "record 1: malformed gold problem" in capsys.readouterr().err
+    bad.write_text("not json\n")
+    assert main(["verify", str(bad), "--out", str(tmp_path / "v.jsonl")]) == 2
+    assert "bad.jsonl:1: not JSON" in capsys.readouterr().err
+
+
+def test_env_short(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "--short"]) == 0
+    assert "device=" in capsys.readouterr().out
