@@ -25,6 +25,8 @@ from math import gcd
 
 import torch
 
+from cascadekit.models import count_parameters
+
 #: The paper's five arms: the share of the budget given to RL.
 ARMS: dict[str, float] = {
     "full_midtrain": 0.0,
@@ -36,12 +38,8 @@ ARMS: dict[str, float] = {
 
 
 def non_embedding_params(model: torch.nn.Module) -> int:
-    """``P``: the model's parameters minus its token embedding and output head.
-
-    A tied head shares the embedding matrix and is counted once (and removed once).
-    """
-    skip = {id(p) for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None for p in m.parameters()}
-    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+    """``P``: the model's parameters minus its token embedding and (untied) output head."""
+    return count_parameters(model, embeddings=False)
 
 
 def supervised_flops(params: int, tokens: int) -> int:
@@ -54,7 +52,9 @@ def rl_flops(params: int, prompts: int, rollouts: int, tokens_per_rollout: int, 
     return (8 + 2 * int(reference_model)) * params * prompts * rollouts * tokens_per_rollout
 
 
-def rl_token_equivalent(prompts: int, rollouts: int, tokens_per_rollout: int, *, reference_model: bool = True) -> Fraction:
+def rl_token_equivalent(
+    prompts: int, rollouts: int, tokens_per_rollout: int, *, reference_model: bool = True
+) -> Fraction:
     """``T_RL = (8 + 2 g) / 6 * N r L``: the supervised tokens that cost as much as this RL run."""
     return rl_cost_per_prompt(rollouts, tokens_per_rollout, reference_model=reference_model) * prompts
 

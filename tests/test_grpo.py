@@ -199,6 +199,8 @@ def test_smoke_training_logs_reward_curves_and_timings(tmp_path):
     assert len(timings) == 3 and (timings["generate_s"] > 0).all() and (timings["score_s"] > 0).all()
     parts = timings[["generate_s", "score_s", "update_s", "other_s"]].sum(axis=1)
     torch.testing.assert_close(torch.tensor(parts.values), torch.tensor(timings["step_s"].values))
+    shares = grpo.phase_shares(timings)
+    assert set(shares) == set(grpo.PHASES) and abs(sum(shares.values()) - 1) < 1e-9
 
 
 def test_lora_and_kl_paths_train(tmp_path):

@@ -110,7 +110,9 @@ def score_groups(
     return total.view(-1, group_size)
 
 
-def classify_groups(rewards: torch.Tensor, solved_at: float = 1.0, failed_at: float = 0.0, tol: float = 1e-6) -> list[str]:
+def classify_groups(
+    rewards: torch.Tensor, solved_at: float = 1.0, failed_at: float = 0.0, tol: float = 1e-6
+) -> list[str]:
     """One verdict per group (row): ``mixed`` when rewards differ, else too easy / too hard / no signal.
 
     A constant group at or above ``solved_at`` is too easy, at or below
@@ -183,9 +185,11 @@ def screen_prompts(
         rewards = score_groups(
             funcs, chunk["prompt"], completions, {c: chunk[c] for c in columns}, group_size, reward_weights
         )
-        for index, verdict, group in zip(order[start : start + chunk_size], classify_groups(rewards, solved_at), rewards):
+        verdicts = classify_groups(rewards, solved_at)
+        for index, verdict, group in zip(order[start : start + chunk_size], verdicts, rewards):
             keep = len(kept) < target and (verdict == MIXED or rng.random() < readmit_prob)
             if keep:
                 kept.append(index)
             rows.append({"index": index, "mean_reward": float(group.mean()), "verdict": verdict, "kept": keep})
-    return ScreenResult(kept=pool.select(kept), report=pd.DataFrame(rows, columns=["index", "mean_reward", "verdict", "kept"]))
+    report = pd.DataFrame(rows, columns=["index", "mean_reward", "verdict", "kept"])
+    return ScreenResult(kept=pool.select(kept), report=report)

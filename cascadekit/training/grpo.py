@@ -208,6 +208,9 @@ def completion_logprobs(
 # ---------------------------------------------------------------------------
 
 
+PHASES = ("generate", "score", "update", "other")
+
+
 class PhaseTimer(TrainerCallback):
     """Wall-clock time of each optimizer step, split into generate / score / update / other.
 
@@ -271,13 +274,17 @@ class PhaseTimer(TrainerCallback):
 
     def table(self) -> pd.DataFrame:
         """One row per optimizer step, seconds per phase."""
-        return pd.DataFrame(self.rows, columns=["step", "step_s", "generate_s", "score_s", "update_s", "other_s"])
+        return pd.DataFrame(self.rows, columns=["step", "step_s", *(f"{phase}_s" for phase in PHASES)])
 
-    def shares(self, skip: int = 1) -> dict[str, float]:
-        """Each phase's share of the total step time, leaving out the first ``skip`` (warm-up) steps."""
-        table = self.table().iloc[skip:]
-        total = table["step_s"].sum()
-        return {phase: float(table[f"{phase}_s"].sum() / total) for phase in ("generate", "score", "update", "other")}
+
+def phase_shares(timings: pd.DataFrame, skip: int = 1) -> dict[str, float]:
+    """Each phase's share of the summed step time of a :class:`PhaseTimer` table.
+
+    The first ``skip`` rows (warm-up steps) are left out.
+    """
+    table = timings.iloc[skip:]
+    total = table["step_s"].sum()
+    return {phase: float(table[f"{phase}_s"].sum() / total) for phase in PHASES}
 
 
 # ---------------------------------------------------------------------------
