@@ -267,3 +267,29 @@ def test_screen_can_readmit_dropped_prompts_and_stops_when_pool_runs_out():
 def test_sample_groups_returns_group_size_completions_per_prompt():
     completions = ds.sample_groups(tiny_model(), tiny_tokenizer(), ["1+1=", "22+3="], 3, max_completion_length=5)
     assert len(completions) == 6 and all(isinstance(c, str) for c in completions)
+
+
+# --- the kit's own pieces ---------------------------------------------------------------------
+
+
+def test_train_grpo_on_the_dag_world_with_process_rewards(tmp_path):
+    """World prompts, the kit's tokenizer and model, and the paper's mixed reward, end to end."""
+    import json
+
+    from cascadekit.models import build_model
+    from cascadekit.rewards import mixed_reward, outcome_reward
+    from cascadekit.tokenizer import train_tokenizer
+    from cascadekit.world import generate_problems
+
+    profile = smoke()
+    problems = generate_problems(ops=range(2, 4), contexts=("A",), n=8, seed=0, split="rl", style="compact")
+    tokenizer = train_tokenizer([p.training_text for p in problems], 300)
+    # `gold` as JSON: a problem's seed is a uint64, which Arrow cannot hold as an int64
+    data = Dataset.from_dict({"prompt": [p.rl_prompt for p in problems],
+                              "gold": [json.dumps(p.to_dict()) for p in problems]})
+    result = grpo.train_grpo(
+        build_model(profile.model, tokenizer), tokenizer, data, [outcome_reward, mixed_reward(0.2)], profile,
+        str(tmp_path), max_steps=2, reward_weights=[0.0, 1.0], disable_tqdm=True,
+    )
+    assert list(result.curves["step"]) == [1, 2]
+    assert {"reward/outcome_reward", "reward/mixed_reward_0.2"} <= set(result.curves)
