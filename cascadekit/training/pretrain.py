@@ -266,8 +266,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--scale", default="toy")
     parser.add_argument("--out", type=Path, default=Path("data/results/pretrain"))
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads (1 is much faster than 2 on a CPU shared with other jobs)")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     profile = load_profile(args.scale, parse_overrides(args.overrides))
     print(profile.summary(), file=sys.stderr, flush=True)
 

@@ -1,0 +1,107 @@
+"""Training throughput: the kit's pretraining path (HF Trainer) against a plain PyTorch loop.
+
+Both train the same freshly initialised model on the same packed blocks with
+the same optimizer settings (AdamW, cosine-with-floor schedule, gradient
+clipping); the first steps are excluded from the timing. Run::
+
+    python -m cascadekit.training.benchmark --scale toy --steps 40 --threads 1
+
+It prints tokens/s for each and their ratio, measured in the same run
+(alternating the two, so background load hits both alike).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Sequence
+
+import torch
+from transformers import TrainerCallback, get_scheduler
+
+from cascadekit.models import build_model, count_parameters
+from cascadekit.profiles import Profile, load_profile, parse_overrides
+from cascadekit.training.pretrain import PRETRAIN_MIXTURE, train_lm, training_blocks
+from cascadekit.tokenizer import build_tokenizer
+
+
+class _StepClock(TrainerCallback):
+    def __init__(self):
+        self.times: list[float] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter())
+
+
+def _tokens_per_second(times: Sequence[float], warmup: int, tokens_per_step: int) -> float:
+    return (len(times) - 1 - warmup) * tokens_per_step / (times[-1] - times[warmup])
+
+
+def trainer_throughput(profile: Profile, tokenizer, blocks: torch.Tensor, steps: int, warmup: int) -> float:
+    """Tokens/s of :func:`train_lm` (the kit's pretraining path)."""
+    clock = _StepClock()
+    with TemporaryDirectory() as run_dir:
+        train_lm(build_model(profile.model, tokenizer, profile.seed), blocks, profile, Path(run_dir),
+                 tokens=steps * _tokens_per_step(profile), callbacks=[clock])
+    return _tokens_per_second(clock.times, warmup, _tokens_per_step(profile))
+
+
+def plain_throughput(profile: Profile, tokenizer, blocks: torch.Tensor, steps: int, warmup: int) -> float:
+    """Tokens/s of a bare loop: forward, backward, clip, AdamW step, scheduler step."""
+    cfg = profile.pretrain
+    torch.manual_seed(profile.seed)
+    model = build_model(profile.model, tokenizer, profile.seed).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = get_scheduler("cosine_with_min_lr", optimizer, num_warmup_steps=int(cfg.warmup_ratio * steps),
+                              num_training_steps=steps, scheduler_specific_kwargs={"min_lr_rate": cfg.min_lr_ratio})
+    loader = torch.utils.data.DataLoader(blocks, batch_size=cfg.batch_size, shuffle=True, drop_last=True)
+    times, batches = [], iter(())
+    for _ in range(steps):
+        batch = next(batches, None)
+        if batch is None:
+            batches = iter(loader)
+            batch = next(batches)
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter())
+    return _tokens_per_second(times, warmup, _tokens_per_step(profile))
+
+
+def _tokens_per_step(profile: Profile) -> int:
+    return profile.pretrain.batch_size * profile.pretrain.seq_len
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="toy")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of each path")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    profile = load_profile(args.scale, parse_overrides(args.overrides))
+    tokenizer = build_tokenizer(profile)
+    blocks = training_blocks(profile, tokenizer, PRETRAIN_MIXTURE, "pretrain", args.steps * _tokens_per_step(profile))
+    model = build_model(profile.model, tokenizer)
+    print(f"{profile.name}: {count_parameters(model):,} parameters, {_tokens_per_step(profile):,} tokens/step, "
+          f"{args.steps} steps ({args.warmup} untimed), {torch.get_num_threads()} threads")
+    plain, trainer = [], []
+    for r in range(args.rounds):
+        plain.append(plain_throughput(profile, tokenizer, blocks, args.steps, args.warmup))
+        trainer.append(trainer_throughput(profile, tokenizer, blocks, args.steps, args.warmup))
+        print(f"round {r + 1}: plain loop {plain[-1]:,.0f} tok/s, HF Trainer {trainer[-1]:,.0f} tok/s")
+    best_plain, best_trainer = max(plain), max(trainer)
+    print(f"best: plain loop {best_plain:,.0f} tok/s, HF Trainer {best_trainer:,.0f} tok/s, "
+          f"ratio Trainer/plain = {best_trainer / best_plain:.3f}")
+
+
+if __name__ == "__main__":
+    main()
