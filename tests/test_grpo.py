@@ -203,6 +203,15 @@ def test_smoke_training_logs_reward_curves_and_timings(tmp_path):
     assert set(shares) == set(grpo.PHASES) and abs(sum(shares.values()) - 1) < 1e-9
 
 
+def test_progress_bar_shows_reward_instead_of_printing_logs(tmp_path):
+    from transformers import ProgressCallback
+
+    cfg = grpo.build_grpo_config(smoke(), str(tmp_path), max_steps=1)
+    trainer = grpo.make_grpo_trainer(tiny_model(), tiny_tokenizer(), prompts(), count_ones, cfg)
+    kinds = {type(c) for c in trainer.callback_handler.callbacks}
+    assert grpo.RewardProgress in kinds and ProgressCallback not in kinds
+
+
 def test_lora_and_kl_paths_train(tmp_path):
     from peft import PeftModel
 

@@ -37,7 +37,7 @@ import torch
 from datasets import Dataset
 from accelerate import PartialState
 from peft import LoraConfig
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from cascadekit.profiles import Profile
@@ -345,6 +345,20 @@ class GRPOResult:
 RewardFunc = Callable[..., list[float | None]]
 
 
+class RewardProgress(ProgressCallback):
+    """The Trainer's progress bar, showing the latest reward instead of printing every log line.
+
+    Logging every step would otherwise write one dictionary per step into a
+    notebook's output; the full history stays in ``log_history``.
+    """
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 - Trainer callback signature
+        if self.training_bar is not None and logs and "reward" in logs:
+            self.training_bar.set_postfix(
+                reward=f"{logs['reward']:.3f}", zero_std=f"{logs.get('frac_reward_zero_std', float('nan')):.2f}"
+            )
+
+
 def ensure_reference_checkpoint(model: PreTrainedModel, output_dir: str) -> None:
     """Give an in-memory model a checkpoint TRL can load its KL reference from.
 
@@ -377,11 +391,12 @@ def make_grpo_trainer(
     """A ``GRPOTrainer`` for ``config``; ``prompts_dataset`` needs a ``prompt`` column.
 
     Other columns (such as ``gold``) reach the reward functions as keyword
-    arguments, one value per completion.
+    arguments, one value per completion. The progress bar shows the reward
+    (:class:`RewardProgress`) rather than printing each step's logs.
     """
     if config.beta and not use_lora:
         ensure_reference_checkpoint(model, config.output_dir)
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
         reward_funcs=list(reward_funcs) if isinstance(reward_funcs, Sequence) else reward_funcs,
@@ -390,6 +405,10 @@ def make_grpo_trainer(
         peft_config=lora_config() if use_lora else None,
         callbacks=list(callbacks),
     )
+    if not config.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(RewardProgress)
+    return trainer
 
 
 def train_grpo(
