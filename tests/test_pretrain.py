@@ -111,3 +111,10 @@ def test_the_pretrained_checkpoint_is_cached(tmp_path, monkeypatch):
     assert cached_pretrained(SMOKE) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == mtime
     assert (first / "manifest.json").exists()
+
+
+def test_training_benchmark_runs_at_smoke_scale(capsys):
+    from cascadekit.training import benchmark
+
+    benchmark.main(["--scale", "smoke", "--steps", "4", "--warmup", "1", "--rounds", "1"])
+    assert "ratio Trainer/plain" in capsys.readouterr().out

@@ -75,3 +75,10 @@ def test_unknown_backend(model, tokenizer):
     cfg = load_profile("smoke", {"evaluation.backend": "magic"}).evaluation
     with pytest.raises(ValueError, match="backend"):
         sample_completions(model, tokenizer, ["<question>"], cfg)
+
+
+def test_generation_benchmark_runs_at_smoke_scale(capsys):
+    from cascadekit.evaluation import benchmark
+
+    benchmark.main(["--scale", "smoke", "--prompts", "2", "evaluation.max_new_tokens=4"])
+    assert "tokens/s" in capsys.readouterr().out

@@ -189,17 +189,18 @@ def write_results(results: dict, loss_log: Sequence, out: Path) -> None:
     from cascadekit import plots
 
     out.mkdir(parents=True, exist_ok=True)
-    records = results.pop("records")
     with (out / "samples.jsonl").open("w") as fh:
-        fh.writelines(json.dumps(r) + "\n" for r in records)
-    results["loss_log"] = [list(row) for row in loss_log]
-    (out / "metrics.json").write_text(json.dumps(results, indent=1))
-    n = results["samples_per_problem"]
+        fh.writelines(json.dumps(r) + "\n" for r in results["records"])
+    metrics = {k: v for k, v in results.items() if k != "records"}
+    metrics["loss_log"] = [list(row) for row in loss_log]
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    n = metrics["samples_per_problem"]
     figures = {
         "loss_curve.png": plots.loss_curve(loss_log),
-        "ladder.png": plots.ladder(results["ladder"], n),
-        "passk_curves.png": plots.passk_curves(results["passk_by_op"]),
+        "ladder.png": plots.ladder(metrics["ladder"], n),
+        "passk_curves.png": plots.passk_curves(metrics["passk_by_op"]),
     }
     for name, fig in figures.items():
         fig.savefig(out / name, dpi=120, bbox_inches="tight")
+        plots.plt.close(fig)
     print(format_ladder(results["ladder"], n))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.profiles import EvaluationConfig
@@ -62,7 +63,7 @@ def _sample_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, promp
     per_call = max(1, cfg.batch_size // n)
     stop_ids = [tokenizer.eos_token_id, tag_id(tokenizer, STOP)]
     out: list[list[str]] = []
-    for start in range(0, len(prompts), per_call):
+    for start in tqdm(range(0, len(prompts), per_call), desc="sampling", unit="batch", leave=False):
         batch = tokenizer(list(prompts[start:start + per_call]), return_tensors="pt", padding=True).to(model.device)
         generated = model.generate(
             **batch, do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
