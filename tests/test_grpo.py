@@ -278,6 +278,14 @@ def test_sample_groups_returns_group_size_completions_per_prompt():
     assert len(completions) == 6 and all(isinstance(c, str) for c in completions)
 
 
+def test_sample_groups_renders_chat_prompts_with_the_template():
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}= {% endif %}"
+    chats = [[{"role": "user", "content": "1+1"}], [{"role": "user", "content": "2+2"}]]
+    completions = ds.sample_groups(tiny_model(), tokenizer, chats, 2, max_completion_length=4)
+    assert len(completions) == 4 and all(c[0]["role"] == "assistant" for c in completions)
+
+
 # --- the kit's own pieces ---------------------------------------------------------------------
 
 

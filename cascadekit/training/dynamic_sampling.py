@@ -50,18 +50,20 @@ def sample_groups(
     *,
     temperature: float = 1.0,
     max_completion_length: int = 256,
-) -> list[str]:
-    """``group_size`` sampled completions per prompt, group by group, decoded as TRL decodes them.
+) -> list[Any]:
+    """``group_size`` sampled completions per prompt, group by group, shaped as TRL shapes them.
 
     Prompts are text or chat messages (rendered with the chat template and a
     generation prompt, as TRL does). Sampling is plain ancestral sampling at
-    ``temperature`` (top-p 1, no top-k), and completions are decoded with
-    ``skip_special_tokens=True``, so reward functions see the same text here as
-    in training.
+    ``temperature`` (top-p 1, no top-k). Completions are decoded with
+    ``skip_special_tokens=True`` and, for chat prompts, wrapped as one assistant
+    message, so reward functions get the same input here as in training (TRL's
+    tool-calling parse is not reproduced).
     """
-    if _is_conversational(prompts[0]):
-        ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True) for p in prompts]
-        ids = [x["input_ids"] if isinstance(x, dict) else x for x in ids]
+    chat = _is_conversational(prompts[0])
+    if chat:
+        ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+               for p in prompts]
     else:
         ids = tokenizer(list(prompts))["input_ids"]
     width = max(len(x) for x in ids)
@@ -83,13 +85,14 @@ def sample_groups(
         eos_token_id=tokenizer.eos_token_id,
     )
     model.train(was_training)
-    return tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    return [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
 
 
 def score_groups(
     reward_funcs: Sequence[RewardFunc],
     prompts: Sequence[Any],
-    completions: Sequence[str],
+    completions: Sequence[Any],
     columns: dict[str, Sequence[Any]],
     group_size: int,
     reward_weights: Sequence[float] | None = None,
