@@ -64,6 +64,14 @@ def build_grpo_config(
     the accumulation steps), so each rollout batch makes exactly one update.
     ``max_steps`` defaults to ``rl.samples / rl.prompts_per_step`` (``samples``
     counts prompts, each with ``group_size`` rollouts).
+
+    vLLM generates the rollouts when the profile runs on a GPU with the ``vllm``
+    backend: ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a
+    ``trl vllm-serve`` process started beside the trainer and found through the
+    ``vllm_server_host``/``vllm_server_port`` (or ``vllm_server_base_url``)
+    overrides. TRL then also recomputes the trainer's log-probabilities of the
+    sampled tokens to correct vLLM's numerical mismatch (its
+    ``vllm_importance_sampling_correction``); the policy ratio stays 1.
     """
     rl = profile.rl
     completions_per_step = rl.prompts_per_step * rl.group_size
