@@ -94,6 +94,27 @@ class RLConfig:
 
 
 @dataclass(frozen=True)
+class SFTConfig:
+    """The unified model's base pretraining on raw domain text and its two SFT stages (chapter 08).
+
+    Stage 1 trains on shorter sequences (general, instructions, math, code), stage 2
+    on longer ones and adds tool calling and SWE, as the paper's 16K then 32K stages.
+    ``*_tasks`` count prompts per domain; each prompt gives a /think and a /no_think record.
+    """
+
+    base_tokens: int
+    stage1_seq_len: int
+    stage2_seq_len: int
+    stage1_tasks: int
+    stage2_tasks: int
+    epochs: float
+    lr: float
+    batch_size: int
+    eval_tasks: int
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -105,6 +126,7 @@ class Profile:
     pretrain: PretrainConfig
     evaluation: EvaluationConfig
     rl: RLConfig
+    sft: SFTConfig
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,7 +142,7 @@ class Profile:
     def summary(self) -> str:
         """A few lines for the top of a notebook."""
         lines = [f"profile {self.name!r}: {self.description}", f"  device={self.device} dtype={self.dtype} seed={self.seed}"]
-        for section in ("world", "tokenizer", "model", "pretrain", "evaluation", "rl"):
+        for section in _SECTIONS:
             values = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(getattr(self, section)).items())
             lines.append(f"  {section}: {values}")
         return "\n".join(lines)
@@ -137,6 +159,7 @@ _SECTIONS = {
     "pretrain": PretrainConfig,
     "evaluation": EvaluationConfig,
     "rl": RLConfig,
+    "sft": SFTConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
 
