@@ -2,8 +2,6 @@
 accept the gold answers, reject wrong ones and never raise, disjoint splits."""
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -127,4 +125,3 @@ def test_swe_bug_is_visible_and_gold_diff_fixes_it() -> None:
     assert domains()["swe"].judge(task.gold, f"```diff\n{task.gold['gold_diff']}```").score == 1.0
     empty_fix = "```diff\n--- a/calc.py\n+++ b/calc.py\n```"
     assert domains()["swe"].judge(task.gold, empty_fix).score == 0.0
-    assert random.Random(0)  # the generator is seeded; nothing global is touched

@@ -33,13 +33,15 @@ from typing import Any, Sequence
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from tqdm.auto import tqdm
 from trl import SFTConfig, SFTTrainer
 
 from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.base_model import base_key, cached_base
 from cascadekit.chat import render
-from cascadekit.codeversion import REPO_DIR
+from cascadekit.codeversion import REPO_DIR, code_version, git_commit
 from cascadekit.domains import chat_records, domains, draw_tasks, prompt_of, stage_domains
+from cascadekit.domains.suites import evaluate, markdown_table, paper_vs_run, rows_to_dicts, suite_records
 from cascadekit.profiles import Profile
 from cascadekit.tokenizer import load_tokenizer
 
@@ -153,10 +155,6 @@ def read_stage_info(checkpoint: Path) -> dict[str, Any]:
 
 def run_chapter(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
     """Base model, both SFT stages and the evaluation table after each; the chapter's measurement."""
-    from tqdm.auto import tqdm
-
-    from cascadekit.domains.suites import evaluate, rows_to_dicts, suite_records
-
     timings: dict[str, float] = {}
     records = suite_records(profile)
     rows, samples, stages = [], [], []
@@ -185,9 +183,6 @@ def committed_results(folder: Path = REPO_DIR / RESULTS) -> dict[str, Any] | Non
 
 def write_results(results: dict[str, Any], profile: Profile, out: Path, command: str) -> None:
     """metrics.json, samples.jsonl, the stage figure and ``paper_vs_run.md`` under ``out``."""
-    from cascadekit.codeversion import code_version, git_commit
-    from cascadekit.domains.suites import markdown_table, paper_vs_run
-
     out.mkdir(parents=True, exist_ok=True)
     meta = {"command": command, "code_version": code_version(), "git_commit": git_commit(),
             "profile": profile.to_dict()}
@@ -234,7 +229,6 @@ def plot_stage_table(rows: Sequence[dict[str, Any]]):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Build the base, run both SFT stages, evaluate after each, write results."""
-    from cascadekit.codeversion import code_version
     from cascadekit.profiles import load_profile, parse_overrides
     from cascadekit.training.pretrain import ProgressCallback
 
