@@ -4,6 +4,7 @@ from cascadekit.evaluation.report import (
     chance_table,
     error_taxonomy,
     evaluate_ladder,
+    examples,
     format_ladder,
     judge_samples,
     ladder_table,
@@ -64,6 +65,10 @@ def test_gold_solutions_pass_and_garbage_fails():
     records = judge_samples(problems, [[g, "nonsense"] for g in gold], WORLD)
     assert [r["correct"] for r in records] == [True, False, True, False]
     assert records[1]["n_missing"] > 0 and records[1]["answer_mismatch"] == 1
+    assert records[0]["reason"] == "correct" and records[1]["text"] == "nonsense"
+    picked = examples(records, problems)
+    assert [(e["op"], e["correct"]) for e in picked] == [(2, False), (2, True), (3, False), (3, True)]
+    assert picked[1]["text"] == picked[1]["gold"] == gold[0]
 
 
 def test_ladder_and_errors_tables():
@@ -87,5 +92,5 @@ def test_smoke_ladder_end_to_end(tmp_path):
     assert len(results["records"]) == n_ops * SMOKE.evaluation.problems_per_op * SMOKE.evaluation.samples
     assert [r["op"] for r in results["ladder"]] == list(range(2, 2 + n_ops))
     write_results(results, [(1, 10, 5.0), (2, 20, 4.0)], tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} == {"metrics.json", "samples.jsonl", "loss_curve.png",
+    assert {p.name for p in tmp_path.iterdir()} == {"metrics.json", "samples.jsonl.gz", "loss_curve.png",
                                                     "ladder.png", "passk_curves.png"}

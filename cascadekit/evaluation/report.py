@@ -12,6 +12,7 @@ like), one row per sample, per (op, k) or per (range, k).
 """
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -46,7 +47,7 @@ def ladder_problems(profile: Profile) -> list:
 
 
 def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], world: WorldConfig) -> list[dict]:
-    """One record per sample: op, range, problem index, the verdict's scores and error counts."""
+    """One record per sample: op, range, problem index, the text, the verdict's scores, error counts and reason."""
     from cascadekit.verify.process import judge
 
     records = []
@@ -59,6 +60,7 @@ def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], worl
                 "correct": bool(verdict.correct), "answer_correct": bool(verdict.answer_correct),
                 "process_accuracy": float(verdict.process_accuracy),
                 **{e: int(getattr(verdict, e)) for e in ERRORS},
+                "reason": verdict.reason, "text": text,
             })
     return records
 
@@ -158,6 +160,18 @@ def training_answers(profile: Profile, n: int = 2000) -> list:
     return [p.answer for p in problems]
 
 
+def examples(records: Sequence[dict], problems: Sequence) -> list[dict]:
+    """Per op, the first process-correct and the first incorrect sample, beside the gold solution."""
+    picked = {}
+    for r in records:
+        picked.setdefault((r["op"], r["correct"]), r)
+    return [
+        {"op": op, "correct": correct, "reason": r["reason"], "text": r["text"],
+         "gold": problems[r["problem"]].training_text.split("<solution>", 1)[1]}
+        for (op, correct), r in sorted(picked.items())
+    ]
+
+
 def evaluate_ladder(model, tokenizer, profile: Profile) -> dict:
     """Evaluate every op of the profile: per-sample records and the op/range/error tables."""
     problems = ladder_problems(profile)
@@ -171,6 +185,7 @@ def evaluate_ladder(model, tokenizer, profile: Profile) -> dict:
         "passk_by_op": passk_table(records, ks) + passk_table(records, ks, "answer_correct") + chance,
         "passk_by_range": passk_table(records, ks, by="range") + passk_table(records, ks, "answer_correct", by="range"),
         "errors_by_op": error_taxonomy(records),
+        "examples": examples(records, problems),
         "records": records,
     }
 
@@ -185,11 +200,11 @@ def format_ladder(rows: Sequence[dict], n: int) -> str:
 
 
 def write_results(results: dict, loss_log: Sequence, out: Path) -> None:
-    """Write ``metrics.json`` (records in ``samples.jsonl``) and the PNG figures into ``out``."""
+    """Write ``metrics.json`` (per-sample records in ``samples.jsonl.gz``) and the PNG figures into ``out``."""
     from cascadekit import plots
 
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "samples.jsonl").open("w") as fh:
+    with gzip.open(out / "samples.jsonl.gz", "wt") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in results["records"])
     metrics = {k: v for k, v in results.items() if k != "records"}
     metrics["loss_log"] = [list(row) for row in loss_log]
