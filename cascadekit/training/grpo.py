@@ -141,7 +141,8 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = ADVANTA
     are adjacent). ``std_g`` is the unbiased (Bessel-corrected, ``G - 1``)
     standard deviation of the group, TRL's default ``scale_rewards="group"``. A
     group whose rollouts all score the same gets advantage 0 everywhere: it
-    teaches nothing, which is what dynamic sampling removes.
+    teaches nothing, which is what dynamic sampling removes. (TRL also leaves
+    out rewards that a reward function returned as ``None``; not shown here.)
     """
     grouped = rewards.view(-1, group_size)
     mean = grouped.mean(dim=1, keepdim=True)
