@@ -186,3 +186,11 @@ def test_jsonl_round_trip(tmp_path):
     assert read_jsonl(path) == problems
     assert Problem.from_dict(problems[0].to_dict()) == problems[0]
     assert isinstance(problems[0].nodes[0], GoldNode)
+
+
+def test_problem_records_fit_a_datasets_table():
+    from datasets import Dataset
+
+    problems = generate_problems(ops=range(2, 6), contexts=("A", "B"), n=40, seed=0, style="compact")
+    table = Dataset.from_list([p.to_dict() for p in problems])
+    assert Problem.from_dict(table[0]) == problems[0]

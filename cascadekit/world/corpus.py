@@ -58,8 +58,9 @@ def _check_split(split: str) -> None:
 
 
 def _derived_seed(*parts: object) -> int:
+    """A 63-bit seed from the parts, so it fits an int64 column (Arrow, datasets)."""
     text = "/".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
 
 
 def _generate(slots: list[tuple[int, str]], n: int, seed: int, split: str, style: str,
