@@ -1,0 +1,89 @@
+"""Committed results: metrics, figures and "paper vs this run" tables per chapter.
+
+Toy-scale runs write under ``data/results/<chapter>/`` so a reader without the
+time to train can still follow a chapter; the book's results page gathers every
+``paper_vs_run.md``. Each file records the command and the code version that
+produced it, so a number can always be traced back and regenerated.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from cascadekit.codeversion import REPO_DIR, code_version, git_commit
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+RESULTS_DIR = REPO_DIR / "data" / "results"
+
+
+def results_dir(chapter: str, root: Path | None = None) -> Path:
+    folder = (root or RESULTS_DIR) / chapter
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def provenance(command: str) -> dict[str, str]:
+    """Who made a result: the command, the code version, the commit and the time (UTC)."""
+    return {
+        "command": command,
+        "code_version": code_version(),
+        "git_commit": git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def save_metrics(chapter: str, metrics: dict[str, Any], command: str, root: Path | None = None) -> Path:
+    """Write ``metrics.json`` (atomically) with the provenance under the key ``produced_by``."""
+    path = results_dir(chapter, root) / "metrics.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"produced_by": provenance(command), **metrics}, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def load_metrics(chapter: str, root: Path | None = None) -> dict[str, Any] | None:
+    """The committed metrics of a chapter, or None when there are none (or they are unreadable)."""
+    path = (root or RESULTS_DIR) / chapter / "metrics.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_figure(chapter: str, name: str, figure: Figure, root: Path | None = None) -> Path:
+    path = results_dir(chapter, root) / f"{name}.png"
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], digits: int = 3) -> str:
+    """A Markdown table from dicts sharing keys (floats rounded)."""
+    if not rows:
+        return ""
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def save_paper_vs_run(chapter: str, title: str, rows: Sequence[dict[str, Any]], command: str,
+                      notes: str = "", root: Path | None = None) -> Path:
+    """Write the chapter's "paper vs this run" table as Markdown, with its provenance."""
+    made = provenance(command)
+    text = "\n\n".join(part for part in [
+        f"## {title}",
+        markdown_table(rows),
+        notes.strip(),
+        f"*Produced by `{made['command']}` (code {made['code_version']}, commit {made['git_commit']}, {made['date']}).*",
+    ] if part) + "\n"
+    path = results_dir(chapter, root) / "paper_vs_run.md"
+    path.write_text(text)
+    return path

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from cascadekit.results import load_metrics, markdown_table, save_metrics, save_paper_vs_run
+
+
+def test_metrics_round_trip_with_provenance(tmp_path: Path) -> None:
+    save_metrics("99_demo", {"pass@1": 0.5}, "python -m demo", root=tmp_path)
+    metrics = load_metrics("99_demo", root=tmp_path)
+    assert metrics["pass@1"] == 0.5 and metrics["produced_by"]["command"] == "python -m demo"
+    assert load_metrics("98_missing", root=tmp_path) is None
+    (tmp_path / "97_bad").mkdir()
+    (tmp_path / "97_bad" / "metrics.json").write_text("{not json")
+    assert load_metrics("97_bad", root=tmp_path) is None
+
+
+def test_paper_vs_run_table(tmp_path: Path) -> None:
+    rows = [{"claim": "a|b", "paper": 0.25, "this run": 0.1234}]
+    assert markdown_table(rows).splitlines()[2] == "| a\\|b | 0.250 | 0.123 |"
+    text = save_paper_vs_run("99_demo", "Demo", rows, "cmd", notes="It did not reproduce.", root=tmp_path).read_text()
+    assert text.startswith("## Demo") and "It did not reproduce." in text and "`cmd`" in text
