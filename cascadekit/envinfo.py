@@ -65,6 +65,13 @@ def _free_memory_gib() -> float | None:
     return None
 
 
+def _existing_parent(path: str) -> str:
+    """The path itself or its nearest existing ancestor (the cache may not exist yet)."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def choose_device() -> tuple[str, str, str]:
     """(device, dtype, why): CUDA with bf16 when available, else CPU in fp32."""
     import torch
@@ -100,7 +107,7 @@ def describe_environment() -> Environment:
     device, dtype, why = choose_device()
     import torch
 
-    disk = shutil.disk_usage(os.environ.get("CASCADEKIT_CACHE", os.path.expanduser("~")))
+    disk = shutil.disk_usage(_existing_parent(os.environ.get("CASCADEKIT_CACHE", os.path.expanduser("~"))))
     return Environment(
         python=platform.python_version(),
         versions=versions,

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cascadekit.envinfo import describe_environment, known_problems
+
+
+def test_describes_this_machine_even_before_the_cache_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "not" / "yet"))
+    env = describe_environment()
+    assert env.device in {"cpu", "cuda"} and env.versions["torch"]
+    assert "device" in env.long() and "torch=" in env.short()
+
+
+def test_warns_on_known_bad_combinations() -> None:
+    warnings = known_problems({"vllm": "0.33.0", "transformers": "5.22.0", "trl": "1.16.0", "unsloth": "2026.10.9"}, "cpu")
+    assert any("no GPU" in w for w in warnings)
+    assert any("transformers<5.21" in w for w in warnings)
+    assert any("unsloth" in w for w in warnings)
+    assert not [w for w in known_problems({"transformers": "5.20.2", "trl": "1.16.0"}, "cpu") if "vllm" in w or "unsloth" in w]
