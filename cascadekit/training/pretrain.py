@@ -268,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("data/results/pretrain"))
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (1 is much faster than 2 on a CPU shared with other jobs)")
+    parser.add_argument("--checkpoint", type=Path, help="evaluate this checkpoint instead of the profile's own")
+    parser.add_argument("--note", default="", help="how --checkpoint was made, kept in metrics.json")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
     args = parser.parse_args(argv)
     if args.threads:
@@ -277,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     started = time.perf_counter()
     tokens_per_step = profile.pretrain.batch_size * profile.pretrain.seq_len
-    checkpoint = cached_pretrained(profile, callbacks=[ProgressCallback(tokens_per_step)])
+    checkpoint = args.checkpoint or cached_pretrained(profile, callbacks=[ProgressCallback(tokens_per_step)])
     train_s = time.perf_counter() - started
     tokenizer = load_tokenizer(checkpoint)
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
@@ -287,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results.update(
         command=" ".join(["python -m cascadekit.training.pretrain", *(argv if argv is not None else sys.argv[1:])]),
         git_commit=git_commit(), code_version=code_version(), profile=profile.to_dict(),
-        checkpoint_key=pretrain_key(profile), vocab_size=len(tokenizer),
+        checkpoint=str(args.checkpoint or pretrain_key(profile)), note=args.note, vocab_size=len(tokenizer),
         parameters=count_parameters(model), parameters_without_embeddings=count_parameters(model, embeddings=False),
         train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1),
     )
