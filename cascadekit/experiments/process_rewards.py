@@ -1,0 +1,248 @@
+"""Finding 4: a process-aware reward beats the outcome-only reward on hard problems.
+
+An outcome reward pays for the right final answer however it was reached:
+a guess, a skipped step, a wrong parent that happens to give the same number.
+GRPO then reinforces whatever produced the answer (reward hacking). The paper
+trains on the edge range (op 11-14) with three rewards and evaluates on the
+hard range (op 15-20):
+
+- outcome only: ``R = R_out``;
+- mixed: ``R = 0.2 R_out + 0.8 R_pv`` (``R_pv`` the process score);
+- strict: ``R = R_out`` only when every step is right (``R_pv = 1``), else 0.
+
+The mixed reward lifts hard pass@1 from 5.6% to 9.9% and pass@128 from 23.2%
+to 27.7% over outcome-only, and cuts the base model's 92.3% dependency-mismatch
+rate by 10.5 points (outcome-only: 1.9). This module runs the same comparison
+with :func:`cascadekit.experiments.edge_of_competence.rl_run` and reports
+pass@k and the error taxonomy against the base. Regenerate the committed toy
+results with::
+
+    python -m cascadekit.experiments.process_rewards --scale toy --threads 1
+
+Where the kit departs from the paper: the process score is the kit's
+``process_reward`` (``max(0, 1 - penalty / |gold|)`` for a right answer, else 0;
+see :mod:`cascadekit.rewards`), which also zeroes the process term for a wrong
+answer; the toy profile runs far fewer RL and evaluation samples.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from matplotlib.figure import Figure
+
+from cascadekit.experiments.edge_of_competence import (
+    base_checkpoint,
+    chapter_profile,
+    deltas,
+    evaluate_base,
+    pass_rows,
+    rl_run,
+)
+from cascadekit.profiles import Profile, load_profile, parse_overrides
+from cascadekit.rewards import mixed_reward, outcome_reward, strict_reward
+
+CHAPTER = "07_process_rewards"
+RL_RANGE = "edge"
+#: The error kinds the paper's Discussion 4 tracks, as :func:`error_taxonomy` names them.
+STRUCTURAL_ERRORS = {"n_dependency": "dependency mismatch", "n_missing": "missing node"}
+
+RewardFunc = Callable[..., list[float]]
+
+
+def rewards() -> dict[str, RewardFunc]:
+    """The three rewards compared, by the chapter's names for them."""
+    return {"outcome": outcome_reward, "mixed": mixed_reward(0.2), "strict": strict_reward}
+
+
+def hacking_probe(problems: Sequence, completions: dict[str, Callable]) -> list[dict[str, Any]]:
+    """Mean reward of each kind of completion under each reward: the reward-hacking probe.
+
+    ``completions`` maps a label to a function ``problem -> text`` (for example
+    :func:`cascadekit.verify.mutations.answer_only`; one returning None for a
+    problem skips it). An answer-only completion
+    scores 1 under the outcome reward and less under the process-aware ones:
+    that gap is what an outcome-trained policy can exploit.
+    """
+    rows = []
+    for label, write in completions.items():
+        pairs = [(text, p.to_dict()) for p in problems if (text := write(p)) is not None]
+        texts, golds = [t for t, _ in pairs], [g for _, g in pairs]
+        row: dict[str, Any] = {"completion": label}
+        for name, fn in rewards().items():
+            scores = fn(prompts=[""] * len(texts), completions=texts, gold=golds)
+            row[name] = sum(scores) / len(scores)
+        rows.append(row)
+    return rows
+
+
+def error_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, eval range): the share of samples with a dependency mismatch / a missing node."""
+    return [{"model": label, "range": r["range"], **{name: r[key] for key, name in STRUCTURAL_ERRORS.items()},
+             "process_accuracy": r["process_accuracy"]}
+            for label, ev in evaluations.items() for r in ev["errors_by_range"]]
+
+
+def run_process_rewards(profile: Profile, out_dir: str | Path, *,
+                        extra_pretrain_tokens: int = 0) -> dict[str, Any]:
+    """Finding 4: evaluate the base, then RL on the edge range once per reward in :func:`rewards`.
+
+    Every run starts from the same cached base with the same prompts and seed;
+    only the reward differs. Returns the runs, the pass@k table per (model,
+    range), the changes against the base and the structural-error table.
+    ``extra_pretrain_tokens`` picks a further-pretrained base (chapter 04's
+    :func:`~cascadekit.experiments.edge_of_competence.base_checkpoint`).
+    """
+    out_dir = Path(out_dir)
+    started = time.perf_counter()
+    checkpoint = base_checkpoint(profile, extra_pretrain_tokens)
+    base = evaluate_base(profile, checkpoint)
+    runs = {name: rl_run(profile, checkpoint, RL_RANGE, fn, out_dir / name) for name, fn in rewards().items()}
+    evaluations = {"base": base["evaluation"], **{name: run["evaluation"] for name, run in runs.items()}}
+    table = pass_rows(evaluations)
+    rl = profile.rl
+    return {
+        "settings": {"profile": profile.name, "seed": profile.seed, "rl_range": RL_RANGE,
+                     "base_checkpoint": checkpoint.name,
+                     "ops": {name: list(profile.world.ops(name)) for name in ("in_distribution", "edge", "hard")},
+                     "rl": {"prompts_per_run": rl.samples, "group_size": rl.group_size, "lr": rl.lr,
+                            "steps": max(1, rl.samples // rl.prompts_per_step)},
+                     "evaluation": {"problems_per_op": profile.evaluation.problems_per_op,
+                                    "samples": profile.evaluation.samples}},
+        "base": base, "runs": runs, "table": table, "deltas": deltas(table), "errors": error_rows(evaluations),
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Figures and the paper-vs-run table
+# ---------------------------------------------------------------------------
+
+
+def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> Figure:
+    """Bars: the dependency-mismatch and missing-node rates on one eval range, one bar per model."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = [r for r in errors if r["range"] == range_name]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    width = 0.8 / len(STRUCTURAL_ERRORS)
+    for i, name in enumerate(STRUCTURAL_ERRORS.values()):
+        ax.bar(np.arange(len(rows)) + (i - 0.5) * width, [r[name] for r in rows], width, label=name)
+    ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
+    ax.set_ylabel("share of samples")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"structural errors on the {range_name} range")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The paper's section 6 numbers (op 15-20) beside this run's hard range.
+
+    Absolute numbers are not comparable (a 100M model on op 15-20 against a
+    toy model on the toy hard range); the comparison is the direction of each
+    difference, which ``direction as paper`` states by sign.
+    """
+    n = result["base"]["evaluation"]["samples_per_problem"]
+    value = {(r["model"], r["range"]): r for r in result["table"]}
+    err = {(r["model"], r["range"]): r for r in result["errors"]}
+
+    def gap(metric: str, model: str, other: str = "outcome", rng: str = "hard") -> float:
+        return value[model, rng][metric] - value[other, rng][metric]
+
+    def row(quantity: str, paper: str, this_run: str, diff: float | None, want_positive: bool = True) -> dict[str, Any]:
+        ok = "" if diff is None else "yes" if (diff > 0 if want_positive else diff < 0) else "no"
+        return {"quantity": quantity, "paper": paper, "this run": this_run, "direction as paper": ok}
+
+    def pair(metric: str, model: str) -> str:
+        a, b = value["outcome", "hard"][metric], value[model, "hard"][metric]
+        return f"{a:.3f} -> {b:.3f} ({b - a:+.3f})"
+
+    dep = STRUCTURAL_ERRORS["n_dependency"]
+    dep_base = err["base", "hard"][dep]
+
+    def dep_drop(model: str) -> float:
+        return err[model, "hard"][dep] - dep_base
+
+    return [
+        row("hard pass@1: outcome -> mixed", "5.6% -> 9.9% (+4.3)", pair("pass@1", "mixed"), gap("pass@1", "mixed")),
+        row(f"hard pass@{n} (paper @128): outcome -> mixed", "23.2% -> 27.7% (+4.5)", pair("pass@n", "mixed"),
+            gap("pass@n", "mixed")),
+        row("hard pass@1: outcome -> strict", "+4.1", pair("pass@1", "strict"), gap("pass@1", "strict")),
+        row(f"hard pass@{n}: outcome -> strict", "+2.6", pair("pass@n", "strict"), gap("pass@n", "strict")),
+        row("hard dependency-mismatch rate, base", "92.3%", f"{dep_base:.3f}", None),
+        row("its change with the mixed reward", "-10.5", f"{dep_drop('mixed'):+.3f}", dep_drop("mixed"),
+            want_positive=False),
+        row("mixed cuts it more than outcome", "-10.5 vs -1.9",
+            f"{dep_drop('mixed'):+.3f} vs {dep_drop('outcome'):+.3f}", dep_drop("mixed") - dep_drop("outcome"),
+            want_positive=False),
+        row("edge pass@1: outcome -> mixed (paper: op 2-14)", "+4.6 to +5.2",
+            f"{gap('pass@1', 'mixed', rng='edge'):+.3f}",
+            gap("pass@1", "mixed", rng="edge")),
+    ]
+
+
+def run_notes(result: dict[str, Any]) -> str:
+    """The settings behind the numbers."""
+    s = result["settings"]
+    return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
+            f"{s['ops']['hard']}; {s['rl']['prompts_per_run']} prompts x {s['rl']['group_size']} rollouts per reward "
+            f"({s['rl']['steps']} steps, lr {s['rl']['lr']:g}); evaluation {s['evaluation']['problems_per_op']} "
+            f"problems per op x {s['evaluation']['samples']} samples (paper: ~200K RL prompts, pass@128 on op 15-20); "
+            f"base checkpoint {s['base_checkpoint']} ('-plusN': the shared base pretrained N tokens further). "
+            f"A change of a few points is within sampling noise at this evaluation size.")
+
+
+def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
+    """Metrics JSON, figures and ``paper_vs_run.md`` under ``data/results/07_process_rewards``."""
+    import matplotlib.pyplot as plt
+
+    from cascadekit.experiments.edge_of_competence import plot_curves, plot_passk
+    from cascadekit.results import save_figure, save_metrics, save_paper_vs_run
+
+    save_metrics(CHAPTER, {**result, "paper_vs_run": paper_vs_run(result)}, command, root)
+    n = result["base"]["evaluation"]["samples_per_problem"]
+    figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
+               "errors": plot_errors(result["errors"]),
+               "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
+    for name, fig in figures.items():
+        save_figure(CHAPTER, name, fig, root)
+        plt.close(fig)
+    save_paper_vs_run(CHAPTER, "Process rewards: paper vs this run", paper_vs_run(result), command,
+                      run_notes(result), root)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run finding 4 at a scale and write the committed results."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--scale", default="toy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
+    parser.add_argument("--extra-pretrain-tokens", type=int, default=0,
+                        help="continue the cached base for this many more in-distribution tokens first (cached)")
+    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = parse_overrides(args.overrides)
+    profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
+    print(profile.summary(), file=sys.stderr, flush=True)
+    result = run_process_rewards(profile, Path("runs") / CHAPTER, extra_pretrain_tokens=args.extra_pretrain_tokens)
+    result["settings"].update(overrides=overrides, extra_pretrain_tokens=args.extra_pretrain_tokens)
+    command = " ".join(["python -m cascadekit.experiments.process_rewards",
+                        *(argv if argv is not None else sys.argv[1:])])
+    write_results(result, command)
+    print(json.dumps({"table": result["table"], "errors": result["errors"],
+                      "paper_vs_run": paper_vs_run(result), "wall_s": result["wall_s"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

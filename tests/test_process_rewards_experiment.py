@@ -1,0 +1,61 @@
+"""Finding 4 (chapter 07): the hacking probe, the structural-error table, and a smoke run end to end."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cascadekit.experiments import edge_of_competence as eoc
+from cascadekit.experiments import process_rewards as pr
+from cascadekit.profiles import load_profile
+from cascadekit.results import load_metrics
+from cascadekit.verify.mutations import answer_only
+from cascadekit.world import generate_problems
+
+SMOKE = {"rl.samples": 4, "rl.prompts_per_step": 2, "evaluation.problems_per_op": 1, "evaluation.samples": 2}
+
+
+def gold_completion(problem):
+    return problem.training_text.removeprefix(problem.rl_prompt)
+
+
+def test_hacking_probe_pays_an_answer_only_completion_under_outcome_only():
+    problems = generate_problems(ops=range(3, 8), contexts=("A", "B"), n=10, seed=0, split="eval", style="compact")
+    gold, hack = pr.hacking_probe(problems, {"gold": gold_completion, "answer only": answer_only})
+    assert gold == {"completion": "gold", "outcome": 1.0, "mixed": 1.0, "strict": 1.0}
+    assert hack["outcome"] == 1.0 and hack["mixed"] < 1.0 and hack["strict"] < 1.0
+
+
+def test_error_rows_pick_the_structural_errors():
+    errors = [{"range": "hard", "samples": 8, "process_accuracy": 0.25, "n_missing": 0.5, "n_dependency": 0.75,
+               "n_value": 0.1, "answer_mismatch": 0.9}]
+    (row,) = pr.error_rows({"base": {"errors_by_range": errors}})
+    assert row == {"model": "base", "range": "hard", "dependency mismatch": 0.75, "missing node": 0.5,
+                   "process_accuracy": 0.25}
+
+
+def test_smoke_run_writes_metrics_figures_and_table(tmp_path):
+    profile = load_profile("smoke", SMOKE)
+    result = pr.run_process_rewards(profile, tmp_path / "runs")
+    assert {name: run["reward"] for name, run in result["runs"].items()} == {
+        "outcome": "outcome_reward", "mixed": "mixed_reward_0.2", "strict": "strict_reward"}
+    assert all(run["range"] == "edge" for run in result["runs"].values())
+    assert {r["model"] for r in result["errors"]} == {"base", "outcome", "mixed", "strict"}
+    pr.write_results(result, "pytest", root=tmp_path)
+    metrics = load_metrics(pr.CHAPTER, root=tmp_path)
+    assert metrics["produced_by"]["command"] == "pytest" and metrics["paper_vs_run"]
+    folder = tmp_path / pr.CHAPTER
+    assert all((folder / f"{name}.png").stat().st_size for name in ("passk", "errors", "curves"))
+
+
+@pytest.mark.slow
+def test_toy_reproduction_completes_and_writes_metrics(tmp_path):
+    """The committed toy run's settings, end to end (tens of minutes on 2 cores; builds the toy base if absent)."""
+    committed = load_metrics(pr.CHAPTER)
+    settings = committed["settings"] if committed else {}
+    profile = eoc.chapter_profile(load_profile("toy"), settings.get("overrides", {}))
+    result = pr.run_process_rewards(profile, tmp_path / "runs",
+                                        extra_pretrain_tokens=settings.get("extra_pretrain_tokens", 0))
+    pr.write_results(result, "pytest -m slow", root=tmp_path)
+    metrics = json.loads((tmp_path / pr.CHAPTER / "metrics.json").read_text())
+    assert set(metrics["runs"]) == {"outcome", "mixed", "strict"} and metrics["errors"]
