@@ -86,3 +86,9 @@ def test_chapter_profile_applies_the_scale_settings_then_the_callers():
     toy = eoc.chapter_profile(load_profile("toy"), {"rl.lr": 3e-4})
     assert toy.rl.samples == eoc.CHAPTER_OVERRIDES["toy"]["rl.samples"] and toy.rl.lr == 3e-4
     assert eoc.chapter_profile(load_profile("smoke")) == load_profile("smoke")
+
+
+def test_base_caveat_only_when_the_base_solves_nothing():
+    zero = [{"model": "base", "range": g, "pass@1": 0.0, "pass@n": 0.0} for g in ("edge", "hard")]
+    assert "no edge of competence" in eoc.base_caveat(zero)
+    assert eoc.base_caveat([*zero, {"model": "base", "range": "in_distribution", "pass@1": 0.0, "pass@n": 0.1}]) == ""

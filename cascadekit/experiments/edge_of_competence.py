@@ -320,6 +320,16 @@ def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def base_caveat(table: Sequence[dict[str, Any]]) -> str:
+    """A warning when the base solves nothing at pass@n on any range: then no data range is at the edge."""
+    if any(r["pass@n"] > 0 for r in table if r["model"] == "base"):
+        return ""
+    return (" The base model solves no evaluation problem (process-verified pass@n = 0 on every range): "
+            "at this scale there is no edge of competence yet, every RL group scores all-zero under a "
+            "process-verified reward, so rows that expect no change hold trivially and rows that expect a rise "
+            "cannot be tested.")
+
+
 def run_notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers, in a sentence a reader can check against the paper's."""
     s = result["settings"]
@@ -330,7 +340,8 @@ def run_notes(result: dict[str, Any]) -> str:
             f"{s['evaluation']['problems_per_op']} problems per op x {s['evaluation']['samples']} samples "
             f"(paper: ~200K RL prompts, pass@128); base checkpoint {result['settings']['base_checkpoint']} "
             f"('-plusN': the shared base pretrained N tokens further). 'this run' is the change against the base. "
-            f"A change of a few points is within sampling noise at this evaluation size.")
+            f"A change of a few points is within sampling noise at this evaluation size."
+            + base_caveat(result["table"]))
 
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:

@@ -37,6 +37,7 @@ import torch
 from matplotlib.figure import Figure
 
 from cascadekit.experiments.edge_of_competence import (
+    base_caveat,
     base_checkpoint,
     chapter_profile,
     deltas,
@@ -198,7 +199,8 @@ def run_notes(result: dict[str, Any]) -> str:
             f"({s['rl']['steps']} steps, lr {s['rl']['lr']:g}); evaluation {s['evaluation']['problems_per_op']} "
             f"problems per op x {s['evaluation']['samples']} samples (paper: ~200K RL prompts, pass@128 on op 15-20); "
             f"base checkpoint {s['base_checkpoint']} ('-plusN': the shared base pretrained N tokens further). "
-            f"A change of a few points is within sampling noise at this evaluation size.")
+            f"A change of a few points is within sampling noise at this evaluation size."
+            + base_caveat(result["table"]))
 
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
