@@ -118,3 +118,15 @@ def test_training_benchmark_runs_at_smoke_scale(capsys):
 
     benchmark.main(["--scale", "smoke", "--steps", "4", "--warmup", "1", "--rounds", "1"])
     assert "ratio Trainer/plain" in capsys.readouterr().out
+
+
+def test_the_command_line_writes_metrics_and_figures(tmp_path, monkeypatch):
+    from cascadekit.training.pretrain import main
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
+    main(["--scale", "smoke", "--out", str(tmp_path / "out"), "evaluation.max_new_tokens=8"])
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["command"].startswith("python -m cascadekit.training.pretrain --scale smoke")
+    assert metrics["git_commit"] and metrics["vocab_size"] <= 400 and metrics["loss_log"]
+    assert {r["op"] for r in metrics["ladder"]} == {2, 3, 4, 5}
+    assert (tmp_path / "out" / "ladder.png").exists()
