@@ -85,7 +85,7 @@ def test_toy_reproduction_completes_and_writes_metrics(tmp_path):
 def test_chapter_profile_applies_the_scale_settings_then_the_callers():
     toy = eoc.chapter_profile(load_profile("toy"), {"rl.lr": 3e-4})
     assert toy.rl.samples == eoc.CHAPTER_OVERRIDES["toy"]["rl.samples"] and toy.rl.lr == 3e-4
-    assert eoc.chapter_profile(load_profile("smoke")) == load_profile("smoke")
+    assert eoc.chapter_profile(load_profile("paper")) == load_profile("paper")
 
 
 def test_base_caveat_only_when_the_base_solves_nothing():

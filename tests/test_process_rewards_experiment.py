@@ -59,3 +59,11 @@ def test_toy_reproduction_completes_and_writes_metrics(tmp_path):
     pr.write_results(result, "pytest -m slow", root=tmp_path)
     metrics = json.loads((tmp_path / pr.CHAPTER / "metrics.json").read_text())
     assert set(metrics["runs"]) == {"outcome", "mixed", "strict"} and metrics["errors"]
+
+
+def test_mixed_caveat_spots_a_process_term_that_never_paid():
+    outcome = [{"reward": 0.25}, {"reward": 0.5}]
+    scaled = {"runs": {"outcome": {"curves": outcome}, "mixed": {"curves": [{"reward": 0.05}, {"reward": 0.1}]}}}
+    assert "trained alike" in pr.mixed_caveat(scaled)
+    credited = {"runs": {"outcome": {"curves": outcome}, "mixed": {"curves": [{"reward": 0.05}, {"reward": 0.3}]}}}
+    assert pr.mixed_caveat(credited) == ""

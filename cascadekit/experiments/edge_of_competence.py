@@ -51,11 +51,13 @@ CHAPTER = "04_edge_of_competence"
 #: RL data ranges, keyed by the chapter's names for them.
 RL_RANGES = {"too_easy": "in_distribution", "edge": "edge", "too_hard": "hard"}
 
-#: Per-scale settings of the Part I RL chapters 04 and 07 (a user's overrides win). Toy:
-#: 48 prompts per run (6 steps of 8 prompts x 8 rollouts) at twice the profile's
-#: learning rate, and 4 evaluation problems per op x 8 samples (pass@8 stands for the
-#: paper's pass@128), to fit about 20 minutes per chapter on a shared 2-core CPU.
+#: Per-scale settings of the Part I RL chapters 04 and 07 (a user's overrides win). Smoke:
+#: 4 steps per run, so each notebook stays quick. Toy: 48 prompts per run (6 steps of
+#: 8 prompts x 8 rollouts) at twice the profile's learning rate, and 4 evaluation
+#: problems per op x 8 samples (pass@8 stands for the paper's pass@128), to fit about
+#: 20 minutes per chapter on a 2-core CPU.
 CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
+    "smoke": {"rl.samples": 8},
     "toy": {"rl.samples": 48, "rl.lr": 1e-4, "evaluation.problems_per_op": 4, "evaluation.samples": 8},
 }
 
@@ -251,6 +253,8 @@ def plot_passk(table: Sequence[dict[str, Any]], n: int, title: str = "pass@k per
         ax.set_xticks(range(len(ranges)), [g.replace("_", "-") for g in ranges])
         ax.set_title(label)
         ax.grid(axis="y", alpha=0.3)
+    top = max([r[key] for r in table for key in ("pass@1", "pass@n")], default=0.0)
+    axes[0].set_ylim(0, max(0.05, 1.1 * top))  # an all-zero run shows as empty bars on a zero floor
     axes[0].set_ylabel("process-verified pass@k")
     axes[1].legend(fontsize=8, title="model")
     fig.suptitle(title)

@@ -191,6 +191,20 @@ def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def mixed_caveat(result: dict[str, Any]) -> str:
+    """A note when the mixed run's rewards were exactly 0.2 x the outcome run's at every step.
+
+    Then no rollout earned any process credit, the process term was 0, and
+    GRPO's group standardisation ``(r - mean) / std`` cancels the factor 0.2:
+    both runs took the same steps, and "mixed vs outcome" compares a run with itself.
+    """
+    outcome, mixed = (result["runs"][name]["curves"] for name in ("outcome", "mixed"))
+    if len(outcome) != len(mixed) or any(abs(m["reward"] - 0.2 * o["reward"]) > 1e-9 for o, m in zip(outcome, mixed)):
+        return ""
+    return (" At every step the mixed reward was exactly 0.2 x the outcome reward: no rollout earned process "
+            "credit, and the group-standardised advantages of the two runs were the same, so they trained alike.")
+
+
 def run_notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers."""
     s = result["settings"]
@@ -200,7 +214,7 @@ def run_notes(result: dict[str, Any]) -> str:
             f"problems per op x {s['evaluation']['samples']} samples (paper: ~200K RL prompts, pass@128 on op 15-20); "
             f"base checkpoint {s['base_checkpoint']} ('-plusN': the shared base pretrained N tokens further). "
             f"A change of a few points is within sampling noise at this evaluation size."
-            + base_caveat(result["table"]))
+            + base_caveat(result["table"]) + mixed_caveat(result))
 
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
