@@ -1,0 +1,110 @@
+"""Finding 2's recipe: B's exposure counted in tokens, B only at op 2, identical RL for every variant."""
+from __future__ import annotations
+
+import pytest
+
+from cascadekit.experiments import context_transfer as ct
+from cascadekit.profiles import load_profile
+
+LENGTHS = {"A": 114.0, "B": 91.0}
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    return ct.chapter_profile(load_profile("smoke"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smoke):
+    from cascadekit.training.pretrain import cached_tokenizer
+
+    return cached_tokenizer(smoke)
+
+
+@pytest.mark.parametrize("b_share", [0.001, 0.01, 0.1])
+def test_mixture_gives_b_its_share_of_tokens(b_share):
+    mixture = ct.exposure_mixture((2, 5), b_share, LENGTHS)
+    a, b = mixture.components
+    assert (a.context, a.ops, b.context, b.ops) == ("A", (2, 5), "B", (2, 2))
+    tokens = {c.context: c.share * LENGTHS[c.context] for c in mixture.components}
+    assert tokens["B"] / sum(tokens.values()) == pytest.approx(b_share, rel=1e-12)
+    assert b.share > b_share  # B problems are shorter, so more of them
+
+
+def test_no_exposure_means_no_b_component():
+    (only,) = ct.exposure_mixture((2, 5), 0.0, LENGTHS).components
+    assert (only.context, only.ops, only.share) == ("A", (2, 5), 1.0)
+
+
+@pytest.mark.parametrize("b_share", ct.B_SHARES)
+def test_corpus_holds_b_at_op_2_only_at_its_token_share(smoke, tokenizer, b_share):
+    tokens = 60_000
+    problems = ct.pretraining_corpus(smoke, tokenizer, b_share, tokens=tokens)
+    stats = ct.corpus_stats(problems, tokenizer, b_share)
+    assert stats.a_ops == tuple(smoke.world.ops("in_distribution"))
+    assert stats.b_ops == ((ct.B_OP,) if stats.b_problems else ())
+    assert stats.tokens == pytest.approx(tokens, rel=0.05)
+    # whole problems: the share is exact up to about one B problem's tokens
+    one_problem = max(LENGTHS.values()) / tokens
+    assert abs(stats.actual_b_share - b_share) <= max(0.1 * b_share, one_problem)
+    assert len({p.key for p in problems}) == len(problems)
+
+
+def test_rl_prompts_are_half_b_over_the_whole_range_and_identical_across_variants(smoke):
+    first, second = ct.rl_mixture_problems(smoke), ct.rl_mixture_problems(smoke)
+    assert [p.key for p in first] == [p.key for p in second]
+    assert len(first) == smoke.rl.samples
+    assert sum(p.context == "B" for p in first) == smoke.rl.samples // 2
+    assert {p.op for p in first if p.context == "B"} == set(smoke.world.ops("in_distribution"))
+
+
+def test_variant_key_depends_on_exposure_and_pretraining_only(smoke):
+    keys = {ct.variant_key(smoke, b) for b in ct.B_SHARES}
+    assert len(keys) == len(ct.B_SHARES)
+    evaluation_changed = ct.chapter_profile(smoke, {"evaluation.samples": 8})
+    assert ct.variant_key(evaluation_changed, 0.01) == ct.variant_key(smoke, 0.01)
+    assert ct.variant_key(ct.chapter_profile(smoke, {"pretrain.tokens": 123}), 0.01) != ct.variant_key(smoke, 0.01)
+
+
+def test_toy_chapter_budget_is_a_stated_override():
+    toy = ct.chapter_profile(load_profile("toy"))
+    assert toy.pretrain.tokens == ct.CHAPTER_OVERRIDES["toy"]["pretrain.tokens"] < load_profile("toy").pretrain.tokens
+    assert ct.chapter_profile(load_profile("toy"), {"pretrain.tokens": 5}).pretrain.tokens == 5
+
+
+def _fake_metrics() -> dict:
+    def rows(context, value):
+        return [{"context": context, "op": op, "pass@1": value / 2, "pass@4": value} for op in (2, 3)]
+
+    return {"samples_per_problem": 4, "variants": [
+        {"b_share": b, "corpus": {"actual_b_share": b}, "before": rows("B", 0.0),
+         "after": rows("A", 0.9) + rows("B", v), "rl_curves": [{"step": 1, "reward": 0.1}]}
+        for b, v in ((0.0, 0.0), (0.1, 0.5))]}
+
+
+def test_tables_and_figures_from_metrics(tmp_path):
+    metrics = _fake_metrics()
+    rows = ct.summary_rows(metrics)
+    assert [(r["b_share"], r["op"], r["pass@4 after"]) for r in rows] == [("0.0%", 2, 0.0), ("0.0%", 3, 0.0),
+                                                                            ("10.0%", 2, 0.5), ("10.0%", 3, 0.5)]
+    paper = ct.paper_vs_run_rows(metrics)
+    assert paper[1]["op 3 pass@4 before/after"] == "0.00 / 0.50"
+    ct.write_results({**metrics, "variants": [{**v, "samples": []} for v in metrics["variants"]]},
+                     "test", root=tmp_path)
+    folder = tmp_path / ct.CHAPTER
+    assert {p.name for p in folder.iterdir()} >= {"metrics.json", "paper_vs_run.md", "transfer_b.png",
+                                                  "transfer_a.png", "rl_reward.png", "samples.jsonl.gz"}
+
+
+@pytest.mark.slow
+def test_toy_reproduction_runs_and_measures_the_exposures(tmp_path):
+    """The toy run end to end. It asserts what the design guarantees (the exposures and the
+    identical RL), not the direction of the finding, which the committed results report."""
+    profile = ct.chapter_profile(load_profile("toy"))
+    metrics = ct.run(profile, tmp_path)
+    for variant in metrics["variants"]:
+        corpus = variant["corpus"]
+        assert corpus["b_ops"] == ([ct.B_OP] if corpus["b_share"] else [])
+        assert corpus["actual_b_share"] == pytest.approx(corpus["b_share"], rel=0.1, abs=1e-9)
+        assert variant["rl_steps"] == profile.rl.samples // profile.rl.prompts_per_step
+        assert {r["op"] for r in variant["after"] if r["context"] == "B"} == set(profile.world.ops("in_distribution"))
