@@ -52,10 +52,9 @@ def test_smoke_run_writes_metrics_figures_and_table(tmp_path):
 def test_toy_reproduction_completes_and_writes_metrics(tmp_path):
     """The committed toy run's settings, end to end (tens of minutes on 2 cores; builds the toy base if absent)."""
     committed = load_metrics(pr.CHAPTER)
-    settings = committed["settings"] if committed else {}
-    profile = eoc.chapter_profile(load_profile("toy"), settings.get("overrides", {}))
-    result = pr.run_process_rewards(profile, tmp_path / "runs",
-                                        extra_pretrain_tokens=settings.get("extra_pretrain_tokens", 0))
+    overrides = committed["settings"].get("overrides", {}) if committed else {}
+    profile = eoc.chapter_profile(load_profile("toy"), overrides)
+    result = pr.run_process_rewards(profile, tmp_path / "runs")
     pr.write_results(result, "pytest -m slow", root=tmp_path)
     metrics = json.loads((tmp_path / pr.CHAPTER / "metrics.json").read_text())
     assert set(metrics["runs"]) == {"outcome", "mixed", "strict"} and metrics["errors"]

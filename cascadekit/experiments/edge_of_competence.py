@@ -108,24 +108,15 @@ def evaluate_ranges(model, tokenizer, profile: Profile) -> dict[str, Any]:
     }
 
 
-def base_checkpoint(profile: Profile, extra_tokens: int = 0) -> Path:
-    """The profile's cached pretrained checkpoint, optionally pretrained further (both built on first use).
+def base_checkpoint(profile: Profile) -> Path:
+    """The profile's cached pretrained checkpoint (built on first use: seconds at smoke scale).
 
-    ``extra_tokens`` continues the cached base on more in-distribution problems
-    (the ``midtrain`` split, so none repeats; a fresh warmup and cosine
-    schedule) and caches the result: the lever for a base whose pass@k is
-    still zero everywhere, where no RL setting has any signal to work with.
+    A longer-trained base is a profile override away (``pretrain.tokens=...``): its
+    checkpoint has its own cache key, so every chapter run with that override shares it.
     """
-    from cascadekit.artifacts import cache_root, get_or_build
-    from cascadekit.training.pretrain import cached_pretrained, midtrain, pretrain_key
+    from cascadekit.training.pretrain import cached_pretrained
 
-    checkpoint = cached_pretrained(profile)
-    if not extra_tokens:
-        return checkpoint
-    key = f"{pretrain_key(profile)}-plus{extra_tokens}"
-    run_dir = cache_root() / "runs" / f"continued-{key}"
-    return get_or_build("continued", key, lambda dest: midtrain(profile, checkpoint, dest, run_dir, extra_tokens,
-                                                                 mixture={"in_distribution": 1.0}))
+    return cached_pretrained(profile)
 
 
 def evaluate_base(profile: Profile, checkpoint: Path) -> dict[str, Any]:
@@ -194,18 +185,17 @@ def deltas(rows: Sequence[dict[str, Any]], base: str = "base") -> list[dict[str,
 # ---------------------------------------------------------------------------
 
 
-def run_edge_of_competence(profile: Profile, out_dir: str | Path, *, reward: RewardFunc = strict_reward,
-                           extra_pretrain_tokens: int = 0) -> dict[str, Any]:
+def run_edge_of_competence(profile: Profile, out_dir: str | Path, *,
+                           reward: RewardFunc = strict_reward) -> dict[str, Any]:
     """Finding 1: evaluate the base, then RL on each of :data:`RL_RANGES` with ``rl.samples`` prompts each.
 
     Returns ``{"base", "runs": {name: rl_run(...)}, "table", "deltas", "settings"}``
     where ``table`` has pass@1/pass@n per (model, eval range) and ``deltas`` the
-    change against the base. ``extra_pretrain_tokens`` picks a further-pretrained
-    base (:func:`base_checkpoint`).
+    change against the base.
     """
     out_dir = Path(out_dir)
     started = time.perf_counter()
-    checkpoint = base_checkpoint(profile, extra_pretrain_tokens)
+    checkpoint = base_checkpoint(profile)
     base = evaluate_base(profile, checkpoint)
     runs = {name: rl_run(profile, checkpoint, range_name, reward, out_dir / name)
             for name, range_name in RL_RANGES.items()}
@@ -342,8 +332,8 @@ def run_notes(result: dict[str, Any]) -> str:
             f"{s['ops']['hard']} (too hard); {s['rl']['prompts_per_run']} prompts x {s['rl']['group_size']} rollouts "
             f"per run ({s['rl']['steps']} steps, lr {s['rl']['lr']:g}, reward {s['reward']}); evaluation "
             f"{s['evaluation']['problems_per_op']} problems per op x {s['evaluation']['samples']} samples "
-            f"(paper: ~200K RL prompts, pass@128); base checkpoint {result['settings']['base_checkpoint']} "
-            f"('-plusN': the shared base pretrained N tokens further). 'this run' is the change against the base. "
+            f"(paper: ~200K RL prompts, pass@128); base: cached pretrained checkpoint "
+            f"{result['settings']['base_checkpoint']}. 'this run' is the change against the base. "
             f"A change of a few points is within sampling noise at this evaluation size."
             + base_caveat(result["table"]))
 
@@ -370,8 +360,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--scale", default="toy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
-    parser.add_argument("--extra-pretrain-tokens", type=int, default=0,
-                        help="continue the cached base for this many more in-distribution tokens first (cached)")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
     args = parser.parse_args(argv)
     if args.threads:
@@ -379,9 +367,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = parse_overrides(args.overrides)
     profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
     print(profile.summary(), file=sys.stderr, flush=True)
-    result = run_edge_of_competence(profile, Path("runs") / CHAPTER,
-                                    extra_pretrain_tokens=args.extra_pretrain_tokens)
-    result["settings"].update(overrides=overrides, extra_pretrain_tokens=args.extra_pretrain_tokens)
+    result = run_edge_of_competence(profile, Path("runs") / CHAPTER)
+    result["settings"]["overrides"] = overrides  # with CHAPTER_OVERRIDES, what the slow test reruns
     command = " ".join(["python -m cascadekit.experiments.edge_of_competence",
                         *(argv if argv is not None else sys.argv[1:])])
     write_results(result, command)

@@ -89,19 +89,16 @@ def error_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             for label, ev in evaluations.items() for r in ev["errors_by_range"]]
 
 
-def run_process_rewards(profile: Profile, out_dir: str | Path, *,
-                        extra_pretrain_tokens: int = 0) -> dict[str, Any]:
+def run_process_rewards(profile: Profile, out_dir: str | Path) -> dict[str, Any]:
     """Finding 4: evaluate the base, then RL on the edge range once per reward in :func:`rewards`.
 
     Every run starts from the same cached base with the same prompts and seed;
     only the reward differs. Returns the runs, the pass@k table per (model,
     range), the changes against the base and the structural-error table.
-    ``extra_pretrain_tokens`` picks a further-pretrained base (chapter 04's
-    :func:`~cascadekit.experiments.edge_of_competence.base_checkpoint`).
     """
     out_dir = Path(out_dir)
     started = time.perf_counter()
-    checkpoint = base_checkpoint(profile, extra_pretrain_tokens)
+    checkpoint = base_checkpoint(profile)
     base = evaluate_base(profile, checkpoint)
     runs = {name: rl_run(profile, checkpoint, RL_RANGE, fn, out_dir / name) for name, fn in rewards().items()}
     evaluations = {"base": base["evaluation"], **{name: run["evaluation"] for name, run in runs.items()}}
@@ -212,7 +209,7 @@ def run_notes(result: dict[str, Any]) -> str:
             f"{s['ops']['hard']}; {s['rl']['prompts_per_run']} prompts x {s['rl']['group_size']} rollouts per reward "
             f"({s['rl']['steps']} steps, lr {s['rl']['lr']:g}); evaluation {s['evaluation']['problems_per_op']} "
             f"problems per op x {s['evaluation']['samples']} samples (paper: ~200K RL prompts, pass@128 on op 15-20); "
-            f"base checkpoint {s['base_checkpoint']} ('-plusN': the shared base pretrained N tokens further). "
+            f"base: cached pretrained checkpoint {s['base_checkpoint']}. "
             f"A change of a few points is within sampling noise at this evaluation size."
             + base_caveat(result["table"]) + mixed_caveat(result))
 
@@ -242,8 +239,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--scale", default="toy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
-    parser.add_argument("--extra-pretrain-tokens", type=int, default=0,
-                        help="continue the cached base for this many more in-distribution tokens first (cached)")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
     args = parser.parse_args(argv)
     if args.threads:
@@ -251,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = parse_overrides(args.overrides)
     profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
     print(profile.summary(), file=sys.stderr, flush=True)
-    result = run_process_rewards(profile, Path("runs") / CHAPTER, extra_pretrain_tokens=args.extra_pretrain_tokens)
-    result["settings"].update(overrides=overrides, extra_pretrain_tokens=args.extra_pretrain_tokens)
+    result = run_process_rewards(profile, Path("runs") / CHAPTER)
+    result["settings"]["overrides"] = overrides  # with CHAPTER_OVERRIDES, what the slow test reruns
     command = " ".join(["python -m cascadekit.experiments.process_rewards",
                         *(argv if argv is not None else sys.argv[1:])])
     write_results(result, command)
