@@ -93,6 +93,20 @@ def test_stored_results_are_computed_once(tmp_path):
     assert calls == [1]
 
 
+def test_verdict_reads_the_numbers():
+    def arm(name, edge1, hard8):
+        return {"arm": name, "by_range": [{"range": "edge", "pass@1": edge1, "pass@8": 0.0},
+                                          {"range": "hard", "pass@1": 0.0, "pass@8": hard8}]}
+
+    metrics = {"samples_per_problem": 8, "arms": [arm("full_midtrain", 0.3, 0.0), arm("light_rl", 0.2, 0.0),
+                                                  arm("heavy_rl", 0.1, 0.2), arm("full_rl", 0.0, 0.1)]}
+    text = bx.verdict(metrics)
+    assert "edge pass@1: reproduced" in text and "hard pass@8: reproduced" in text
+    metrics["arms"] = [arm(a["arm"], 0.0, 0.0) for a in metrics["arms"]]
+    assert bx.verdict(metrics).count("cannot tell") == 2
+    assert bx.verdict({"samples_per_problem": 8, "arms": metrics["arms"][:1]}).startswith("Incomplete")
+
+
 @pytest.mark.slow
 def test_toy_reproduction_spends_the_plan(tmp_path):
     """The toy run end to end. It asserts the budgets (planned = trained, equal across arms),

@@ -96,6 +96,17 @@ def test_tables_and_figures_from_metrics(tmp_path):
                                                   "transfer_a.png", "rl_reward.png", "samples.jsonl.gz"}
 
 
+def test_verdict_reads_the_numbers():
+    metrics = _fake_metrics()  # 0% and 10%
+    assert ct.verdict(metrics).startswith("Reproduced")
+    metrics["variants"][0]["b_share"] = 0.01
+    assert ct.verdict(metrics).startswith("Incomplete")
+    metrics["variants"][0]["b_share"] = 0.0
+    for v in metrics["variants"]:
+        v["after"] = [{**r, "pass@4": 0.0} for r in v["after"]]
+    assert ct.verdict(metrics).startswith("Cannot tell")
+
+
 @pytest.mark.slow
 def test_toy_reproduction_runs_and_measures_the_exposures(tmp_path):
     """The toy run end to end. It asserts what the design guarantees (the exposures and the

@@ -361,6 +361,35 @@ def paper_vs_run_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     } for a in metrics["arms"]]
 
 
+MIDTRAIN_HEAVY = ("full_midtrain", "light_rl")
+RL_HEAVY = ("heavy_rl", "full_rl")
+
+
+def verdict(metrics: Mapping[str, Any]) -> str:
+    """Did the direction reproduce? Mid-training-heavy arms ahead on edge pass@1, RL-heavy arms on hard pass@n.
+
+    Compares the best arm of each group; stated from the numbers alone
+    (including "cannot tell" when every score is 0).
+    """
+    n = metrics["samples_per_problem"]
+    scores = {a["arm"]: a["by_range"] for a in metrics["arms"]}
+    if not all(arm in scores for arm in MIDTRAIN_HEAVY + RL_HEAVY):
+        return f"Incomplete: only the arms {', '.join(scores)} were run."
+    lines = []
+    for range_name, k, favoured, other in (("edge", 1, MIDTRAIN_HEAVY, RL_HEAVY), ("hard", n, RL_HEAVY, MIDTRAIN_HEAVY)):
+        best = {group: max(_range_value(scores[a], range_name, f"pass@{k}") for a in group) for group in (favoured, other)}
+        label = f"{range_name} pass@{k}"
+        if best[favoured] == best[other] == 0:
+            lines.append(f"{label}: cannot tell, every arm scores 0.")
+        elif best[favoured] > best[other]:
+            lines.append(f"{label}: reproduced, {'/'.join(favoured)} best {best[favoured]:.3f} "
+                         f"against {best[other]:.3f}.")
+        else:
+            lines.append(f"{label}: not reproduced, {'/'.join(favoured)} best {best[favoured]:.3f} "
+                         f"against {'/'.join(other)} {best[other]:.3f}.")
+    return " ".join(lines)
+
+
 # ---------------------------------------------------------------------------
 # Command line: the committed toy run
 # ---------------------------------------------------------------------------
@@ -378,7 +407,7 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
         plt.close(fig)
     spend = "### Budget spent per arm\n\n" + markdown_table(spend_rows(metrics))
     save_paper_vs_run(CHAPTER, "Finding 3: one budget split between mid-training and RL",
-                      paper_vs_run_rows(metrics), command, f"{spend}\n\n{notes}", root)
+                      paper_vs_run_rows(metrics), command, f"{verdict(metrics)}\n\n{spend}\n\n{notes}", root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

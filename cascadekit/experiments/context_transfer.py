@@ -365,6 +365,34 @@ def paper_vs_run_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def verdict(metrics: Mapping[str, Any]) -> str:
+    """Did the direction reproduce? B's mean pass@n above op 2 after RL, exposed (>= 1%) against not (<= 0.1%).
+
+    Stated from the numbers alone, so a notebook reading committed results
+    says what they show, including "cannot tell" and "incomplete".
+    """
+    n = metrics["samples_per_problem"]
+
+    def long_b(v: Mapping[str, Any]) -> float:
+        rows = [r[f"pass@{n}"] for r in v["after"] if r["context"] == TARGET and r["op"] > B_OP]
+        return sum(rows) / len(rows) if rows else 0.0
+
+    groups = {name: [long_b(v) for v in metrics["variants"] if test(v["b_share"])]
+              for name, test in (("exposed", lambda b: b >= 0.01), ("unexposed", lambda b: b <= 0.001))}
+    if not all(groups.values()):
+        ran = ", ".join(f"{v['b_share']:.1%}" for v in metrics["variants"])
+        return f"Incomplete: only the exposures {ran} were run; the finding needs both >= 1% and <= 0.1%."
+    exposed, unexposed = max(groups["exposed"]), max(groups["unexposed"])
+    if exposed == unexposed == 0:
+        return (f"Cannot tell: no variant solved a B problem above op {B_OP} after RL (pass@{n} = 0), "
+                "so this budget shows no transfer for any exposure.")
+    if min(groups["exposed"]) > max(groups["unexposed"]):
+        return (f"Reproduced: after RL, B's mean pass@{n} above op {B_OP} is {min(groups['exposed']):.2f}-"
+                f"{max(groups['exposed']):.2f} with >= 1% exposure against at most {unexposed:.2f} with <= 0.1%.")
+    return (f"Not reproduced: B's mean pass@{n} above op {B_OP} after RL does not separate the exposures "
+            f"(>= 1%: {groups['exposed']}, <= 0.1%: {groups['unexposed']}).")
+
+
 # ---------------------------------------------------------------------------
 # Command line: the committed toy run
 # ---------------------------------------------------------------------------
@@ -389,7 +417,7 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
         save_figure(CHAPTER, name, fig, root)
         plt.close(fig)
     save_paper_vs_run(CHAPTER, "Finding 2: context B exposure in pretraining, after identical RL",
-                      paper_vs_run_rows(slim), command, notes, root)
+                      paper_vs_run_rows(slim), command, f"{verdict(slim)}\n\n{notes}", root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
