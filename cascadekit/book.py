@@ -7,6 +7,7 @@ folder and runs Sphinx there, offline. ``broken_internal_links`` and
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -37,12 +38,29 @@ def results_page(results_dir: Path = RESULTS_DIR) -> str:
     return "\n".join(parts) + "\n"
 
 
+def toy_wall_minutes(metrics: dict) -> float | None:
+    """A toy run's wall time in minutes, from whichever timing keys its chapter records."""
+    if "wall_s" in metrics:
+        return metrics["wall_s"] / 60
+    parts = [v for k, v in metrics.items() if k.endswith("wall_s") and isinstance(v, (int, float))]
+    return sum(parts) / 60 if parts else None
+
+
 def timings_page(results_dir: Path = RESULTS_DIR) -> str:
-    """The committed course-run summaries (one per scale), for the set-up page."""
-    summaries = sorted((results_dir / "timings").glob("*.md"))
-    if not summaries:
-        return "No course run has been recorded yet.\n"
-    return "\n".join(re.sub(r"^# ", "### ", s.read_text(), flags=re.M) for s in summaries)
+    """Measured wall times: the committed smoke course run, and each committed toy run."""
+    parts = [re.sub(r"^# ", "### ", s.read_text(), flags=re.M) for s in sorted((results_dir / "timings").glob("*.md"))]
+    rows = ["### Toy-scale runs (`data/results/`)", "", "| results | wall time (min) | command |", "|---|---|---|"]
+    for path in sorted(results_dir.glob("*/metrics.json")):
+        try:
+            metrics = json.loads(path.read_text())
+        except ValueError:
+            continue
+        minutes = toy_wall_minutes(metrics)
+        command = metrics.get("produced_by", {}).get("command") or metrics.get("command", "")
+        if minutes is not None:
+            rows.append(f"| {path.parent.name} | {minutes:.0f} | `{command}` |")
+    parts.append("\n".join(rows) if len(rows) > 4 else "No toy-scale run has been committed yet.")
+    return "\n\n".join(parts) + "\n"
 
 
 def stage(executed_dir: Path, src: Path) -> list[Path]:

@@ -100,7 +100,8 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
     try:
         papermill.execute_notebook(
             str(path), str(target), parameters=parameters, cwd=str(path.parent),
-            kernel_name="python3", language="python", progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+            kernel_name="python3", language="python", progress_bar=False, log_output=False,
+            request_save_on_cell_execute=False, start_timeout=300,  # a busy laptop can be slow to start a kernel
         )
     except Exception as err:  # papermill wraps every kernel error; report it whole
         raise ChapterFailed(f"{path.name} failed:\n{_traceback_of(err)}") from err
