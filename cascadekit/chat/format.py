@@ -140,6 +140,17 @@ class AssistantTurn:
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
+def call_arguments(call: dict) -> dict | None:
+    """A tool call's arguments as a dict (they may arrive JSON-encoded), or None when malformed."""
+    args = call.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError):  # RecursionError: absurd nesting
+            return None
+    return args if isinstance(args, dict) else None
+
+
 def _parse_tool_call(body: str) -> dict | None:
     try:
         call = json.loads(body)
@@ -147,15 +158,8 @@ def _parse_tool_call(body: str) -> dict | None:
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
-    args = call.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except (ValueError, RecursionError):  # RecursionError: absurd nesting
-            return None
-    if not isinstance(args, dict):
-        return None
-    return {"name": call["name"], "arguments": args}
+    args = call_arguments(call)
+    return None if args is None else {"name": call["name"], "arguments": args}
 
 
 def _split_think(text: str) -> tuple[str, str, str]:

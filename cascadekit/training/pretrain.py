@@ -19,7 +19,6 @@ Run the toy measurement with::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import random

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import posixpath
 import re
 import secrets
@@ -101,7 +100,7 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
     m = _HUNK.match(lines[i])
     if not m:
         raise PatchError(f"malformed diff: bad hunk header {lines[i]!r}")
-    old_start, new_start = int(m.group(1)), int(m.group(3))
+    old_start = int(m.group(1))
     old_len = int(m.group(2)) if m.group(2) is not None else 1
     new_len = int(m.group(4)) if m.group(4) is not None else 1
     body: list[tuple[str, str]] = []

@@ -11,11 +11,10 @@ order.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from typing import Any
 
-from cascadekit.chat.format import parse_assistant
+from cascadekit.chat.format import call_arguments, parse_assistant
 
 __all__ = ["ToolVerdict", "normalize_value", "judge_tool_call", "verify_tool_calls"]
 
@@ -47,23 +46,13 @@ def normalize_value(value: Any) -> Any:
     return repr(value)
 
 
-def _arguments(call: dict) -> dict | None:
-    args = call.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except (ValueError, RecursionError):  # RecursionError: absurd nesting
-            return None
-    return args if isinstance(args, dict) else None
-
-
 def judge_tool_call(predicted: Any, gold: dict) -> ToolVerdict:
     """Compare one call ``{"name": ..., "arguments": {...}}`` with the gold call; never raises."""
     if not isinstance(predicted, dict) or not isinstance(predicted.get("name"), str):
         return ToolVerdict(False, "call is not an object with a name")
     if predicted["name"] != gold["name"]:
         return ToolVerdict(False, f"wrong function: {predicted['name']!r}, expected {gold['name']!r}")
-    args, want = _arguments(predicted), _arguments(gold) or {}
+    args, want = call_arguments(predicted), call_arguments(gold) or {}
     if args is None:
         return ToolVerdict(False, "arguments are not a JSON object")
     if missing := sorted(set(want) - set(args)):
