@@ -14,7 +14,9 @@ from its last Trainer checkpoint.
 
 Run the toy measurement with::
 
-    python -m cascadekit.training.pretrain --scale toy --out data/results/pretrain
+    python -m cascadekit.training.pretrain --scale toy --out runs/pretrain
+
+Chapter 03 shows the committed toy run under ``data/results/03_pretraining/``.
 """
 from __future__ import annotations
 
@@ -264,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--scale", default="toy")
-    parser.add_argument("--out", type=Path, default=Path("data/results/pretrain"))
+    parser.add_argument("--out", type=Path, default=Path("runs/pretrain"))
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (1 is much faster than 2 on a CPU shared with other jobs)")
     parser.add_argument("--checkpoint", type=Path, help="evaluate this checkpoint instead of the profile's own")
