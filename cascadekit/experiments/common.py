@@ -100,3 +100,36 @@ def run_rl(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems:
     steps = max(1, len(problems) // profile.rl.prompts_per_step)
     return train_grpo(model, tokenizer, rl_dataset(problems), RL_REWARD, profile, str(output_dir),
                       max_steps=steps, **config_overrides)
+
+
+def run_from_command_line(argv: Sequence[str] | None, module: str, description: str,
+                          make_profile: Callable[[Profile, dict[str, str]], Profile],
+                          run: Callable[[Profile, Path], dict[str, Any]],
+                          write: Callable[[dict[str, Any], str], None],
+                          summary: Callable[[dict[str, Any]], dict[str, Any]], chapter: str) -> None:
+    """The shared command line of an RL experiment: parse, run, write the committed results, print a summary.
+
+    ``make_profile`` applies the chapter's own settings and the caller's overrides;
+    the recorded command is ``python -m <module> <argv>``, so the results say how to regenerate them.
+    """
+    import argparse
+    import sys
+
+    from cascadekit.profiles import load_profile, parse_overrides
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--scale", default="toy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
+    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = parse_overrides(args.overrides)
+    profile = make_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
+    print(profile.summary(), file=sys.stderr, flush=True)
+    result = run(profile, Path("runs") / chapter)
+    result["settings"]["overrides"] = overrides  # with the chapter's own settings, what the slow test reruns
+    command = " ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])])
+    write(result, command)
+    print(json.dumps(summary(result), indent=1))

@@ -31,19 +31,16 @@ Where the kit departs from the paper:
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 from matplotlib.figure import Figure
 
 from cascadekit.evaluation.report import RANGES, error_taxonomy, evaluate
-from cascadekit.experiments.common import eval_problems, load_model, passk_rows, rl_dataset, rl_problems
-from cascadekit.profiles import Profile, apply_overrides, load_profile, parse_overrides
+from cascadekit.experiments.common import (eval_problems, load_model, passk_rows, rl_dataset, rl_problems,
+                                        run_from_command_line)
+from cascadekit.profiles import Profile, apply_overrides
 from cascadekit.rewards import strict_reward
 from cascadekit.tokenizer import load_tokenizer
 
@@ -356,25 +353,8 @@ def write_results(result: dict[str, Any], command: str, root: Path | None = None
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run finding 1 at a scale and write the committed results."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--scale", default="toy")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    overrides = parse_overrides(args.overrides)
-    profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
-    print(profile.summary(), file=sys.stderr, flush=True)
-    result = run_edge_of_competence(profile, Path("runs") / CHAPTER)
-    result["settings"]["overrides"] = overrides  # with CHAPTER_OVERRIDES, what the slow test reruns
-    command = " ".join(["python -m cascadekit.experiments.edge_of_competence",
-                        *(argv if argv is not None else sys.argv[1:])])
-    write_results(result, command)
-    print(json.dumps({"table": result["table"], "paper_vs_run": paper_vs_run(result),
-                      "curves": curve_summary(result["runs"]), "wall_s": result["wall_s"]}, indent=1))
-
+    run_from_command_line(argv, "cascadekit.experiments.edge_of_competence", main.__doc__, chapter_profile, run_edge_of_competence,
+                          write_results, lambda r: {"table": r["table"], "paper_vs_run": paper_vs_run(r), "curves": curve_summary(r["runs"]), "wall_s": r["wall_s"]}, CHAPTER)
 
 if __name__ == "__main__":
     main()

@@ -26,16 +26,13 @@ answer; the toy profile runs far fewer RL and evaluation samples.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
 from matplotlib.figure import Figure
 
+from cascadekit.experiments.common import run_from_command_line
 from cascadekit.experiments.edge_of_competence import (
     base_caveat,
     base_checkpoint,
@@ -45,7 +42,7 @@ from cascadekit.experiments.edge_of_competence import (
     pass_rows,
     rl_run,
 )
-from cascadekit.profiles import Profile, load_profile, parse_overrides
+from cascadekit.profiles import Profile
 from cascadekit.rewards import mixed_reward, outcome_reward, strict_reward
 
 CHAPTER = "07_process_rewards"
@@ -235,25 +232,8 @@ def write_results(result: dict[str, Any], command: str, root: Path | None = None
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run finding 4 at a scale and write the committed results."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--scale", default="toy")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    overrides = parse_overrides(args.overrides)
-    profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
-    print(profile.summary(), file=sys.stderr, flush=True)
-    result = run_process_rewards(profile, Path("runs") / CHAPTER)
-    result["settings"]["overrides"] = overrides  # with CHAPTER_OVERRIDES, what the slow test reruns
-    command = " ".join(["python -m cascadekit.experiments.process_rewards",
-                        *(argv if argv is not None else sys.argv[1:])])
-    write_results(result, command)
-    print(json.dumps({"table": result["table"], "errors": result["errors"],
-                      "paper_vs_run": paper_vs_run(result), "wall_s": result["wall_s"]}, indent=1))
-
+    run_from_command_line(argv, "cascadekit.experiments.process_rewards", main.__doc__, chapter_profile, run_process_rewards,
+                          write_results, lambda r: {"table": r["table"], "errors": r["errors"], "paper_vs_run": paper_vs_run(r), "wall_s": r["wall_s"]}, CHAPTER)
 
 if __name__ == "__main__":
     main()
