@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--split", default="pretrain", help="pretrain, midtrain, rl or eval")
     data.add_argument("--count", type=int, default=100)
     data.add_argument("--seed", type=int, default=0)
-    data.add_argument("--style", default="full", help="rendering: full or compact")
+    data.add_argument("--style", default="full", help="rendering: full, compact or minimal")
     data.add_argument("--out", required=True)
     data.set_defaults(func=cmd_data)
 

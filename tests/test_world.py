@@ -23,7 +23,8 @@ from cascadekit.world import (
     write_jsonl,
 )
 from cascadekit.world import corpus
-from cascadekit.world.graph import MAX_VALUE, sample_graph
+from cascadekit.world.graph import MAX_VALUE, Graph, Node, sample_graph
+from cascadekit.world.render import STYLES, render_problem
 
 OPS = range(2, 21)
 
@@ -39,7 +40,7 @@ def test_every_op_is_exact_with_valid_values(context):
 
 
 @given(op=st.integers(2, 30), seed=st.integers(0, 2**63), context=st.sampled_from(["A", "B", "C"]),
-       style=st.sampled_from(["full", "compact"]))
+       style=st.sampled_from(STYLES))
 @settings(max_examples=150, deadline=None)
 def test_any_seed_gives_an_exact_round_tripping_problem(op, seed, context, style):
     p = generate_problem(op, context, seed, style)
@@ -97,7 +98,7 @@ def test_rendering_formats():
 
 def test_same_seed_same_graph_in_every_context_and_style():
     shapes = {(ctx, style): [(len(n.parents), n.value) for n in generate_problem(9, ctx, 5, style).nodes]
-              for ctx in CONTEXTS for style in ("full", "compact")}
+              for ctx in CONTEXTS for style in STYLES}
     assert len({tuple(s) for s in shapes.values()}) == 1
 
 
@@ -106,6 +107,21 @@ def test_compact_is_shorter():
         full = generate_problem(op, "A", seed=1, style="full").training_text
         compact = generate_problem(op, "A", seed=1, style="compact").training_text
         assert len(compact.split()) < 0.75 * len(full.split())
+
+
+def test_minimal_names_one_unnamed_place_and_is_shortest():
+    for op in (2, 10, 20):
+        problems = {style: generate_problem(op, "A", seed=1, style=style) for style in STYLES}
+        assert len(problems["minimal"].training_text.split()) < len(problems["compact"].training_text.split())
+        places = [p.compact for p in CONTEXTS["A"].places]
+        assert not any(f" in {place}" in problems["minimal"].training_text for place in places)
+        assert all(" in " not in node.name for node in problems["minimal"].nodes)
+
+
+def test_minimal_names_places_when_a_huge_graph_needs_two():
+    graph = Graph(tuple([Node("leaf", (), 1)] * 12 + [Node("total", (2 * i, 2 * i + 1), 2) for i in range(6)]))
+    problem = render_problem(graph, "A", "minimal", random.Random(0))
+    assert all(" in " in node.name for node in problem.nodes), "one place holds 5 totals at most"
 
 
 def test_context_aliases_and_determinism():

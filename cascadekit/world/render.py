@@ -10,6 +10,15 @@ words change. A rendered problem has three parts, as in the paper:
   ``Define <quantity> as <letter>; so <letter> = <expr> = <value>.``, with an
   intermediate letter for a scaled or shifted sum, then ``Answer: <n>.``
 
+Three styles spell the names: ``full`` as the paper does ("the number of adult
+lions in Maple Zoo"), ``compact`` with shorter words ("lions in Maple"), and
+``minimal`` for the CPU-sized toy profile: one place per problem, left unnamed
+("lions"). The kit departs from the paper here on purpose. A 1M-parameter model
+pretrained on 16M compact tokens copied items, numbers and structure but bound
+items to the wrong one of a problem's three places, so no solution passed the
+process check; ``minimal`` removes that binding and keeps what the findings are
+about: the dependency graph and each context's categories.
+
 The gold graph (each node's normalized name, parents and value) travels with the
 problem, so the judge can check any solution from a JSONL record alone.
 """
@@ -26,8 +35,10 @@ from typing import Any, Mapping
 from cascadekit.world.contexts import Context, Name, get_context
 from cascadekit.world.graph import Graph, Node
 
-STYLES = ("full", "compact")
-PLACES_PER_PROBLEM = 3
+STYLES = ("full", "compact", "minimal")
+#: Places a problem spreads over: three in the paper-like styles; one in ``minimal``,
+#: where the single place goes unnamed (more only when a huge graph needs them).
+PLACES_PER_PROBLEM = {"full": 3, "compact": 3, "minimal": 1}
 _LETTERS = string.ascii_lowercase + string.ascii_uppercase
 
 
@@ -126,28 +137,31 @@ class Quantity:
     thing: Name
     abstract: bool
 
-    def name(self, style: str) -> str:
+    def name(self, style: str, with_place: bool = True) -> str:
         place, thing = self.place.spelled(style), self.thing.spelled(style)
         if style == "full":
             prefix = "the total number of" if self.abstract else "the number of"
             return f"{prefix} {thing} in {place}"
-        return f"{'all ' if self.abstract else ''}{thing} in {place}"
+        where = f" in {place}" if with_place else ""
+        return f"{'all ' if self.abstract else ''}{thing}{where}"
 
-    def question(self, style: str) -> str:
+    def question(self, style: str, with_place: bool = True) -> str:
         place, thing = self.place.spelled(style), self.thing.spelled(style)
         if style == "full":
             return f"How many {thing} are in {place}{' in total' if self.abstract else ''}?"
-        return f"How many {thing} in {place}{' in all' if self.abstract else ''}?"
+        where = f" in {place}" if with_place else ""
+        return f"How many {thing}{where}{' in all' if self.abstract else ''}?"
 
 
-def assign_quantities(graph: Graph, context: Context, rng: random.Random) -> list[Quantity]:
+def assign_quantities(graph: Graph, context: Context, rng: random.Random,
+                      min_places: int = 3) -> list[Quantity]:
     """Name every node so that each total sums exactly the instances of its category and place.
 
     A total gets its own (place, category) pair and its children distinct items of
     that category there; every other instance gets an item whose (place, category)
     belongs to no total, so no total silently covers a quantity it does not sum.
     """
-    places = rng.sample(context.places, _places_needed(graph, context))
+    places = rng.sample(context.places, _places_needed(graph, context, min_places))
     pairs = [(p, c) for p in places for c in context.categories]
     rng.shuffle(pairs)
     quantities: dict[int, Quantity] = {}
@@ -164,13 +178,13 @@ def assign_quantities(graph: Graph, context: Context, rng: random.Random) -> lis
     return [quantities[i] for i in range(len(graph.nodes))]
 
 
-def _places_needed(graph: Graph, context: Context) -> int:
-    """Three places, or more when a huge graph needs more (place, category) pairs or items."""
+def _places_needed(graph: Graph, context: Context, min_places: int) -> int:
+    """``min_places``, or more when a huge graph needs more (place, category) pairs or items."""
     totals = sum(node.is_abstract for node in graph.nodes)
     claimed = sum(len(node.parents) for node in graph.nodes if node.is_abstract)
     unclaimed = len(graph.nodes) - totals - claimed
     n_categories, n_items = len(context.categories), min(len(c.items) for c in context.categories)
-    places = PLACES_PER_PROBLEM
+    places = min_places
     while places * n_categories < totals or (places * n_categories - totals) * n_items < unclaimed:
         places += 1
     return places
@@ -240,8 +254,9 @@ def render_problem(graph: Graph, context: str, style: str, rng: random.Random,
     """Name, phrase and shuffle a graph into a Problem (deterministic given ``rng``)."""
     check_style(style)
     ctx = get_context(context)
-    quantities = assign_quantities(graph, ctx, rng)
-    names = [q.name(style) for q in quantities]
+    quantities = assign_quantities(graph, ctx, rng, PLACES_PER_PROBLEM[style])
+    with_place = style != "minimal" or len({q.place for q in quantities}) > 1
+    names = [q.name(style, with_place) for q in quantities]
     spares = sum(n.kind in ("scaled_sum", "shifted_sum") for n in graph.nodes)
     letters = _letters(len(graph.nodes) + spares, rng)
     spare_letters = iter(letters[len(graph.nodes):])
@@ -259,5 +274,5 @@ def render_problem(graph: Graph, context: str, style: str, rng: random.Random,
     rng.shuffle(statements)
     steps.append(f"Answer: {graph.answer}.")
     return Problem(op=graph.op, context=ctx.id, style=style, problem_text=" ".join(statements),
-                   question=quantities[-1].question(style), solution_text=" ".join(steps),
+                   question=quantities[-1].question(style, with_place), solution_text=" ".join(steps),
                    answer=graph.answer, nodes=tuple(gold), seed=seed)
