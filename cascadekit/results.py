@@ -20,6 +20,16 @@ if TYPE_CHECKING:
 RESULTS_DIR = REPO_DIR / "data" / "results"
 
 
+def default_root(scale: str) -> Path:
+    """Where an experiment's command line writes its results unless told otherwise.
+
+    Only the toy scale writes the committed ``data/results``: a quick smoke run
+    (or a paper-scale run on a GPU) must never overwrite the toy results the
+    notebooks and the book read. Other scales write ``runs/results-<scale>``.
+    """
+    return RESULTS_DIR if scale == "toy" else Path("runs") / f"results-{scale}"
+
+
 def results_dir(chapter: str, root: Path | None = None) -> Path:
     folder = (root or RESULTS_DIR) / chapter
     folder.mkdir(parents=True, exist_ok=True)

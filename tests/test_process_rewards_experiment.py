@@ -8,7 +8,7 @@ import pytest
 from cascadekit.experiments import edge_of_competence as eoc
 from cascadekit.experiments import process_rewards as pr
 from cascadekit.profiles import load_profile
-from cascadekit.results import load_metrics
+from cascadekit.results import RESULTS_DIR, load_metrics
 from cascadekit.verify.mutations import answer_only
 from cascadekit.world import generate_problems
 
@@ -34,17 +34,20 @@ def test_error_rows_pick_the_structural_errors():
                    "process_accuracy": 0.25}
 
 
-def test_smoke_run_writes_metrics_figures_and_table(tmp_path):
-    profile = load_profile("smoke", SMOKE)
-    result = pr.run_process_rewards(profile, tmp_path / "runs")
-    assert {name: run["reward"] for name, run in result["runs"].items()} == {
+def test_smoke_command_line_writes_under_runs_and_leaves_the_committed_results(tmp_path, monkeypatch):
+    committed = RESULTS_DIR / pr.CHAPTER / "metrics.json"
+    before = committed.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    pr.main(["--scale", "smoke", *(f"{key}={value}" for key, value in SMOKE.items())])
+    assert committed.read_bytes() == before
+    metrics = load_metrics(pr.CHAPTER, root=tmp_path / "runs" / "results-smoke")
+    assert {name: run["reward"] for name, run in metrics["runs"].items()} == {
         "outcome": "outcome_reward", "mixed": "mixed_reward_0.2", "strict": "strict_reward"}
-    assert all(run["range"] == "edge" for run in result["runs"].values())
-    assert {r["model"] for r in result["errors"]} == {"base", "outcome", "mixed", "strict"}
-    pr.write_results(result, "pytest", root=tmp_path)
-    metrics = load_metrics(pr.CHAPTER, root=tmp_path)
-    assert metrics["produced_by"]["command"] == "pytest" and metrics["paper_vs_run"]
-    folder = tmp_path / pr.CHAPTER
+    assert all(run["range"] == "edge" for run in metrics["runs"].values())
+    assert {r["model"] for r in metrics["errors"]} == {"base", "outcome", "mixed", "strict"}
+    assert metrics["produced_by"]["command"].startswith("python -m cascadekit.experiments.process_rewards --scale smoke")
+    assert metrics["paper_vs_run"]
+    folder = tmp_path / "runs" / "results-smoke" / pr.CHAPTER
     assert all((folder / f"{name}.png").stat().st_size for name in ("passk", "errors", "curves"))
 
 

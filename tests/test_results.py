@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cascadekit.results import load_metrics, markdown_table, save_metrics, save_paper_vs_run
+from cascadekit.results import RESULTS_DIR, default_root, load_metrics, markdown_table, save_metrics, save_paper_vs_run
 
 
 def test_metrics_round_trip_with_provenance(tmp_path: Path) -> None:
@@ -20,3 +20,9 @@ def test_paper_vs_run_table(tmp_path: Path) -> None:
     assert markdown_table(rows).splitlines()[2] == "| a\\|b | 0.250 | 0.123 |"
     text = save_paper_vs_run("99_demo", "Demo", rows, "cmd", notes="It did not reproduce.", root=tmp_path).read_text()
     assert text.startswith("## Demo") and "It did not reproduce." in text and "`cmd`" in text
+
+
+def test_only_the_toy_scale_writes_the_committed_results() -> None:
+    assert default_root("toy") == RESULTS_DIR
+    for scale in ("smoke", "paper", "full"):
+        assert default_root(scale) == Path("runs") / f"results-{scale}"

@@ -44,8 +44,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from cascadekit.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
-from cascadekit.experiments.common import eval_problems, evaluate_rows, load_model, passk_rows, rl_problems, run_rl
+from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, passk_rows,
+                                        rl_problems, run_rl)
 from cascadekit.profiles import Profile, apply_overrides, load_profile, parse_overrides
+from cascadekit.results import default_root, markdown_table
 from cascadekit.world import Problem
 
 CHAPTER = "06_fixed_budget"
@@ -399,7 +401,7 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
     """Metrics, figures and the paper-vs-run table under ``data/results/06_fixed_budget/``."""
     import matplotlib.pyplot as plt
 
-    from cascadekit.results import markdown_table, save_figure, save_metrics, save_paper_vs_run
+    from cascadekit.results import save_figure, save_metrics, save_paper_vs_run
 
     save_metrics(CHAPTER, metrics, command, root)
     for name, fig in (("scores", plot_scores(metrics)), ("spend", plot_spend(metrics))):
@@ -419,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
     parser.add_argument("--work", type=Path, default=Path("runs/06_fixed_budget"))
     parser.add_argument("--notes", default="", help="text under the paper-vs-run table")
+    add_out_argument(parser)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS),
                         help="run only these arms, keeping their metrics in --work (a final call without it gathers them)")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.lr=1e-4")
@@ -432,9 +435,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"arms {args.arms} done; their metrics are under {args.work}", file=sys.stderr)
         return
     command = " ".join(["python -m cascadekit.experiments.budget", *(sys.argv[1:] if argv is None else argv)])
-    write_results(metrics, command, args.notes)
-    from cascadekit.results import markdown_table
-
+    write_results(metrics, command, args.notes, args.out or default_root(args.scale))
     print(markdown_table(score_rows(metrics)))
     print(markdown_table(spend_rows(metrics)))
 

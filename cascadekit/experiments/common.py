@@ -6,6 +6,7 @@ are the few steps they all share; each finding's module adds its own recipe.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -102,25 +103,33 @@ def run_rl(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems:
                       max_steps=steps, **config_overrides)
 
 
+def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """``--out``: the results folder (default: ``data/results`` at toy scale, ``runs/results-<scale>`` otherwise)."""
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results folder (default: data/results at toy scale, runs/results-<scale> otherwise)")
+
+
 def run_from_command_line(argv: Sequence[str] | None, module: str, description: str,
                           make_profile: Callable[[Profile, dict[str, str]], Profile],
                           run: Callable[[Profile, Path], dict[str, Any]],
-                          write: Callable[[dict[str, Any], str], None],
+                          write: Callable[[dict[str, Any], str, Path], None],
                           summary: Callable[[dict[str, Any]], dict[str, Any]], chapter: str) -> None:
-    """The shared command line of an RL experiment: parse, run, write the committed results, print a summary.
+    """The shared command line of an RL experiment: parse, run, write the results, print a summary.
 
     ``make_profile`` applies the chapter's own settings and the caller's overrides;
     the recorded command is ``python -m <module> <argv>``, so the results say how to regenerate them.
+    Results go to ``--out``, by default the committed ``data/results`` at toy scale only.
     """
-    import argparse
     import sys
 
     from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.results import default_root
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--scale", default="toy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
+    add_out_argument(parser)
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
     args = parser.parse_args(argv)
     if args.threads:
@@ -131,5 +140,5 @@ def run_from_command_line(argv: Sequence[str] | None, module: str, description: 
     result = run(profile, Path("runs") / chapter)
     result["settings"]["overrides"] = overrides  # with the chapter's own settings, what the slow test reruns
     command = " ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])])
-    write(result, command)
+    write(result, command, args.out or default_root(args.scale))
     print(json.dumps(summary(result), indent=1))

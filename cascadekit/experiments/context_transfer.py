@@ -38,8 +38,10 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.experiments.common import eval_problems, evaluate_rows, load_model, rl_problems, run_rl
+from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, rl_problems,
+                                        run_rl)
 from cascadekit.profiles import Profile, apply_overrides, load_profile, parse_overrides
+from cascadekit.results import default_root, markdown_table
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
 
 CHAPTER = "05_context_transfer"
@@ -275,7 +277,7 @@ def run(profile: Profile, work_dir: str | Path, shares: Sequence[float] = RUN_OR
 
 
 def finished_variants(profile: Profile, root: Path | None = None) -> list[dict[str, Any]]:
-    """The variants already written under ``data/results`` by a run with the same profile (to resume)."""
+    """The variants already written under ``root`` (``data/results``) by a run with the same profile (to resume)."""
     import gzip
 
     from cascadekit.results import RESULTS_DIR, load_metrics
@@ -428,7 +430,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
     parser.add_argument("--work", type=Path, default=Path("runs/05_context_transfer"))
     parser.add_argument("--notes", default="", help="text under the paper-vs-run table")
-    parser.add_argument("--resume", action="store_true", help="keep the variants already in data/results")
+    add_out_argument(parser)
+    parser.add_argument("--resume", action="store_true", help="keep the variants already in the results folder")
     parser.add_argument("--shares", type=float, nargs="+", default=list(RUN_ORDER), help="exposures to run, in order")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
     args = parser.parse_args(argv)
@@ -437,11 +440,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), parse_overrides(args.overrides))
     print(profile.summary(), file=sys.stderr, flush=True)
     command = " ".join(["python -m cascadekit.experiments.context_transfer", *(sys.argv[1:] if argv is None else argv)])
-    done = finished_variants(profile) if args.resume else []
-    metrics = run(profile, args.work, args.shares, after_each=lambda m: write_results(m, command, args.notes),
+    root = args.out or default_root(args.scale)
+    done = finished_variants(profile, root) if args.resume else []
+    metrics = run(profile, args.work, args.shares, after_each=lambda m: write_results(m, command, args.notes, root),
                   done=done)
-    from cascadekit.results import markdown_table
-
     print(markdown_table(summary_rows(metrics)))
 
 
