@@ -12,8 +12,7 @@ from cascadekit.verify.mutations import (answer_only, change_value, drop_step, s
                                           with_steps, wrong_answer)
 from cascadekit.verify.process import ParsedSolution, ProcessVerdict, evaluate, judge, parse_solution
 from cascadekit.world import CONTEXTS, generate_problem, generate_problems
-
-STYLES = ("full", "compact")
+from cascadekit.world.render import STYLES
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -99,6 +98,30 @@ def test_parse_resolves_intermediate_letters():
     assert parsed.steps[2].value == 10 and parsed.answer == 10
 
 
+def test_parse_reads_named_steps_of_the_minimal_rendering():
+    text = ("bees = 2. ants = 3. all insects = bees + ants = 2 + 3 = 5. "
+            "owls = 2 * (all insects + bees) = 2 * (5 + 2) = 2 * 7 = 14. Answer: 14.")
+    parsed = parse_solution(text)
+    assert [s.name for s in parsed.steps] == ["bees", "ants", "all insects", "owls"]
+    assert parsed.steps[0].parents == set() and parsed.steps[0].value == 2
+    assert parsed.steps[2].parents == {"bees", "ants"} and parsed.steps[2].value == 5
+    assert parsed.steps[3].parents == {"all insects", "bees"} and parsed.steps[3].value == 14
+    assert parsed.answer == 14
+
+
+def test_a_named_step_with_the_right_numbers_but_a_wrong_parent_is_a_dependency_mismatch():
+    p = next(p for seed in range(50) if (p := generate_problem(6, "A", seed=seed, style="minimal"))
+             and any(n.name not in p.nodes[-1].parents for n in p.nodes[:-1]))
+    last = p.nodes[-1]
+    stranger = next(n.name for n in p.nodes[:-1] if n.name not in last.parents)
+    steps = solution_steps(p)
+    steps[-1] = steps[-1].replace(f"= {last.parents[0]}", f"= {stranger}", 1).replace(
+        f" {last.parents[0]} ", f" {stranger} ", 1)
+    assert steps[-1] != solution_steps(p)[-1]
+    verdict = judge(with_steps(p, steps), p)
+    assert verdict.answer_correct and verdict.n_dependency == 1 and verdict.n_value == 0 and not verdict.correct
+
+
 def test_value_falls_back_to_last_number():
     parsed = parse_solution("Define x in y as q; so q = about 7 or so.")
     assert parsed.steps[0].value == 7
@@ -117,7 +140,7 @@ def test_evaluate(expression, value):
 _ADVERSARIAL = st.sampled_from([
     "Define", "Define ", " as ", "x", ";", "=", "so", "<answer>", "</answer>", "<solution>", "</solution>",
     "Answer:", "(", ")", "*", "/", "0", "-", " ", str(10**400), "((((((((((", "1/0", "∑", "é", "\x00",
-    "Define the number of adult lions in Maple Zoo as x; so x = 3.", "\n", ".",
+    "Define the number of adult lions in Maple Zoo as x; so x = 3.", "\n", ".", "lions = 3.", "all birds = ",
 ])
 
 
@@ -133,6 +156,6 @@ def test_never_raises(text):
 
 def test_pathological_inputs_are_fast():
     p = generate_problem(3, "A", seed=0)
-    for text in ("Define " * 30_000, "(" * 100_000, "1" * 100_000 + "x", "Define a as b; " * 5_000,
+    for text in ("Define " * 30_000, "a = " * 30_000, "a. " * 50_000, "(" * 100_000, "1" * 100_000 + "x", "Define a as b; " * 5_000,
                  "<answer> " + "9" * 5000, "Answer: -" + "1" * 10_000):
         judge(text, p)  # would hang or raise on quadratic regexes or huge ints

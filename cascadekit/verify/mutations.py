@@ -13,12 +13,24 @@ from cascadekit.world.render import Problem
 
 _STEP = re.compile(r"Define .*?(?= Define | Answer:)")
 _DEFINED = re.compile(r"Define .+? as (\w+);")
-_WORD = re.compile(r"[A-Za-z]\w*")
 
 
 def solution_steps(problem: Problem) -> list[str]:
-    """The gold solution's ``Define ...`` steps."""
-    return _STEP.findall(problem.solution_text)
+    """The gold solution's steps: ``Define ...`` ones, or the ``minimal`` rendering's sentences."""
+    if problem.solution_text.startswith("Define "):
+        return _STEP.findall(problem.solution_text)
+    return re.split(r"(?<=\.)\s+", problem.solution_text.split("Answer:")[0].strip())
+
+
+def _handle(step: str) -> str:
+    """The word later steps use for a step's quantity: its letter, or (``minimal``) its name."""
+    defined = _DEFINED.match(step)
+    return defined.group(1) if defined else step.split(" = ", 1)[0]
+
+
+def _operands(text: str) -> list[str]:
+    """The words and numbers an expression combines (split at operators, ``=`` and ``;``)."""
+    return [part.strip() for part in re.split(r"[-+*/()=;]", text) if part.strip()]
 
 
 def with_steps(problem: Problem, steps: list[str], answer: int | None = None) -> str:
@@ -45,16 +57,18 @@ def swap_parent(problem: Problem) -> str | None:
     """In the last step, use an unrelated earlier quantity in place of a real parent,
     keeping the numbers: a dependency mismatch. None when every earlier quantity is used."""
     steps = solution_steps(problem)
-    letters = [m.group(1) for m in map(_DEFINED.match, steps) if m]
+    handles = [_handle(step) for step in steps]
     last = steps[-1]
-    symbolic = last.split("=")[1]  # "so X = <letters> = <numbers> = value": the letters part
-    used = [w for w in _WORD.findall(symbolic) if w in letters]
-    mentioned = set(_WORD.findall(last.split(";", 1)[1]))
-    strangers = [x for x in letters[:-1] if x not in mentioned]
+    symbolic = last.split("=")[1]  # "so X = <letters> = <numbers> = value", or "name = <names> = ..."
+    used = [h for h in handles if h in _operands(symbolic)]
+    mentioned = set(_operands(last.split(";", 1)[1] if ";" in last else last.split("=", 1)[1]))
+    strangers = [h for h in handles[:-1] if h not in mentioned]
     if not used or not strangers:
         return None
-    swapped = last.replace(symbolic, re.sub(rf"\b{used[0]}\b", strangers[0], symbolic, count=1), 1)
-    return with_steps(problem, steps[:-1] + [swapped])
+    parts = re.split(r"(\s*[-+*/()]\s*)", symbolic)
+    first = next(i for i, part in enumerate(parts) if part.strip() == used[0])
+    parts[first] = parts[first].replace(used[0], strangers[0])
+    return with_steps(problem, steps[:-1] + [last.replace(symbolic, "".join(parts), 1)])
 
 
 def wrong_answer(problem: Problem) -> str:

@@ -11,7 +11,10 @@ checks it node by node against the gold graph:
    to the quantities they stand for, through intermediate letters such as
    ``l = P + J`` inside a step. Its value is the last arithmetic expression in
    the step that can be computed (digits, ``+ - * /`` and parentheses, never
-   ``eval``), falling back to the last number written.
+   ``eval``), falling back to the last number written. A solution without any
+   ``Define`` is read in the toy ``minimal`` rendering's grammar, one sentence
+   per step that names its parents: ``<quantity> = <expression over quantities>
+   = ... = <value>.``
 2. **Compare.** For each gold node: is it present, are its parents right, is its
    value right? Extra nodes cost nothing here.
 3. **Decide.** Correct only when every gold node passes *and* the final answer
@@ -144,6 +147,8 @@ _DEFINE = re.compile(r"Define\s+([^;]{1,200}?)\s+as\s+([A-Za-z]\w*)")
 _STEP_END = re.compile(r"Define\s|Answer\s*:")
 _IDENTIFIER = re.compile(r"[A-Za-z]\w*")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_SENTENCE_END = re.compile(r"\.(?:\s+|$)")
+_OPERATOR = re.compile(r"[-+*/()]")
 _MAX_TEXT = 200_000
 
 
@@ -180,6 +185,12 @@ def parse_solution(text: str) -> ParsedSolution:
     """Read a solution into steps (quantity, parents, value) and a final answer."""
     text = str(text)[:_MAX_TEXT]
     body = _solution_body(text)
+    steps = _lettered_steps(body) if _DEFINE.search(body) else _named_steps(body)
+    return ParsedSolution(steps, _parse_answer(text))
+
+
+def _lettered_steps(body: str) -> tuple[ParsedStep, ...]:
+    """Steps of the paper's grammar: ``Define <quantity> as <letter>; so <letter> = ...``."""
     letters: dict[str, frozenset[str]] = {}  # letter -> the quantities it stands for
     steps = []
     for match in _DEFINE.finditer(body):
@@ -199,7 +210,25 @@ def parse_solution(text: str) -> ParsedSolution:
             parents |= mentioned
         steps.append(ParsedStep(name, letter, frozenset(parents), _step_value(clauses, rest)))
         letters[letter] = frozenset({name})
-    return ParsedSolution(tuple(steps), _parse_answer(text))
+    return tuple(steps)
+
+
+def _named_steps(body: str) -> tuple[ParsedStep, ...]:
+    """Steps of the ``minimal`` grammar: ``<quantity> = <expression over quantities> = ... = <value>.``
+
+    Every operand of the symbolic side that is not a number is a parent, by name.
+    A sentence without ``=`` (``Answer: 12.``, stray words) is not a step.
+    """
+    steps = []
+    for sentence in _SENTENCE_END.split(body):
+        target, *sides = sentence.split("=")
+        name = normalize_name(target)
+        if not sides or not _IDENTIFIER.search(name):
+            continue
+        parents = {operand for side in sides for chunk in _OPERATOR.split(side)
+                   if _IDENTIFIER.search(operand := normalize_name(chunk))}
+        steps.append(ParsedStep(name, name, frozenset(parents), _step_value(["=".join(sides)], sentence)))
+    return tuple(steps)
 
 
 def judge(text: str, problem: Problem) -> ProcessVerdict:

@@ -13,11 +13,17 @@ words change. A rendered problem has three parts, as in the paper:
 Three styles spell the names: ``full`` as the paper does ("the number of adult
 lions in Maple Zoo"), ``compact`` with shorter words ("lions in Maple"), and
 ``minimal`` for the CPU-sized toy profile: one place per problem, left unnamed
-("lions"). The kit departs from the paper here on purpose. A 1M-parameter model
-pretrained on 16M compact tokens copied items, numbers and structure but bound
-items to the wrong one of a problem's three places, so no solution passed the
-process check; ``minimal`` removes that binding and keeps what the findings are
-about: the dependency graph and each context's categories.
+("lions"), and steps that name their quantities instead of going through letters:
+``lions = 3 * tigers = 3 * 4 = 12.``
+
+The kit departs from the paper here on purpose, after measuring. A 1M-parameter
+model pretrained on 16M compact tokens copied items, numbers and letters but bound
+items to the wrong one of a problem's three places; with one unnamed place it
+named every quantity right and got the answers right (answer-only pass@1 0.98 at
+op 2 and 0.44 at op 5) but never copied a letter from ``as F`` to ``so F``, so no
+step's dependencies could be read. The letters are only handles; naming the
+parents directly keeps what the findings are about, the dependency graph and
+each context's categories, and drops a copying skill the toy model lacks.
 
 The gold graph (each node's normalized name, parents and value) travels with the
 problem, so the judge can check any solution from a JSONL record alone.
@@ -241,6 +247,23 @@ def _step(node: Node, name: str, letter: str, parents: list[tuple[str, int]], sp
     return f"{head}so {letter} = {symbolic} = {numeric} = {node.value}."
 
 
+def _named_step(node: Node, name: str, parents: list[tuple[str, int]]) -> str:
+    """One ``minimal`` solution step: the quantity, its parents by name, then numbers."""
+    if node.kind == "leaf":
+        return f"{name} = {node.value}."
+    names = [p for p, _ in parents]
+    values = [str(v) for _, v in parents]
+    c = node.const
+    if node.kind in ("scaled_sum", "shifted_sum"):
+        s = sum(v for _, v in parents)
+        if node.kind == "scaled_sum":
+            return (f"{name} = {c} * ({' + '.join(names)}) = {c} * ({' + '.join(values)}) "
+                    f"= {c} * {s} = {node.value}.")
+        return f"{name} = {' + '.join(names)} + {c} = {' + '.join(values)} + {c} = {s} + {c} = {node.value}."
+    symbolic, numeric = _expressions(node, names, values)
+    return f"{name} = {symbolic} = {numeric} = {node.value}."
+
+
 def _letters(count: int, rng: random.Random) -> list[str]:
     """Distinct variable names: single letters, then letter+digit if a graph is huge."""
     pool = list(_LETTERS)
@@ -258,7 +281,7 @@ def render_problem(graph: Graph, context: str, style: str, rng: random.Random,
     with_place = style != "minimal" or len({q.place for q in quantities}) > 1
     names = [q.name(style, with_place) for q in quantities]
     spares = sum(n.kind in ("scaled_sum", "shifted_sum") for n in graph.nodes)
-    letters = _letters(len(graph.nodes) + spares, rng)
+    letters = _letters(len(graph.nodes) + spares, rng) if style != "minimal" else []  # minimal names parents
     spare_letters = iter(letters[len(graph.nodes):])
     statements, steps, gold = [], [], []
     for index, node in enumerate(graph.nodes):
@@ -266,9 +289,12 @@ def render_problem(graph: Graph, context: str, style: str, rng: random.Random,
         sentence = _statement(node, names[index], parent_names)
         if sentence is not None:
             statements.append(sentence)
-        spare = next(spare_letters) if node.kind in ("scaled_sum", "shifted_sum") else ""
-        parents = [(letters[p], graph.nodes[p].value) for p in node.parents]
-        steps.append(_step(node, names[index], letters[index], parents, spare))
+        if style == "minimal":
+            steps.append(_named_step(node, names[index], [(names[p], graph.nodes[p].value) for p in node.parents]))
+        else:
+            spare = next(spare_letters) if node.kind in ("scaled_sum", "shifted_sum") else ""
+            parents = [(letters[p], graph.nodes[p].value) for p in node.parents]
+            steps.append(_step(node, names[index], letters[index], parents, spare))
         gold.append(GoldNode(normalize_name(names[index]),
                              tuple(normalize_name(n) for n in parent_names), node.value))
     rng.shuffle(statements)
