@@ -133,9 +133,18 @@ class Profile:
         return dataclasses.asdict(self)
 
     def hash(self, *sections: str) -> str:
-        """A short stable hash of the named sections (all when none), for cache keys."""
+        """A short stable hash of the named sections (all when none), for cache keys.
+
+        With the ``world`` section it also hashes the rendered text format
+        (:func:`cascadekit.world.corpus.rendering_fingerprint`), so a renderer change
+        invalidates cached tokenizers and models as a setting change would.
+        """
+        from cascadekit.world.corpus import rendering_fingerprint
+
         data = self.to_dict()
         picked = {k: data[k] for k in sections} if sections else data
+        if "world" in picked:
+            picked["world_text"] = rendering_fingerprint(self.world.rendering)
         blob = json.dumps(picked, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 

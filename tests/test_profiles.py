@@ -34,6 +34,19 @@ def test_hash_changes_with_the_section() -> None:
     assert base.hash("model") != bigger.hash("model") and base.hash("world") == bigger.hash("world")
 
 
+def test_world_hash_follows_the_rendered_text(monkeypatch) -> None:
+    from cascadekit.world import corpus, render
+
+    profile = load_profile("smoke")
+    before = profile.hash("world", "model")
+    corpus.rendering_fingerprint.cache_clear()
+    monkeypatch.setattr(render, "_listing", lambda names: " plus ".join(names))  # a renderer change, same settings
+    try:
+        assert profile.hash("world", "model") != before and profile.hash("model") == load_profile("smoke").hash("model")
+    finally:
+        corpus.rendering_fingerprint.cache_clear()
+
+
 @pytest.mark.parametrize(
     "name, overrides, needle",
     [

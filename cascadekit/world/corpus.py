@@ -16,6 +16,7 @@ holds within one rendering style: keep one style per experiment.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -45,6 +46,19 @@ def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "f
     context = context_id(context)
     rng = random.Random(seed)
     return render_problem(sample_graph(op, rng), context, style, rng, seed=seed)
+
+
+@functools.lru_cache(maxsize=None)
+def rendering_fingerprint(style: str) -> str:
+    """A hash of fixed problems' training text in ``style``: it changes whenever the text format does.
+
+    Cache keys of anything trained on the world include it, so a change to the
+    renderer (a new step grammar, a new name) can never serve a stale tokenizer
+    or model from the artifact cache, even when no profile setting changed.
+    """
+    texts = [generate_problem(op, context, seed, style).training_text
+             for op in (2, 5, 9, 14) for context in ("A", "B", "C") for seed in range(3)]
+    return hashlib.blake2b("\x1e".join(texts).encode(), digest_size=8).hexdigest()
 
 
 def split_of(problem: Problem) -> str:
