@@ -8,6 +8,7 @@ field is an error that names the bad key, never a silent default.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -266,3 +267,25 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
             raise ProfileError(f"override {pair!r} is not of the form section.field=value")
         out[key.strip()] = value.strip()
     return out
+
+
+def add_scale_arguments(parser: argparse.ArgumentParser, default: str = "toy") -> None:
+    """The arguments every command line that runs at a scale shares: ``--scale``, ``--threads``, overrides."""
+    parser.add_argument("--scale", default=default, help="smoke, toy, paper or full")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads (0: torch's default; 1 is much faster on a CPU shared with other jobs)")
+    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
+
+
+def set_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)``, unless ``threads`` is 0 (torch's default)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def profile_from_arguments(args: argparse.Namespace) -> Profile:
+    """Apply ``--threads`` and return the ``--scale`` profile with the overrides (from :func:`add_scale_arguments`)."""
+    set_threads(args.threads)
+    return load_profile(args.scale, parse_overrides(args.overrides))

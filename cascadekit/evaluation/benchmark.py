@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 
 from cascadekit.evaluation.sampler import sample_completions
 from cascadekit.models import build_model
-from cascadekit.profiles import load_profile, parse_overrides
+from cascadekit.profiles import add_scale_arguments, profile_from_arguments
 from cascadekit.tokenizer import build_tokenizer, load_tokenizer
 
 
@@ -30,16 +30,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     from cascadekit.world import generate_problems
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--checkpoint", type=Path, help="a trained checkpoint folder (default: untrained model)")
     parser.add_argument("--op", type=int, default=0, help="op of the prompts (default: the last in-distribution op)")
     parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    profile = load_profile(args.scale, parse_overrides(args.overrides))
+    profile = profile_from_arguments(args := parser.parse_args(argv))
     cfg = profile.evaluation
     if args.checkpoint:
         tokenizer = load_tokenizer(args.checkpoint)

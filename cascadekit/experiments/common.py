@@ -122,18 +122,15 @@ def run_from_command_line(argv: Sequence[str] | None, module: str, description: 
     """
     import sys
 
-    from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.profiles import add_scale_arguments, load_profile, parse_overrides, set_threads
     from cascadekit.results import default_root
 
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
     add_out_argument(parser)
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.samples=128 evaluation.samples=16")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     overrides = parse_overrides(args.overrides)
     profile = make_profile(load_profile(args.scale, {"seed": args.seed}), overrides)
     print(profile.summary(), file=sys.stderr, flush=True)

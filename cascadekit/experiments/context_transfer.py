@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 from transformers import PreTrainedTokenizerBase
 
 from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, rl_problems,
                                         run_rl)
-from cascadekit.profiles import Profile, apply_overrides, load_profile, parse_overrides
+from cascadekit.profiles import (Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides,
+                                 set_threads)
 from cascadekit.results import default_root, markdown_table
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
 
@@ -425,18 +425,15 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run every exposure variant at a scale and write the chapter's results."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
     parser.add_argument("--work", type=Path, default=Path("runs/05_context_transfer"))
     parser.add_argument("--notes", default="", help="text under the paper-vs-run table")
     add_out_argument(parser)
     parser.add_argument("--resume", action="store_true", help="keep the variants already in the results folder")
     parser.add_argument("--shares", type=float, nargs="+", default=list(RUN_ORDER), help="exposures to run, in order")
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), parse_overrides(args.overrides))
     print(profile.summary(), file=sys.stderr, flush=True)
     command = " ".join(["python -m cascadekit.experiments.context_transfer", *(sys.argv[1:] if argv is None else argv)])

@@ -21,7 +21,7 @@ import torch
 from transformers import TrainerCallback, get_scheduler
 
 from cascadekit.models import build_model, count_parameters
-from cascadekit.profiles import Profile, load_profile, parse_overrides
+from cascadekit.profiles import Profile, add_scale_arguments, profile_from_arguments
 from cascadekit.training.pretrain import PRETRAIN_MIXTURE, train_lm, training_blocks
 from cascadekit.tokenizer import build_tokenizer
 
@@ -78,16 +78,11 @@ def _tokens_per_step(profile: Profile) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of each path")
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    profile = load_profile(args.scale, parse_overrides(args.overrides))
+    profile = profile_from_arguments(args := parser.parse_args(argv))
     tokenizer = build_tokenizer(profile)
     blocks = training_blocks(profile, tokenizer, PRETRAIN_MIXTURE, "pretrain", args.steps * _tokens_per_step(profile))
     model = build_model(profile.model, tokenizer)

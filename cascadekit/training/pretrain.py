@@ -261,21 +261,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Train the profile's tokenizer and model (cached), evaluate the op ladder, write metrics and figures."""
     from cascadekit.codeversion import code_version, git_commit
     from cascadekit.evaluation.report import evaluate_ladder, write_results
-    from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.profiles import add_scale_arguments, profile_from_arguments
     from transformers import AutoModelForCausalLM
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/pretrain"))
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (1 is much faster than 2 on a CPU shared with other jobs)")
     parser.add_argument("--checkpoint", type=Path, help="evaluate this checkpoint instead of the profile's own")
     parser.add_argument("--note", default="", help="how --checkpoint was made, kept in metrics.json")
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    profile = load_profile(args.scale, parse_overrides(args.overrides))
+    profile = profile_from_arguments(args := parser.parse_args(argv))
     print(profile.summary(), file=sys.stderr, flush=True)
 
     started = time.perf_counter()

@@ -229,15 +229,13 @@ def plot_stage_table(rows: Sequence[dict[str, Any]]):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Build the base, run both SFT stages, evaluate after each, write results."""
-    from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.profiles import add_scale_arguments, profile_from_arguments
     from cascadekit.training.pretrain import ProgressCallback
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path(RESULTS))
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. sft.epochs=1")
-    args = parser.parse_args(argv)
-    profile = load_profile(args.scale, parse_overrides(args.overrides))
+    profile = profile_from_arguments(args := parser.parse_args(argv))
     print(profile.summary(), f"code version {code_version()}", file=sys.stderr, flush=True)  # fixed at start
     tokens_per_step = profile.pretrain.batch_size * profile.pretrain.seq_len
     results = run_chapter(profile, callbacks=[ProgressCallback(tokens_per_step)])
