@@ -48,9 +48,9 @@ def test_step_unit_is_the_least_common_multiple(scale):
 
 def test_the_toy_plan():
     arms = {a.arm: a for a in bx.plan_budget(profile("toy"))}
-    assert bx.step_unit(profile("toy")) == 32768  # 4 mid-training steps = 3 RL steps of 2 prompts
-    assert arms["full_midtrain"].midtrain_tokens == arms["full_rl"].total == 327_680
-    assert arms["full_rl"].rl_prompts == 60 and arms["light_rl"].rl_prompts == 12
+    assert bx.step_unit(profile("toy")) == 131_072  # 16 mid-training steps = 3 RL steps of 8 prompts
+    assert arms["full_midtrain"].midtrain_tokens == arms["full_rl"].total == 1_310_720
+    assert arms["full_rl"].rl_prompts == 240 and arms["light_rl"].rl_prompts == 48
 
 
 def test_units_that_do_not_split_are_refused():
@@ -61,7 +61,7 @@ def test_units_that_do_not_split_are_refused():
 def test_cost_settings_follow_the_profile():
     assert bx.rollout_tokens(profile("paper")) == 2048  # the paper's L_total = 1024 + 1024
     assert bx.uses_reference_model(profile("paper")) and not bx.uses_reference_model(profile("toy"))
-    assert bx.rl_step_cost(profile("toy")) == Fraction(4, 3) * 8 * 512 * 2
+    assert bx.rl_step_cost(profile("toy")) == Fraction(4, 3) * 8 * 512 * 8  # g = 0, r = 8, L = 512, 8 prompts
 
 
 def test_measured_rl_spend_counts_prompts_and_completions():

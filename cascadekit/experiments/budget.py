@@ -41,27 +41,28 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 
 from cascadekit.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
 from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, passk_rows,
                                         rl_problems, run_rl)
-from cascadekit.profiles import Profile, apply_overrides, load_profile, parse_overrides
+from cascadekit.profiles import (Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides,
+                                 set_threads)
 from cascadekit.results import default_root, markdown_table
 from cascadekit.world import Problem
 
 CHAPTER = "06_fixed_budget"
 EVAL_RANGES = ("edge", "hard")
 
-#: Per-scale settings of this chapter (a user's overrides win). Toy: two prompts per
-#: RL step (so that three RL steps cost exactly four mid-training steps), twice the
-#: profile's RL learning rate (few steps), and fewer evaluation problems and samples
-#: (pass@8 stands for the paper's pass@128), to fit a shared 2-core CPU.
+#: Per-scale settings of this chapter (a user's overrides win). Toy: twice the profile's
+#: RL learning rate, and 8 evaluation problems per op x 16 samples (pass@16 stands for
+#: the paper's pass@128), as in chapters 04 and 07.
 CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
-    "toy": {"rl.prompts_per_step": 2, "rl.lr": 1e-4, "evaluation.problems_per_op": 6, "evaluation.samples": 8},
+    "toy": {"rl.lr": 1e-4, "evaluation.problems_per_op": 8, "evaluation.samples": 16},
 }
 #: The budget in units of :func:`step_unit`. A multiple of 10 makes the 0.2/0.5/0.8
-#: splits whole units. Toy: 10 units = 327,680 token-equivalents.
+#: splits whole units. Toy: a unit is 16 mid-training steps = 3 RL steps of 8 prompts
+#: (131,072 token-equivalents), so 10 units = 1,310,720: 160 mid-training steps or
+#: 240 RL prompts x 8 rollouts.
 BUDGET_UNITS = {"smoke": 10, "toy": 10, "paper": 1000, "full": 1000}
 
 PAPER = {
@@ -415,19 +416,16 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run every arm at a scale and write the chapter's results."""
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--scale", default="toy")
+    add_scale_arguments(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--units", type=int, default=0, help="budget in step units (a multiple of 10)")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (1 on a shared CPU)")
     parser.add_argument("--work", type=Path, default=Path("runs/06_fixed_budget"))
     parser.add_argument("--notes", default="", help="text under the paper-vs-run table")
     add_out_argument(parser)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS),
                         help="run only these arms, keeping their metrics in --work (a final call without it gathers them)")
-    parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. rl.lr=1e-4")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), parse_overrides(args.overrides))
     print(profile.summary(), file=sys.stderr, flush=True)
     metrics = run(profile, args.work, args.units or None, args.arms)

@@ -49,13 +49,13 @@ CHAPTER = "04_edge_of_competence"
 RL_RANGES = {"too_easy": "in_distribution", "edge": "edge", "too_hard": "hard"}
 
 #: Per-scale settings of the Part I RL chapters 04 and 07 (a user's overrides win). Smoke:
-#: 4 steps per run, so each notebook stays quick. Toy: 48 prompts per run (6 steps of
-#: 8 prompts x 8 rollouts) at twice the profile's learning rate, and 4 evaluation
-#: problems per op x 8 samples (pass@8 stands for the paper's pass@128), to fit about
+#: 4 steps per run, so each notebook stays quick. Toy: 384 prompts per run (48 steps of
+#: 8 prompts x 8 rollouts) at twice the profile's learning rate, and 8 evaluation
+#: problems per op x 16 samples (pass@16 stands for the paper's pass@128), to fit about
 #: 20 minutes per chapter on a 2-core CPU.
 CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
     "smoke": {"rl.samples": 8},
-    "toy": {"rl.samples": 48, "rl.lr": 1e-4, "evaluation.problems_per_op": 4, "evaluation.samples": 8},
+    "toy": {"rl.samples": 384, "rl.lr": 1e-4, "evaluation.problems_per_op": 8, "evaluation.samples": 16},
 }
 
 RewardFunc = Callable[..., list[float]]
