@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from cascadekit.codeversion import REPO_DIR, code_version, git_commit
 
@@ -85,9 +85,13 @@ def markdown_table(rows: Sequence[dict[str, Any]], digits: int = 3) -> str:
 
 
 def save_paper_vs_run(chapter: str, title: str, rows: Sequence[dict[str, Any]], command: str,
-                      notes: str = "", root: Path | None = None) -> Path:
-    """Write the chapter's "paper vs this run" table as Markdown, with its provenance."""
-    made = provenance(command)
+                      notes: str = "", root: Path | None = None, produced_by: Mapping[str, str] | None = None) -> Path:
+    """Write the chapter's "paper vs this run" table as Markdown, with its provenance.
+
+    ``produced_by`` (a metrics file's) keeps the run's provenance when the table is
+    rewritten from committed metrics; by default the provenance is this call's.
+    """
+    made = produced_by or provenance(command)
     text = "\n\n".join(part for part in [
         f"## {title}",
         markdown_table(rows),

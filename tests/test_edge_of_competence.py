@@ -91,3 +91,13 @@ def test_base_caveat_only_when_the_base_solves_nothing():
     zero = [{"model": "base", "range": g, "pass@1": 0.0, "pass@n": 0.0} for g in ("edge", "hard")]
     assert "no edge of competence" in eoc.base_caveat(zero)
     assert eoc.base_caveat([*zero, {"model": "base", "range": "in_distribution", "pass@1": 0.0, "pass@n": 0.1}]) == ""
+
+
+def test_edge_caveat_when_the_edge_range_is_beyond_the_base():
+    def table(edge: float, ind: float):
+        return [{"model": "base", "range": "in_distribution", "pass@1": ind / 2, "pass@n": ind},
+                {"model": "base", "range": "edge", "pass@1": 0.0, "pass@n": edge}]
+
+    assert "beyond this base's competence" in eoc.edge_caveat(table(edge=0.0, ind=0.7))
+    assert eoc.edge_caveat(table(edge=0.1, ind=0.7)) == ""  # an edge with signal: the design holds
+    assert eoc.edge_caveat(table(edge=0.0, ind=0.0)) == ""  # nothing solved anywhere: base_caveat's case

@@ -249,23 +249,28 @@ def plot_passk(table: Sequence[dict[str, Any]], n: int, title: str = "pass@k per
     return fig
 
 
+#: The GRPO curves the chapters plot: logged column, axis label.
+CURVE_PANELS = {
+    "reward": "mean reward",
+    "frac_reward_zero_std": "frac_reward_zero_std (no signal)",
+    "completion_length": "mean completion length (tokens)",
+    "entropy": "mean token entropy",
+}
+
+
 def plot_curves(runs: dict[str, dict[str, Any]], title: str = "GRPO training curves") -> Figure:
-    """Mean reward and ``frac_reward_zero_std`` per step, one line per run."""
+    """Reward, ``frac_reward_zero_std``, completion length and entropy per step, one line per run."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for name, run in runs.items():
-        steps = [c["step"] for c in run["curves"]]
-        axes[0].plot(steps, [c["reward"] for c in run["curves"]], marker=".", label=name)
-        zero_std = [c.get("frac_reward_zero_std", float("nan")) for c in run["curves"]]
-        axes[1].plot(steps, zero_std, marker=".", label=name)
-    axes[0].set_ylabel("mean reward")
-    axes[1].set_ylabel("frac_reward_zero_std (no signal)")
-    axes[1].set_ylim(-0.05, 1.05)
-    for ax in axes:
-        ax.set_xlabel("optimizer step")
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6))
+    for ax, (column, label) in zip(axes.flat, CURVE_PANELS.items()):
+        for name, run in runs.items():
+            ax.plot([c["step"] for c in run["curves"]], [c.get(column, float("nan")) for c in run["curves"]],
+                    marker=".", label=name)
+        ax.set(xlabel="optimizer step", ylabel=label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0, 1].set_ylim(-0.05, 1.05)
+    axes[0, 0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -321,6 +326,23 @@ def base_caveat(table: Sequence[dict[str, Any]]) -> str:
             "cannot be tested.")
 
 
+def edge_caveat(table: Sequence[dict[str, Any]]) -> str:
+    """A warning when the base solves nothing on the profile's edge range but something in distribution.
+
+    Then the edge range is beyond this base's competence: RL there has (almost)
+    no signal, like the too-hard range, and the base's real edge of competence
+    (pass@1 low, pass@n above 0) is in the in-distribution range.
+    """
+    base = {r["range"]: r for r in table if r["model"] == "base"}
+    if "edge" not in base or base["edge"]["pass@n"] > 0 or not base.get("in_distribution", {}).get("pass@n"):
+        return ""
+    ind = base["in_distribution"]
+    return (f" The base solves no edge problem (pass@n = 0 on the edge range) while in distribution it has "
+            f"pass@1 {ind['pass@1']:.2f} and pass@n {ind['pass@n']:.2f}: the profile's edge range lies beyond this "
+            "base's competence, so RL there had (almost) no signal, as on the too-hard range, and this base's "
+            "edge of competence is the in-distribution range.")
+
+
 def run_notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers, in a sentence a reader can check against the paper's."""
     s = result["settings"]
@@ -332,7 +354,7 @@ def run_notes(result: dict[str, Any]) -> str:
             f"(paper: ~200K RL prompts, pass@128); base: cached pretrained checkpoint "
             f"{result['settings']['base_checkpoint']}. 'this run' is the change against the base. "
             f"A change of a few points is within sampling noise at this evaluation size."
-            + base_caveat(result["table"]))
+            + base_caveat(result["table"]) + edge_caveat(result["table"]))
 
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:

@@ -38,6 +38,7 @@ from cascadekit.experiments.edge_of_competence import (
     base_checkpoint,
     chapter_profile,
     deltas,
+    edge_caveat,
     evaluate_base,
     pass_rows,
     rl_run,
@@ -208,7 +209,7 @@ def run_notes(result: dict[str, Any]) -> str:
             f"problems per op x {s['evaluation']['samples']} samples (paper: ~200K RL prompts, pass@128 on op 15-20); "
             f"base: cached pretrained checkpoint {s['base_checkpoint']}. "
             f"A change of a few points is within sampling noise at this evaluation size."
-            + base_caveat(result["table"]) + mixed_caveat(result))
+            + base_caveat(result["table"]) + edge_caveat(result["table"]) + mixed_caveat(result))
 
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
