@@ -9,6 +9,7 @@ were already executed at the same scale by the same code version.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -17,6 +18,7 @@ from typing import Iterable
 
 from cascadekit.codeversion import REPO_DIR, code_version
 from cascadekit.profiles import load_profile
+from cascadekit.widgets import HEADLESS_ENV
 
 NOTEBOOK_DIR = REPO_DIR / "notebooks"
 
@@ -88,6 +90,11 @@ def _traceback_of(err: Exception) -> str:
     return _ANSI.sub("", text)
 
 
+#: A smoke-scale cell runs in seconds; one that takes this long is a hung kernel, reported as a failure.
+#: Other scales have no limit: a toy or paper cell may legitimately train for hours.
+SMOKE_CELL_TIMEOUT_S = 600
+
+
 def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides: dict | None = None) -> Path:
     """Execute one notebook with papermill into ``out``; raise ChapterFailed with the traceback."""
     import papermill
@@ -97,14 +104,22 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
     parameters = {"scale": scale, "seed": seed, "out_dir": str((out / "artifacts" / path.stem).resolve())}
     if overrides:
         parameters["overrides"] = dict(overrides)
+    headless = os.environ.get(HEADLESS_ENV)
+    os.environ[HEADLESS_ENV] = "1"  # the kernel inherits it: no live widgets (see cascadekit.widgets)
     try:
         papermill.execute_notebook(
             str(path), str(target), parameters=parameters, cwd=str(path.parent),
             kernel_name="python3", language="python", progress_bar=False, log_output=False,
             request_save_on_cell_execute=False, start_timeout=300,  # a busy laptop can be slow to start a kernel
+            execution_timeout=SMOKE_CELL_TIMEOUT_S if scale == "smoke" else None,
         )
     except Exception as err:  # papermill wraps every kernel error; report it whole
         raise ChapterFailed(f"{path.name} failed:\n{_traceback_of(err)}") from err
+    finally:
+        if headless is None:
+            os.environ.pop(HEADLESS_ENV, None)
+        else:
+            os.environ[HEADLESS_ENV] = headless
     return target
 
 
