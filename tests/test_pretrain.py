@@ -126,7 +126,9 @@ def test_the_command_line_writes_metrics_and_figures(tmp_path, monkeypatch):
     monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
     main(["--scale", "smoke", "--out", str(tmp_path / "out"), "evaluation.max_new_tokens=8"])
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert metrics["command"].startswith("python -m cascadekit.training.pretrain --scale smoke")
-    assert metrics["git_commit"] and metrics["vocab_size"] <= 400 and metrics["loss_log"]
+    made = metrics["produced_by"]  # the provenance every chapter reads (chapter 03 prints it)
+    assert made["command"].startswith("python -m cascadekit.training.pretrain --scale smoke")
+    assert made["git_commit"] and made["code_version"] and made["date"]
+    assert metrics["pretrain_tokens"] == 20000 and metrics["vocab_size"] <= 400 and metrics["loss_log"]
     assert {r["op"] for r in metrics["ladder"]} == {2, 3, 4, 5}
     assert (tmp_path / "out" / "ladder.png").exists()

@@ -259,7 +259,7 @@ def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Train the profile's tokenizer and model (cached), evaluate the op ladder, write metrics and figures."""
-    from cascadekit.codeversion import code_version, git_commit
+    from cascadekit.results import provenance
     from cascadekit.evaluation.report import evaluate_ladder, write_results
     from cascadekit.profiles import add_scale_arguments, profile_from_arguments
     from transformers import AutoModelForCausalLM
@@ -281,9 +281,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     results = evaluate_ladder(model, tokenizer, profile)
     eval_s = time.perf_counter() - started
+    command = " ".join(["python -m cascadekit.training.pretrain", *(argv if argv is not None else sys.argv[1:])])
     results.update(
-        command=" ".join(["python -m cascadekit.training.pretrain", *(argv if argv is not None else sys.argv[1:])]),
-        git_commit=git_commit(), code_version=code_version(), profile=profile.to_dict(),
+        produced_by=provenance(command), profile=profile.to_dict(), pretrain_tokens=profile.pretrain.tokens,
         checkpoint=str(args.checkpoint or pretrain_key(profile)), note=args.note, vocab_size=len(tokenizer),
         parameters=count_parameters(model), parameters_without_embeddings=count_parameters(model, embeddings=False),
         train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1),
