@@ -101,3 +101,16 @@ def save_paper_vs_run(chapter: str, title: str, rows: Sequence[dict[str, Any]], 
     path = results_dir(chapter, root) / "paper_vs_run.md"
     path.write_text(text)
     return path
+
+
+def save_chapter_results(chapter: str, metrics: dict[str, Any], figures: Mapping[str, Figure], title: str,
+                         rows: Sequence[dict[str, Any]], command: str, notes: str = "",
+                         root: Path | None = None) -> None:
+    """Everything an experiment commits: ``metrics.json``, each figure as PNG (then closed), the table."""
+    import matplotlib.pyplot as plt
+
+    save_metrics(chapter, metrics, command, root)
+    for name, figure in figures.items():
+        save_figure(chapter, name, figure, root)
+        plt.close(figure)
+    save_paper_vs_run(chapter, title, rows, command, notes, root)

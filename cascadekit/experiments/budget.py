@@ -401,17 +401,12 @@ def verdict(metrics: Mapping[str, Any]) -> str:
 
 def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: Path | None = None) -> None:
     """Metrics, figures and the paper-vs-run table under ``data/results/06_fixed_budget/``."""
-    import matplotlib.pyplot as plt
+    from cascadekit.results import save_chapter_results
 
-    from cascadekit.results import save_figure, save_metrics, save_paper_vs_run
-
-    save_metrics(CHAPTER, metrics, command, root)
-    for name, fig in (("scores", plot_scores(metrics)), ("spend", plot_spend(metrics))):
-        save_figure(CHAPTER, name, fig, root)
-        plt.close(fig)
     spend = "### Budget spent per arm\n\n" + markdown_table(spend_rows(metrics))
-    save_paper_vs_run(CHAPTER, "Finding 3: one budget split between mid-training and RL",
-                      paper_vs_run_rows(metrics), command, f"{verdict(metrics)}\n\n{spend}\n\n{notes}", root)
+    save_chapter_results(CHAPTER, metrics, {"scores": plot_scores(metrics), "spend": plot_spend(metrics)},
+                         "Finding 3: one budget split between mid-training and RL", paper_vs_run_rows(metrics),
+                         command, f"{verdict(metrics)}\n\n{spend}\n\n{notes}", root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -404,22 +404,17 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
     """Metrics (per-sample records gzipped beside them), figures and the paper-vs-run table."""
     import gzip
 
-    import matplotlib.pyplot as plt
-
-    from cascadekit.results import results_dir, save_figure, save_metrics, save_paper_vs_run
+    from cascadekit.results import results_dir, save_chapter_results
 
     folder = results_dir(CHAPTER, root)
     with gzip.open(folder / "samples.jsonl.gz", "wt") as fh:
         for v in metrics["variants"]:
             fh.writelines(json.dumps({"b_share": v["b_share"], **r}) + "\n" for r in v["samples"])
     slim = {**metrics, "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}
-    save_metrics(CHAPTER, slim, command, root)
-    for name, fig in (("transfer_b", plot_transfer(slim)), ("transfer_a", plot_transfer(slim, SOURCE)),
-                      ("rl_reward", plot_rl_reward(slim))):
-        save_figure(CHAPTER, name, fig, root)
-        plt.close(fig)
-    save_paper_vs_run(CHAPTER, "Finding 2: context B exposure in pretraining, after identical RL",
-                      paper_vs_run_rows(slim), command, f"{verdict(slim)}\n\n{notes}", root)
+    figures = {"transfer_b": plot_transfer(slim), "transfer_a": plot_transfer(slim, SOURCE),
+               "rl_reward": plot_rl_reward(slim)}
+    save_chapter_results(CHAPTER, slim, figures, "Finding 2: context B exposure in pretraining, after identical RL",
+                         paper_vs_run_rows(slim), command, f"{verdict(slim)}\n\n{notes}", root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -343,14 +343,19 @@ def edge_caveat(table: Sequence[dict[str, Any]]) -> str:
             "edge of competence is the in-distribution range.")
 
 
+def run_sizes(s: Mapping[str, Any], per: str, extra: str = "") -> str:
+    """The RL and evaluation sizes of a run's :func:`settings`: "N prompts x G rollouts per <per> (...)"."""
+    rl, ev = s["rl"], s["evaluation"]
+    return (f"{rl['prompts_per_run']} prompts x {rl['group_size']} rollouts per {per} ({rl['steps']} steps, "
+            f"lr {rl['lr']:g}{extra}); evaluation {ev['problems_per_op']} problems per op x {ev['samples']} samples")
+
+
 def run_notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers, in a sentence a reader can check against the paper's."""
     s = result["settings"]
     return (f"{s['profile'].capitalize()} run: RL on ops {s['ops']['in_distribution']} (too easy), "
             f"{s['ops']['edge']} (edge), "
-            f"{s['ops']['hard']} (too hard); {s['rl']['prompts_per_run']} prompts x {s['rl']['group_size']} rollouts "
-            f"per run ({s['rl']['steps']} steps, lr {s['rl']['lr']:g}, reward {s['reward']}); evaluation "
-            f"{s['evaluation']['problems_per_op']} problems per op x {s['evaluation']['samples']} samples "
+            f"{s['ops']['hard']} (too hard); {run_sizes(s, 'run', ', reward ' + s['reward'])} "
             f"(paper: ~200K RL prompts, pass@128); base: cached pretrained checkpoint "
             f"{result['settings']['base_checkpoint']}. 'this run' is the change against the base. "
             f"A change of a few points is within sampling noise at this evaluation size."
@@ -359,18 +364,13 @@ def run_notes(result: dict[str, Any]) -> str:
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
     """Metrics JSON, the two figures and ``paper_vs_run.md`` under ``data/results/04_edge_of_competence``."""
-    import matplotlib.pyplot as plt
+    from cascadekit.results import save_chapter_results
 
-    from cascadekit.results import save_figure, save_metrics, save_paper_vs_run
-
-    save_metrics(CHAPTER, {**result, "paper_vs_run": paper_vs_run(result),
-                           "curve_summary": curve_summary(result["runs"])}, command, root)
     n = result["base"]["evaluation"]["samples_per_problem"]
-    for name, fig in (("passk", plot_passk(result["table"], n)), ("curves", plot_curves(result["runs"]))):
-        save_figure(CHAPTER, name, fig, root)
-        plt.close(fig)
-    save_paper_vs_run(CHAPTER, "Edge of competence: paper vs this run", paper_vs_run(result), command,
-                      run_notes(result), root)
+    save_chapter_results(
+        CHAPTER, {**result, "paper_vs_run": paper_vs_run(result), "curve_summary": curve_summary(result["runs"])},
+        {"passk": plot_passk(result["table"], n), "curves": plot_curves(result["runs"])},
+        "Edge of competence: paper vs this run", paper_vs_run(result), command, run_notes(result), root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -39,6 +39,7 @@ from cascadekit.experiments.edge_of_competence import (
     chapter_profile,
     deltas,
     edge_caveat,
+    run_sizes,
     evaluate_base,
     pass_rows,
     rl_run,
@@ -204,9 +205,7 @@ def run_notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers."""
     s = result["settings"]
     return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
-            f"{s['ops']['hard']}; {s['rl']['prompts_per_run']} prompts x {s['rl']['group_size']} rollouts per reward "
-            f"({s['rl']['steps']} steps, lr {s['rl']['lr']:g}); evaluation {s['evaluation']['problems_per_op']} "
-            f"problems per op x {s['evaluation']['samples']} samples (paper: ~200K RL prompts, pass@128 on op 15-20); "
+            f"{s['ops']['hard']}; {run_sizes(s, 'reward')} (paper: ~200K RL prompts, pass@128 on op 15-20); "
             f"base: cached pretrained checkpoint {s['base_checkpoint']}. "
             f"A change of a few points is within sampling noise at this evaluation size."
             + base_caveat(result["table"]) + edge_caveat(result["table"]) + mixed_caveat(result))
@@ -214,21 +213,15 @@ def run_notes(result: dict[str, Any]) -> str:
 
 def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
     """Metrics JSON, figures and ``paper_vs_run.md`` under ``data/results/07_process_rewards``."""
-    import matplotlib.pyplot as plt
-
     from cascadekit.experiments.edge_of_competence import plot_curves, plot_passk
-    from cascadekit.results import save_figure, save_metrics, save_paper_vs_run
+    from cascadekit.results import save_chapter_results
 
-    save_metrics(CHAPTER, {**result, "paper_vs_run": paper_vs_run(result)}, command, root)
     n = result["base"]["evaluation"]["samples_per_problem"]
     figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
                "errors": plot_errors(result["errors"]),
                "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
-    for name, fig in figures.items():
-        save_figure(CHAPTER, name, fig, root)
-        plt.close(fig)
-    save_paper_vs_run(CHAPTER, "Process rewards: paper vs this run", paper_vs_run(result), command,
-                      run_notes(result), root)
+    save_chapter_results(CHAPTER, {**result, "paper_vs_run": paper_vs_run(result)}, figures,
+                         "Process rewards: paper vs this run", paper_vs_run(result), command, run_notes(result), root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
