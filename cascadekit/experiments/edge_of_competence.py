@@ -28,6 +28,9 @@ Where the kit departs from the paper:
 - the toy profile maps the paper's op ranges 2-10 / 11-14 / 15-20 onto smaller
   ones, and runs far fewer RL samples and evaluation samples (``rl.samples``,
   ``evaluation.samples``), with a larger learning rate than the paper's 1e-6.
+- at the CPU scales the three arms' op ranges are measured on the base
+  (:data:`RANGES_FROM`, :mod:`cascadekit.experiments.competence`): the toy
+  model's edge lies inside its pretraining range, not beyond it.
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from cascadekit.evaluation.report import RANGES, error_taxonomy, evaluate
+from cascadekit.evaluation.report import RANGES, error_taxonomy, evaluate, op_range
+from cascadekit.experiments.competence import calibrate
 from cascadekit.experiments.common import (eval_problems, load_model, passk_rows, rl_dataset, rl_problems,
                                         run_from_command_line)
 from cascadekit.profiles import Profile, apply_overrides
@@ -57,6 +61,11 @@ CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
     "smoke": {"rl.samples": 8},
     "toy": {"rl.samples": 384, "rl.lr": 1e-4, "evaluation.problems_per_op": 8, "evaluation.samples": 16},
 }
+
+#: Where each scale's RL arms get their op ranges (:mod:`cascadekit.experiments.competence`):
+#: measured on the base at the CPU scales, whose model does not reach past its pretraining
+#: range; the profile's fixed ranges (the paper's) otherwise.
+RANGES_FROM: dict[str, str] = {"smoke": "measured", "toy": "measured"}
 
 RewardFunc = Callable[..., list[float]]
 
@@ -95,7 +104,12 @@ def evaluate_ranges(model, tokenizer, profile: Profile) -> dict[str, Any]:
     model is scored on the same problems with the same random stream.
     """
     problems = eval_problems(profile, ladder_ops(profile), profile.world.contexts)
-    records = evaluate(model, tokenizer, problems, profile)
+    return summarize(evaluate(model, tokenizer, problems, profile), profile)
+
+
+def summarize(records: Sequence[dict[str, Any]], profile: Profile) -> dict[str, Any]:
+    """:func:`evaluate_ranges`'s tables from judged samples, each sample in its op's range under ``profile``."""
+    records = [{**r, "range": op_range(r["op"], profile.world)} for r in records]
     n = profile.evaluation.samples
     return {
         "samples_per_problem": n,
@@ -116,11 +130,23 @@ def base_checkpoint(profile: Profile) -> Path:
     return cached_pretrained(profile)
 
 
-def evaluate_base(profile: Profile, checkpoint: Path) -> dict[str, Any]:
-    """:func:`evaluate_ranges` of the base model at ``checkpoint``, with its wall time."""
+def evaluate_base(profile: Profile, checkpoint: Path, ranges: str | None = None) -> tuple[Profile, dict[str, Any]]:
+    """Evaluate the base at ``checkpoint`` on the ladder, then fix the op ranges the RL arms use.
+
+    ``ranges`` is ``"measured"`` (the base's competence bands, see
+    :mod:`cascadekit.experiments.competence`) or ``"profile"``; by default
+    :data:`RANGES_FROM` for the profile's scale. Returns the profile with those
+    ranges and the base's :func:`evaluate_ranges` tables under them, with the
+    wall time and a sentence on where the ranges came from.
+    """
     started = time.perf_counter()
-    evaluation = evaluate_ranges(load_model(checkpoint), load_tokenizer(checkpoint), profile)
-    return {"evaluation": evaluation, "eval_s": round(time.perf_counter() - started, 1)}
+    problems = eval_problems(profile, ladder_ops(profile), profile.world.contexts)
+    records = evaluate(load_model(checkpoint), load_tokenizer(checkpoint), problems, profile)
+    n = profile.evaluation.samples
+    source = ranges or RANGES_FROM.get(profile.name, "profile")
+    ranged, note = calibrate(profile, passk_rows(records, n, by=("op",)), n, source)
+    return ranged, {"evaluation": summarize(records, ranged), "eval_s": round(time.perf_counter() - started, 1),
+                    "ranges": note}
 
 
 def rl_run(profile: Profile, checkpoint: Path, range_name: str, reward: RewardFunc,
@@ -182,10 +208,11 @@ def deltas(rows: Sequence[dict[str, Any]], base: str = "base") -> list[dict[str,
 # ---------------------------------------------------------------------------
 
 
-def run_edge_of_competence(profile: Profile, out_dir: str | Path, *,
-                           reward: RewardFunc = strict_reward) -> dict[str, Any]:
+def run_edge_of_competence(profile: Profile, out_dir: str | Path, *, reward: RewardFunc = strict_reward,
+                           ranges: str | None = None) -> dict[str, Any]:
     """Finding 1: evaluate the base, then RL on each of :data:`RL_RANGES` with ``rl.samples`` prompts each.
 
+    ``ranges`` says where the arms' op ranges come from (:func:`evaluate_base`).
     Returns ``{"base", "runs": {name: rl_run(...)}, "table", "deltas", "settings"}``
     where ``table`` has pass@1/pass@n per (model, eval range) and ``deltas`` the
     change against the base.
@@ -193,12 +220,12 @@ def run_edge_of_competence(profile: Profile, out_dir: str | Path, *,
     out_dir = Path(out_dir)
     started = time.perf_counter()
     checkpoint = base_checkpoint(profile)
-    base = evaluate_base(profile, checkpoint)
+    profile, base = evaluate_base(profile, checkpoint, ranges)
     runs = {name: rl_run(profile, checkpoint, range_name, reward, out_dir / name)
             for name, range_name in RL_RANGES.items()}
     table = pass_rows({"base": base["evaluation"], **{name: run["evaluation"] for name, run in runs.items()}})
     return {
-        "settings": {**settings(profile, reward), "base_checkpoint": checkpoint.name},
+        "settings": {**settings(profile, reward), "base_checkpoint": checkpoint.name, "ranges": base["ranges"]},
         "base": base, "runs": runs, "table": table, "deltas": deltas(table),
         "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -357,7 +384,7 @@ def run_notes(result: dict[str, Any]) -> str:
             f"{s['ops']['edge']} (edge), "
             f"{s['ops']['hard']} (too hard); {run_sizes(s, 'run', ', reward ' + s['reward'])} "
             f"(paper: ~200K RL prompts, pass@128); base: cached pretrained checkpoint "
-            f"{result['settings']['base_checkpoint']}. 'this run' is the change against the base. "
+            f"{result['settings']['base_checkpoint']}. {s.get('ranges', '')} 'this run' is the change against the base. "
             f"A change of a few points is within sampling noise at this evaluation size."
             + base_caveat(result["table"]) + edge_caveat(result["table"]))
 

@@ -22,7 +22,9 @@ results with::
 Where the kit departs from the paper: the process score is the kit's
 ``process_reward`` (``max(0, 1 - penalty / |gold|)`` for a right answer, else 0;
 see :mod:`cascadekit.rewards`), which also zeroes the process term for a wrong
-answer; the toy profile runs far fewer RL and evaluation samples.
+answer; the toy profile runs far fewer RL and evaluation samples; and at the
+CPU scales the edge and hard ranges are measured on the base, as in chapter 04
+(:mod:`cascadekit.experiments.competence`).
 """
 from __future__ import annotations
 
@@ -98,14 +100,14 @@ def run_process_rewards(profile: Profile, out_dir: str | Path) -> dict[str, Any]
     out_dir = Path(out_dir)
     started = time.perf_counter()
     checkpoint = base_checkpoint(profile)
-    base = evaluate_base(profile, checkpoint)
+    profile, base = evaluate_base(profile, checkpoint)
     runs = {name: rl_run(profile, checkpoint, RL_RANGE, fn, out_dir / name) for name, fn in rewards().items()}
     evaluations = {"base": base["evaluation"], **{name: run["evaluation"] for name, run in runs.items()}}
     table = pass_rows(evaluations)
     rl = profile.rl
     return {
         "settings": {"profile": profile.name, "seed": profile.seed, "rl_range": RL_RANGE,
-                     "base_checkpoint": checkpoint.name,
+                     "base_checkpoint": checkpoint.name, "ranges": base["ranges"],
                      "ops": {name: list(profile.world.ops(name)) for name in ("in_distribution", "edge", "hard")},
                      "rl": {"prompts_per_run": rl.samples, "group_size": rl.group_size, "lr": rl.lr,
                             "steps": max(1, rl.samples // rl.prompts_per_step)},
@@ -206,7 +208,7 @@ def run_notes(result: dict[str, Any]) -> str:
     s = result["settings"]
     return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
             f"{s['ops']['hard']}; {run_sizes(s, 'reward')} (paper: ~200K RL prompts, pass@128 on op 15-20); "
-            f"base: cached pretrained checkpoint {s['base_checkpoint']}. "
+            f"base: cached pretrained checkpoint {s['base_checkpoint']}. {s.get('ranges', '')} "
             f"A change of a few points is within sampling noise at this evaluation size."
             + base_caveat(result["table"]) + edge_caveat(result["table"]) + mixed_caveat(result))
 

@@ -1,0 +1,81 @@
+"""Where a base model's edge of competence lies, measured on its own ladder.
+
+Finding 1 is about RL data at the base's *edge of competence*: problems it
+solves at pass@k but fails at pass@1. The paper places the edge by
+construction. It pretrains on op 2-10, and its 100M model still solves ops
+11-14 at pass@128, so "beyond pretraining" and "at the edge" coincide.
+
+Where the kit departs from the paper: the toy model does not reach past its
+pretraining range (chapter 03: with ops 2-5 in pretraining, pass@16 is 0 from
+op 6 on), but its competence falls off *inside* it (pass@1 0.68 at op 2,
+0.16-0.18 at ops 3-5). Running the "edge" arm on ops 6-7 then gives RL no
+signal at all, which tests nothing. So the kit can measure the three bands on
+the base before any RL and run the arms there:
+
+- **too easy**: the leading ops where the base's pass@1 is at least :data:`EASY_PASS1`;
+- **edge**: the ops after them, up to the last op where some sample is right (pass@n > 0);
+- **too hard**: the ops beyond, where no sample of the base is right.
+
+The bands reuse the profile's range names (``in_distribution``, ``edge``,
+``hard``), so every table, figure and reward path reads them unchanged. The
+per-scale choice between measured and fixed ranges lives with each chapter.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from cascadekit.profiles import Profile, apply_overrides
+
+#: pass@1 at or above which an op counts as already solved ("too easy").
+EASY_PASS1 = 0.5
+#: Where the op ranges of a run come from: measured on the base, or the profile's fixed ones.
+RANGE_SOURCES = ("measured", "profile")
+
+
+def competence_bands(by_op: Sequence[Mapping[str, Any]], n: int) -> dict[str, tuple[int, int]] | None:
+    """The too-easy, edge and too-hard op ranges of a base, from its per-op ``pass@1`` and ``pass@n`` rows.
+
+    Returns ``{"in_distribution": (lo, hi), "edge": ..., "hard": ...}``, three
+    contiguous ranges that together cover the evaluated ops, or None when one
+    of them would be empty (a base that solves nothing, or everything).
+    """
+    rows = sorted(by_op, key=lambda r: r["op"])
+    ops = [r["op"] for r in rows]
+    easy = 0
+    while easy < len(rows) and rows[easy]["pass@1"] >= EASY_PASS1:
+        easy += 1
+    solved = [i for i, r in enumerate(rows) if r[f"pass@{n}"] > 0]
+    last_solved = solved[-1] if solved else -1
+    if easy == 0 or last_solved < easy or last_solved == len(rows) - 1:
+        return None
+    return {"in_distribution": (ops[0], ops[easy - 1]), "edge": (ops[easy], ops[last_solved]),
+            "hard": (ops[last_solved + 1], ops[-1])}
+
+
+def with_bands(profile: Profile, bands: Mapping[str, tuple[int, int]]) -> Profile:
+    """``profile`` with its three op ranges replaced by ``bands``."""
+    return apply_overrides(profile, {f"world.ops_{name}": ops for name, ops in bands.items()})
+
+
+def calibrate(profile: Profile, by_op: Sequence[Mapping[str, Any]], n: int, source: str) -> tuple[Profile, str]:
+    """The profile whose op ranges the RL arms use, and a sentence saying where those ranges came from.
+
+    ``source`` is ``"measured"`` (the base's :func:`competence_bands`, or the
+    profile's ranges with the reason when the base has no three bands) or
+    ``"profile"`` (the profile's ranges as they are).
+    """
+    if source not in RANGE_SOURCES:
+        raise ValueError(f"unknown range source {source!r}; choose one of {RANGE_SOURCES}")
+    fixed = ", ".join(f"{name} {lo}-{hi}" for name in ("in_distribution", "edge", "hard")
+                      for lo, hi in [getattr(profile.world, f"ops_{name}")])
+    if source == "profile":
+        return profile, f"Op ranges: the profile's ({fixed})."
+    bands = competence_bands(by_op, n)
+    if bands is None:
+        return profile, (f"Op ranges: the profile's ({fixed}), because the base has no edge band to measure "
+                         f"(no op with pass@1 >= {EASY_PASS1} followed by ops with pass@{n} > 0 and ops without).")
+    (e0, e1), (g0, g1), (h0, h1) = bands["in_distribution"], bands["edge"], bands["hard"]
+    return with_bands(profile, bands), (
+        f"Op ranges measured on the base: too easy {e0}-{e1} (pass@1 >= {EASY_PASS1}), edge {g0}-{g1} "
+        f"(pass@1 below that, pass@{n} > 0), too hard {h0}-{h1} (pass@{n} = 0); the profile's fixed ranges "
+        f"were {fixed}.")
