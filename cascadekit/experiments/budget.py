@@ -24,6 +24,9 @@ Where the kit departs from the paper:
   report the measured spend beside the plan.
 - No reference model at toy scale (KL off), so ``g = 0``: RL costs
   ``4/3 N r L`` rather than the paper's ``5/3 N r L``.
+- At the CPU scales the in-distribution, edge and hard ranges are measured on
+  the base, as in chapter 04 (:func:`arm_ranges`): the toy model's edge lies
+  inside its pretraining range.
 
 Run the toy reproduction (writes ``data/results/06_fixed_budget/``)::
 
@@ -43,6 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 
 from cascadekit.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
+from cascadekit.evaluation.report import RANGES
 from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, passk_rows,
                                         rl_problems, run_rl)
 from cascadekit.profiles import (Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides,
@@ -241,6 +245,26 @@ def evaluate_base(profile: Profile, base: Path, problems: Sequence[Problem]) -> 
     return {"by_op": by_op, "by_range": passk_rows(records, profile.evaluation.samples, by=("range",))}
 
 
+def arm_ranges(profile: Profile, base: Path, work_dir: Path) -> tuple[Profile, str]:
+    """The profile with the op ranges every arm uses, and where they came from.
+
+    As in chapter 04: measured on the base at the CPU scales
+    (:data:`cascadekit.experiments.edge_of_competence.RANGES_FROM`), so that
+    mid-training and RL target this base's real edge. Measured once and kept in
+    ``work_dir``, so arms run in separate processes share the same ranges.
+    """
+    from cascadekit.experiments.competence import with_bands
+    from cascadekit.experiments.edge_of_competence import evaluate_base as evaluate_ladder
+
+    def measure() -> dict[str, Any]:
+        ranged, ladder = evaluate_ladder(profile, base)
+        return {"ops": {name: list(getattr(ranged.world, f"ops_{name}")) for name in RANGES},
+                "note": ladder["ranges"], "base_by_op": ladder["evaluation"]["by_op"]}
+
+    found = stored(work_dir / "ranges.json", measure)
+    return with_bands(profile, found["ops"]), found["note"]
+
+
 def stored(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``compute()``'s result, kept as JSON at ``path``: read back instead of recomputed when present."""
     if path.is_file():
@@ -264,7 +288,8 @@ def run(profile: Profile, work_dir: str | Path, units: int | None = None,
     work_dir = Path(work_dir)
     full_plan = plan_budget(profile, units)
     plan = [s for s in full_plan if arms is None or s.arm in arms]
-    base = cached_pretrained(profile)
+    base, base_key = cached_pretrained(profile), pretrain_key(profile)
+    profile, ranges_note = arm_ranges(profile, base, work_dir)  # new ranges, so keys come first
     prompts = budget_rl_problems(profile, max(s.rl_prompts for s in full_plan) or 1)
     problems = budget_eval_problems(profile)
     arm_metrics = [stored(work_dir / s.arm / "metrics.json",
@@ -272,10 +297,12 @@ def run(profile: Profile, work_dir: str | Path, units: int | None = None,
     return {
         "profile": profile.to_dict(),
         "chapter_overrides": CHAPTER_OVERRIDES.get(profile.name, {}),
-        "base_checkpoint_key": pretrain_key(profile),
+        "base_checkpoint_key": base_key,
         "samples_per_problem": profile.evaluation.samples,
         "step_unit": step_unit(profile),
         "budget_units": units or BUDGET_UNITS[profile.name],
+        "ops": {name: list(profile.world.ops(name)) for name in RANGES},
+        "ranges": ranges_note,
         "base": stored(work_dir / "base.json", lambda: evaluate_base(profile, base, problems)) if arms is None else None,
         "arms": arm_metrics,
         # the arms' own compute, so a call that only gathers stored arms reports the run, not itself
@@ -406,7 +433,7 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
     spend = "### Budget spent per arm\n\n" + markdown_table(spend_rows(metrics))
     save_chapter_results(CHAPTER, metrics, {"scores": plot_scores(metrics), "spend": plot_spend(metrics)},
                          "Finding 3: one budget split between mid-training and RL", paper_vs_run_rows(metrics),
-                         command, f"{verdict(metrics)}\n\n{spend}\n\n{notes}", root)
+                         command, f"{verdict(metrics)} {metrics.get('ranges', '')}\n\n{spend}\n\n{notes}", root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
