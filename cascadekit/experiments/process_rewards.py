@@ -144,7 +144,7 @@ def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> F
 
 
 def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The paper's section 6 numbers (op 15-20) beside this run's hard range.
+    """The paper's section 6 numbers (op 15-20) beside this run's hard range, and the RL's own (edge) range.
 
     Absolute numbers are not comparable (a 100M model on op 15-20 against a
     toy model on the toy hard range); the comparison is the direction of each
@@ -171,6 +171,14 @@ def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
     def dep_drop(model: str) -> float:
         return err[model, "hard"][dep] - dep_base
 
+    def edge_errors(kind: str) -> dict[str, Any]:
+        """The structural-error rate on the RL's own range, outcome -> mixed (strict and base beside them)."""
+        rate = {m: err[m, "edge"][STRUCTURAL_ERRORS[kind]] for m in ("base", "outcome", "mixed", "strict")}
+        return row(f"edge {STRUCTURAL_ERRORS[kind]} rate: outcome -> mixed (the RL's own range)",
+                   "process reward cuts it (paper: on hard)",
+                   f"{rate['outcome']:.3f} -> {rate['mixed']:.3f} (base {rate['base']:.3f}, strict {rate['strict']:.3f})",
+                   rate["mixed"] - rate["outcome"], want_positive=False)
+
     return [
         row("hard pass@1: outcome -> mixed", "5.6% -> 9.9% (+4.3)", pair("pass@1", "mixed"), gap("pass@1", "mixed")),
         row(f"hard pass@{n} (paper @128): outcome -> mixed", "23.2% -> 27.7% (+4.5)", pair("pass@n", "mixed"),
@@ -186,6 +194,8 @@ def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
         row("edge pass@1: outcome -> mixed (paper: op 2-14)", "+4.6 to +5.2",
             f"{gap('pass@1', 'mixed', rng='edge'):+.3f}",
             gap("pass@1", "mixed", rng="edge")),
+        edge_errors("n_dependency"),
+        edge_errors("n_missing"),
     ]
 
 
@@ -220,7 +230,7 @@ def write_results(result: dict[str, Any], command: str, root: Path | None = None
 
     n = result["base"]["evaluation"]["samples_per_problem"]
     figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
-               "errors": plot_errors(result["errors"]),
+               "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
                "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
     save_chapter_results(CHAPTER, {**result, "paper_vs_run": paper_vs_run(result)}, figures,
                          "Process rewards: paper vs this run", paper_vs_run(result), command, run_notes(result), root)
