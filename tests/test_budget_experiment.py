@@ -118,3 +118,23 @@ def test_toy_reproduction_spends_the_plan(tmp_path):
     for arm in metrics["arms"]:
         assert arm["actual"]["midtrain_tokens"] == arm["planned"]["midtrain_tokens"]
         assert arm["actual"]["rl_prompts"] == arm["planned"]["rl_prompts"]
+
+
+def test_arms_share_the_ranges_measured_once_on_the_base(tmp_path, monkeypatch):
+    """Arm processes read the stored bands; the base is evaluated for them only once."""
+    from cascadekit.experiments import competence
+    from cascadekit.experiments import edge_of_competence as eoc
+
+    calls = []
+
+    def fake_ladder(prof, base):
+        calls.append(base)
+        bands = {"in_distribution": (2, 2), "edge": (3, 4), "hard": (5, 5)}
+        return competence.with_bands(prof, bands), {"ranges": "measured", "evaluation": {"by_op": []}}
+
+    monkeypatch.setattr(eoc, "evaluate_base", fake_ladder)
+    smoke = profile("smoke")
+    for _ in range(2):
+        ranged, note = bx.arm_ranges(smoke, tmp_path / "base", tmp_path)
+        assert (ranged.world.ops_edge, ranged.world.ops_hard, note) == ((3, 4), (5, 5), "measured")
+    assert len(calls) == 1 and ranged.model == smoke.model
