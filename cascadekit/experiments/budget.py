@@ -58,10 +58,10 @@ CHAPTER = "06_fixed_budget"
 EVAL_RANGES = ("edge", "hard")
 
 #: Per-scale settings of this chapter (a user's overrides win). Toy: twice the profile's
-#: RL learning rate, and 8 evaluation problems per op x 16 samples (pass@16 stands for
+#: RL learning rate, and 32 evaluation problems per op x 16 samples (pass@16 stands for
 #: the paper's pass@128), as in chapters 04 and 07.
 CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
-    "toy": {"rl.lr": 1e-4, "evaluation.problems_per_op": 8, "evaluation.samples": 16},
+    "toy": {"rl.lr": 1e-4, "evaluation.problems_per_op": 32, "evaluation.samples": 16},
 }
 #: The budget in units of :func:`step_unit`. A multiple of 10 makes the 0.2/0.5/0.8
 #: splits whole units. Toy: a unit is 16 mid-training steps = 3 RL steps of 8 prompts
