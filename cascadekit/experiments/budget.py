@@ -259,7 +259,7 @@ def arm_ranges(profile: Profile, base: Path, work_dir: Path) -> tuple[Profile, s
     def measure() -> dict[str, Any]:
         ranged, ladder = evaluate_ladder(profile, base)
         return {"ops": {name: list(getattr(ranged.world, f"ops_{name}")) for name in RANGES},
-                "note": ladder["ranges"], "base_by_op": ladder["evaluation"]["by_op"]}
+                "note": ladder["ranges"]}
 
     found = stored(work_dir / "ranges.json", measure)
     return with_bands(profile, found["ops"]), found["note"]
@@ -301,7 +301,6 @@ def run(profile: Profile, work_dir: str | Path, units: int | None = None,
         "samples_per_problem": profile.evaluation.samples,
         "step_unit": step_unit(profile),
         "budget_units": units or BUDGET_UNITS[profile.name],
-        "ops": {name: list(profile.world.ops(name)) for name in RANGES},
         "ranges": ranges_note,
         "base": stored(work_dir / "base.json", lambda: evaluate_base(profile, base, problems)) if arms is None else None,
         "arms": arm_metrics,

@@ -217,7 +217,7 @@ def rl_mixture_problems(profile: Profile) -> list[Problem]:
 
 
 def transfer_eval_problems(profile: Profile) -> list[Problem]:
-    """Held-out problems of A and of B at every in-distribution op."""
+    """Held-out problems of each source context and of B at every in-distribution op."""
     ops = profile.world.ops("in_distribution")
     return [p for context in (*SOURCES, TARGET) for p in eval_problems(profile, ops, (context,))]
 

@@ -40,9 +40,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from cascadekit.evaluation.report import RANGES, error_taxonomy, evaluate, op_range
+from cascadekit.evaluation.report import RANGES, error_taxonomy, evaluate, ladder_problems, op_range
 from cascadekit.experiments.competence import calibrate
-from cascadekit.experiments.common import (eval_problems, load_model, passk_rows, rl_dataset, rl_problems,
+from cascadekit.experiments.common import (load_model, passk_rows, rl_dataset, rl_problems,
                                         run_from_command_line)
 from cascadekit.profiles import Profile, apply_overrides
 from cascadekit.rewards import strict_reward
@@ -92,11 +92,6 @@ def range_problems(profile: Profile, range_name: str, n: int | None = None) -> l
     return rl_problems(profile, [(c, (lo, hi), 1 / len(contexts)) for c in contexts], n or profile.rl.samples)
 
 
-def ladder_ops(profile: Profile) -> range:
-    """Every op from the first in-distribution op to the last hard one."""
-    return range(profile.world.ops_in_distribution[0], profile.world.ops_hard[1] + 1)
-
-
 def evaluate_ranges(model, tokenizer, profile: Profile) -> dict[str, Any]:
     """Process-verified pass@1 and pass@n per op range and per op, and the error taxonomy per range.
 
@@ -104,8 +99,7 @@ def evaluate_ranges(model, tokenizer, profile: Profile) -> dict[str, Any]:
     ``eval`` problems at every op; the sampling seed is the profile's, so every
     model is scored on the same problems with the same random stream.
     """
-    problems = eval_problems(profile, ladder_ops(profile), profile.world.contexts)
-    return summarize(evaluate(model, tokenizer, problems, profile), profile)
+    return summarize(evaluate(model, tokenizer, ladder_problems(profile), profile), profile)
 
 
 def summarize(records: Sequence[dict[str, Any]], profile: Profile) -> dict[str, Any]:
@@ -141,8 +135,7 @@ def evaluate_base(profile: Profile, checkpoint: Path, ranges: str | None = None)
     wall time and a sentence on where the ranges came from.
     """
     started = time.perf_counter()
-    problems = eval_problems(profile, ladder_ops(profile), profile.world.contexts)
-    records = evaluate(load_model(checkpoint), load_tokenizer(checkpoint), problems, profile)
+    records = evaluate(load_model(checkpoint), load_tokenizer(checkpoint), ladder_problems(profile), profile)
     n = profile.evaluation.samples
     source = ranges or RANGES_FROM.get(profile.name, "profile")
     ranged, note = calibrate(profile, passk_rows(records, n, by=("op",)), n, source)
