@@ -94,12 +94,25 @@ def test_an_interrupted_run_resumes_from_its_last_checkpoint(tokenizer, tmp_path
     assert [row[0] for row in log] == list(range(1, 9))  # the log before the interruption is kept
 
 
-def test_midtraining_continues_from_a_checkpoint(tokenizer, tmp_path):
+class _LearningRates(TrainerCallback):
+    def __init__(self):
+        self.seen: list[float] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "learning_rate" in logs:
+            self.seen.append(logs["learning_rate"])
+
+
+def test_midtraining_continues_from_a_checkpoint_at_the_base_final_learning_rate(tokenizer, tmp_path):
     pretrain(SMOKE, tokenizer, tmp_path / "pre", tmp_path / "run")
     before = AutoModelForCausalLM.from_pretrained(tmp_path / "pre")
-    log = midtrain(SMOKE, tmp_path / "pre", tmp_path / "mid", tmp_path / "run2", tokens=4 * 8 * 256)
+    rates = _LearningRates()
+    log = midtrain(SMOKE, tmp_path / "pre", tmp_path / "mid", tmp_path / "run2", tokens=4 * 8 * 256,
+                   callbacks=[rates])
     after = AutoModelForCausalLM.from_pretrained(tmp_path / "mid")
     assert [row[0] for row in log] == [1, 2, 3, 4]
+    final_pretrain_rate = SMOKE.pretrain.lr * SMOKE.pretrain.min_lr_ratio
+    assert rates.seen and max(rates.seen) == pytest.approx(final_pretrain_rate)
     assert not torch.equal(before.lm_head.weight, after.lm_head.weight)
     assert json.loads((tmp_path / "mid" / "loss_log.json").read_text()) == [list(r) for r in log]
 

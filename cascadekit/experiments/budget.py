@@ -27,6 +27,10 @@ Where the kit departs from the paper:
 - At the CPU scales the in-distribution, edge and hard ranges are measured on
   the base, as in chapter 04 (:func:`arm_ranges`): the toy model's edge lies
   inside its pretraining range.
+- Mid-training peaks at the learning rate where pretraining ended
+  (:func:`cascadekit.training.pretrain.midtrain_config`), the kit's choice: at
+  toy scale a restart at pretraining's peak left every mixed arm below both
+  pure arms (``data/results/06_fixed_budget/peak-lr/``).
 
 Run the toy reproduction (writes ``data/results/06_fixed_budget/``)::
 

@@ -5,7 +5,8 @@ only in the problem mixture and the starting point:
 
 - pretraining: the ``pretrain`` split, in-distribution ops, from random init;
 - mid-training: the ``midtrain`` split narrowed towards harder ops (by default
-  20% in-distribution, 80% edge), continuing from a pretrained checkpoint.
+  20% in-distribution, 80% edge), continuing from a pretrained checkpoint, with
+  its schedule starting where pretraining's ended (:func:`midtrain_config`).
 
 The token budget in the profile fixes the number of optimizer steps
 (``tokens // (batch_size * seq_len)``); the schedule is cosine with a floor
@@ -21,6 +22,7 @@ Chapter 03 shows the committed toy run under ``data/results/03_pretraining/``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -199,10 +201,11 @@ def _save_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, log:
 
 def run_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
               mixture: Mapping[str, float], split: str, tokens: int, run_dir: Path,
-              callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
+              callbacks: Sequence[TrainerCallback] = (),
+              cfg: PretrainConfig | None = None) -> list[tuple[int, int, float]]:
     """Build one stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``."""
     blocks = training_blocks(profile, tokenizer, mixture, split, tokens)
-    log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks)
+    log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks, cfg=cfg)
     _save_stage(model, tokenizer, log, dest)
     shutil.rmtree(run_dir, ignore_errors=True)
     return log
@@ -216,6 +219,18 @@ def pretrain(profile: Profile, tokenizer: PreTrainedTokenizerBase, dest: Path, r
                      profile.pretrain.tokens, run_dir, callbacks)
 
 
+def midtrain_config(cfg: PretrainConfig) -> PretrainConfig:
+    """Mid-training's optimizer settings: pretraining's, with the peak learning rate where its schedule ended.
+
+    Mid-training continues a converged model, so its warmup climbs only to
+    ``lr * min_lr_ratio`` (then decays by the same cosine to a tenth of that).
+    Restarting at pretraining's peak, ten times higher, is a jolt: in chapter
+    06's first toy run a short mid-training at the peak rate left every mixed arm
+    below both pure arms (kept in ``data/results/06_fixed_budget/peak-lr/``).
+    """
+    return dataclasses.replace(cfg, lr=cfg.lr * cfg.min_lr_ratio)
+
+
 def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, tokens: int,
              mixture: Mapping[str, float] = MIDTRAIN_MIXTURE,
              callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
@@ -224,7 +239,8 @@ def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, toke
 
     tokenizer = load_tokenizer(checkpoint)
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
-    return run_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks)
+    return run_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
+                     cfg=midtrain_config(profile.pretrain))
 
 
 def tokenizer_key(profile: Profile) -> str:
