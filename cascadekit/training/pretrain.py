@@ -223,7 +223,7 @@ def midtrain_config(cfg: PretrainConfig) -> PretrainConfig:
     """Mid-training's optimizer settings: pretraining's, with the peak learning rate where its schedule ended.
 
     Mid-training continues a converged model, so its warmup climbs only to
-    ``lr * min_lr_ratio`` (then decays by the same cosine to a tenth of that).
+    ``lr * min_lr_ratio`` (then decays by the same cosine to ``min_lr_ratio`` of that).
     Restarting at pretraining's peak, ten times higher, is a jolt: in chapter
     06's first toy run a short mid-training at the peak rate left every mixed arm
     below both pure arms (kept in ``data/results/06_fixed_budget/peak-lr/``).
