@@ -16,9 +16,9 @@ Toy mapping: the source contexts (:data:`SOURCES`: A and C, where the paper
 has A alone) cover the profile's in-distribution ops (2-5 at toy scale, the
 paper's 2-20), B only op 2; RL and evaluation cover the same ops. Exposure is
 counted in **tokens**, as in the paper: ``b`` is B's share of the packed
-pretraining tokens, so an 8M-token corpus at 0.1% holds about 8,000 B tokens
-(some 130 op-2 B problems). Four pretraining runs are expensive on a CPU,
-so the toy run gives each half the base's pretraining budget (:data:`CHAPTER_OVERRIDES`).
+pretraining tokens, so the toy 16M-token corpus at 0.1% holds about 16,000 B tokens
+(some 260 op-2 B problems). Each variant gets the base's full pretraining budget;
+half of it was too little (:data:`CHAPTER_OVERRIDES`).
 
 Run the toy reproduction (writes ``data/results/05_context_transfer/``)::
 
@@ -60,13 +60,14 @@ RUN_ORDER = (0.0, 0.1, 0.01, 0.001)  #: the sharpest contrast first, so a cut-sh
 RL_SHARE_B = 0.5  #: the RL mixture: half the sources, half B, over the whole op range
 
 #: Per-scale settings of this chapter, applied over the profile (a user's overrides win).
-#: Toy: half the base's pretraining budget (8M tokens instead of 16M) for each of the four
-#: pretraining runs, about 20 minutes each on 2 cores; by 8M tokens chapter 03's base had
-#: passed the knee of its loss curve (0.44 against 0.40 at 16M). RL: 32 steps of 8 prompts
-#: x 8 rollouts at twice the profile's learning rate, as in chapters 04 and 07; evaluation:
-#: 8 problems per op x 8 samples (pass@8 stands for the paper's pass@128).
+#: Toy: the profile's pretraining budget (16M tokens, chapter 03's base) for each of the four
+#: variants, about 55 minutes each on one of 2 cores. Half that budget (8M) was tried first and
+#: showed no transfer for any exposure: the sources themselves were too weak beyond op 2 to give
+#: B a composition to borrow (kept in ``data/results/05_context_transfer/8M-tokens``). RL: 32
+#: steps of 8 prompts x 8 rollouts at twice the profile's learning rate, as in chapters 04 and
+#: 07; evaluation: 16 problems per op x 32 samples (pass@32 stands for the paper's pass@128).
 CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
-    "toy": {"pretrain.tokens": 8_000_000, "evaluation.problems_per_op": 8, "evaluation.samples": 8,
+    "toy": {"evaluation.problems_per_op": 16, "evaluation.samples": 32,
             "rl.samples": 256, "rl.prompts_per_step": 8, "rl.lr": 1e-4},
 }
 
