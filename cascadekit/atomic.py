@@ -1,0 +1,62 @@
+"""Atomic file writes: a finished file is either the old one or the whole new one.
+
+Every file the kit writes (JSONL, metrics, results, manifests, summaries) goes
+through :func:`atomic_open`: the data is written to a hidden temporary file in the
+same folder, flushed to disk, and renamed over the target. A run killed mid-write
+(``kill -9``, a full disk) leaves the previous file intact and at worst a stray
+``.NAME.*.tmp`` beside it, never half a file under the real name.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "same_file"]
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary file beside ``path``; on a clean exit it replaces ``path``.
+
+    ``mode`` is ``"w"`` (text) or ``"wb"`` (bytes). The parent folder is created.
+    If the block raises, the temporary file is removed and ``path`` is untouched.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files: mode must be 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with open(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any, indent: int | None = 1) -> None:
+    """Write ``data`` as JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name the same file (through links and ``..``); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
