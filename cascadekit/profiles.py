@@ -12,11 +12,18 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
+import numbers
+import typing
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
+
+from cascadekit.world.contexts import CONTEXTS
+from cascadekit.world.graph import MAX_OP, MIN_OP
+from cascadekit.world.render import STYLES
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,149 @@ _SECTIONS = {
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
 
+# --- validation ---------------------------------------------------------------------
+#
+# Every value, from profiles.yaml, a notebook's ``overrides`` dict or a CLI
+# ``--set``, is checked against its field's declared type *exactly* (an int field
+# takes an int, never 1.5, True or "3"; a tuple field takes a list or tuple, never
+# a string, which Python would happily split into characters) and then against the
+# field's rule below. Nothing is coerced silently: a wrong value is a ProfileError
+# naming the key, before any work starts.
+
+#: The largest integer a field may hold: everything the kit sizes must fit an int64 (torch, Arrow).
+MAX_INT = 2**63 - 1
+#: The longest string (or override text) a field takes: names and descriptions, not data.
+MAX_TEXT = 1000
+DEVICES = ("cpu", "cuda")
+#: ``bfloat16`` trains in bf16 where the device supports it; anything else would silently run in float32.
+DTYPES = ("float32", "bfloat16")
+BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
+ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.models._ARCHITECTURES
+
+
+def _positive(v: Any) -> bool:
+    return v > 0
+
+
+def _non_negative(v: Any) -> bool:
+    return v >= 0
+
+
+def _fraction(v: Any) -> bool:
+    return 0 <= v <= 1
+
+
+def _one_of(*names: str) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v in names), f"one of {', '.join(names)}"
+
+
+def _op_range(v: tuple[int, int]) -> bool:
+    return MIN_OP <= v[0] <= v[1] <= MAX_OP
+
+
+def _contexts(v: tuple[str, ...]) -> bool:
+    return len(v) > 0 and all(c in CONTEXTS for c in v)
+
+
+_POSITIVE = (_positive, "> 0")
+_NON_NEGATIVE = (_non_negative, ">= 0")
+_FRACTION = (_fraction, "from 0 to 1")
+_OPS = (_op_range, f"an op range [lo, hi] with {MIN_OP} <= lo <= hi <= {MAX_OP}")
+
+#: The rule each field must meet beyond its type. ``>= 0`` only where 0 has a meaning:
+#: no pretraining / no base tokens / no SFT tasks (the full scale starts from released
+#: weights), no KL penalty, no weight decay, no warmup, a schedule that decays to 0, and
+#: ``pretrain.problems`` 0 = enough problems to fill the token budget once.
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "device": _one_of(*DEVICES), "dtype": _one_of(*DTYPES), "seed": _NON_NEGATIVE,
+    "world.rendering": _one_of(*STYLES), "world.ops_in_distribution": _OPS, "world.ops_edge": _OPS,
+    "world.ops_hard": _OPS, "world.contexts": (_contexts, f"a non-empty list of contexts from {', '.join(CONTEXTS)}"),
+    "tokenizer.vocab_size": _POSITIVE, "tokenizer.corpus_problems": _NON_NEGATIVE,
+    **{f"model.{k}": _POSITIVE for k in ("layers", "hidden", "intermediate", "heads", "kv_heads",
+                                         "rope_theta", "max_positions")},
+    "model.architecture": _one_of(*ARCHITECTURES),
+    "pretrain.tokens": _NON_NEGATIVE, "pretrain.seq_len": _POSITIVE, "pretrain.batch_size": _POSITIVE,
+    "pretrain.lr": _POSITIVE, "pretrain.warmup_ratio": _FRACTION, "pretrain.min_lr_ratio": _FRACTION,
+    "pretrain.weight_decay": _NON_NEGATIVE, "pretrain.max_grad_norm": _POSITIVE,
+    "pretrain.save_steps": _POSITIVE, "pretrain.problems": _NON_NEGATIVE,
+    **{f"evaluation.{k}": _POSITIVE for k in ("problems_per_op", "samples", "temperature",
+                                              "max_new_tokens", "batch_size")},
+    "evaluation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "evaluation.backend": _one_of(*BACKENDS),
+    **{f"rl.{k}": _POSITIVE for k in ("samples", "group_size", "temperature", "lr", "prompts_per_step",
+                                      "max_completion_length")},
+    "rl.kl_beta": _NON_NEGATIVE,
+    "sft.base_tokens": _NON_NEGATIVE, "sft.stage1_tasks": _NON_NEGATIVE, "sft.stage2_tasks": _NON_NEGATIVE,
+    **{f"sft.{k}": _POSITIVE for k in ("stage1_seq_len", "stage2_seq_len", "epochs", "lr", "batch_size",
+                                       "eval_tasks", "max_new_tokens")},
+}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _field_type(key: str) -> Any:
+    """The declared type of a dotted key (``model.hidden`` -> int); ProfileError for unknown keys."""
+    section, _, fname = key.partition(".")
+    if not fname:
+        if section not in _TOP_LEVEL:
+            raise ProfileError(f"unknown profile field {key!r}; top-level fields: {sorted(_TOP_LEVEL)}")
+        return typing.get_type_hints(Profile)[section]
+    if section not in _SECTIONS:
+        raise ProfileError(f"unknown profile section {section!r} in {key!r}; sections: {sorted(_SECTIONS)}")
+    hints = typing.get_type_hints(_SECTIONS[section])
+    if fname not in hints:
+        raise ProfileError(f"unknown field {fname!r} in section {section!r}; known: {list(hints)}")
+    return hints[fname]
+
+
+_TYPE_NAMES = {int: "integers", str: "strings", float: "numbers", bool: "booleans"}
+
+
+def _typed(value: Any, hint: Any) -> tuple[Any, str]:
+    """``(value as the field stores it, "")`` when ``value`` has type ``hint`` exactly, else ``(None, what was expected)``."""
+    if hint is bool:
+        return (value, "") if isinstance(value, bool) else (None, "true or false")
+    if hint is int:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(value) <= MAX_INT
+        return (int(value), "") if ok else (None, "an integer (at most 2**63 - 1 in size)")
+    if hint is float:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        try:
+            ok = ok and math.isfinite(float(value))
+        except OverflowError:  # an int too large for a float
+            ok = False
+        return (float(value), "") if ok else (None, "a finite number")
+    if hint is str:
+        ok = isinstance(value, str) and len(value) <= MAX_TEXT
+        return (value, "") if ok else (None, f"a string of at most {MAX_TEXT} characters")
+    if typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        item_hints = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis and isinstance(value, (list, tuple)) else list(args)
+        what = "a list of " + (f"{len(args)} " if args[-1] is not Ellipsis else "") + \
+            " and ".join(dict.fromkeys(_TYPE_NAMES[a] for a in args if a is not Ellipsis))
+        if not isinstance(value, (list, tuple)) or len(value) != len(item_hints):
+            return None, what
+        items = [_typed(v, h) for v, h in zip(value, item_hints)]
+        return (tuple(v for v, _ in items), "") if all(not e for _, e in items) else (None, what)
+    raise TypeError(f"no validation for fields of type {hint!r}")  # pragma: no cover - a new field type
+
+
+def check_value(key: str, value: Any) -> Any:
+    """``value`` for the dotted ``key`` as the profile stores it; ProfileError naming the key otherwise.
+
+    >>> check_value("world.ops_edge", [4, 6])
+    (4, 6)
+    """
+    typed, expected = _typed(value, _field_type(key))
+    if expected:
+        raise ProfileError(f"{key}={_short(value)}: expected {expected}")
+    rule, what = _RULES.get(key, (None, ""))
+    if rule is not None and not rule(typed):
+        raise ProfileError(f"{key}={_short(value)}: must be {what}")
+    return typed
+
 
 def _raw_profiles() -> dict[str, dict[str, Any]]:
     text = resources.files("cascadekit").joinpath("profiles.yaml").read_text()
@@ -183,38 +333,15 @@ def profile_names() -> list[str]:
     return list(_raw_profiles())
 
 
-def _coerce(value: Any, like: Any, key: str) -> Any:
-    """Convert an override (often a string from the CLI) to the type of the default."""
-    try:
-        if isinstance(like, bool):
-            if isinstance(value, str):
-                if value.lower() not in {"true", "false", "1", "0"}:
-                    raise ValueError(value)
-                return value.lower() in {"true", "1"}
-            return bool(value)
-        if isinstance(like, int):
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) else int(value)
-        if isinstance(like, float):
-            return float(value)
-        if isinstance(like, tuple):
-            items = json.loads(value) if isinstance(value, str) else value
-            return tuple(items)
-        return str(value)
-    except (TypeError, ValueError) as err:
-        raise ProfileError(f"{key}={value!r}: expected a value like {like!r}") from err
-
-
-def _build_section(cls: type, values: Mapping[str, Any], where: str) -> Any:
+def _build_section(cls: type, values: Mapping[str, Any], where: str, section: str) -> Any:
     names = {f.name for f in fields(cls)}
     unknown = set(values) - names
     if unknown:
         raise ProfileError(f"unknown field(s) {sorted(unknown)} in {where}; known: {sorted(names)}")
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     try:
+        kwargs = {k: check_value(f"{section}.{k}", v) for k, v in values.items()}
         return cls(**kwargs)
-    except TypeError as err:
+    except (TypeError, ProfileError) as err:
         raise ProfileError(f"{where}: {err}") from err
 
 
@@ -225,47 +352,69 @@ def load_profile(name: str, overrides: Mapping[str, Any] | None = None) -> Profi
     64
     """
     raw = _raw_profiles()
-    if name not in raw:
+    if not isinstance(name, str) or name not in raw:
         raise ProfileError(f"unknown scale profile {name!r}; choose one of {sorted(raw)}")
     base = {"name": name, "seed": 0, **raw[name]}
+    try:
+        top = {k: check_value(k, base[k]) for k in ("description", "device", "dtype", "seed")}
+    except ProfileError as err:
+        raise ProfileError(f"profile {name}: {err}") from err
     profile = Profile(
         name=name,
-        description=base["description"],
-        device=base["device"],
-        dtype=base["dtype"],
-        seed=int(base["seed"]),
-        **{s: _build_section(cls, base[s], f"profile {name}.{s}") for s, cls in _SECTIONS.items()},
+        **top,
+        **{s: _build_section(cls, base[s], f"profile {name}.{s}", s) for s, cls in _SECTIONS.items()},
     )
     return apply_overrides(profile, overrides or {})
 
 
 def apply_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
-    """Return a copy of ``profile`` with ``{"section.field": value}`` overrides applied."""
+    """Return a copy of ``profile`` with ``{"section.field": value}`` overrides applied.
+
+    Each value must already have the field's type (see :func:`check_value`); text
+    from a command line goes through :func:`parse_overrides` first.
+    """
     for key, value in overrides.items():
+        if not isinstance(key, str):
+            raise ProfileError(f"override key {_short(key)} is not a string")
+        new_value = check_value(key, value)
         section, _, fname = key.partition(".")
         if not fname:
-            if section not in _TOP_LEVEL:
-                raise ProfileError(f"unknown profile field {key!r}; top-level fields: {sorted(_TOP_LEVEL)}")
-            profile = dataclasses.replace(profile, **{section: _coerce(value, getattr(profile, section), key)})
+            profile = dataclasses.replace(profile, **{section: new_value})
             continue
-        if section not in _SECTIONS:
-            raise ProfileError(f"unknown profile section {section!r} in {key!r}; sections: {sorted(_SECTIONS)}")
         current = getattr(profile, section)
-        if fname not in {f.name for f in fields(current)}:
-            raise ProfileError(f"unknown field {fname!r} in section {section!r}; known: {[f.name for f in fields(current)]}")
-        new_value = _coerce(value, getattr(current, fname), key)
         profile = dataclasses.replace(profile, **{section: dataclasses.replace(current, **{fname: new_value})})
     return profile
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, str]:
-    """Turn CLI ``key=value`` strings into an overrides mapping."""
-    out: dict[str, str] = {}
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """Turn CLI ``key=value`` strings into an overrides mapping with typed values.
+
+    The text is read by the field's declared type: a string field takes it as
+    written; any other field reads it as a JSON literal (``64``, ``0.5``,
+    ``true``, ``[4, 6]``, ``["A", "B"]``), which :func:`apply_overrides` then
+    checks exactly, so ``model.hidden=1.5`` or ``world.contexts=AB`` are errors,
+    not a silent 1 or ``("A", "B")``.
+
+    >>> parse_overrides(["model.hidden=64", "world.ops_edge=[4, 6]", "model.pretrained=Qwen/Qwen3-8B-Base"])
+    {'model.hidden': 64, 'world.ops_edge': [4, 6], 'model.pretrained': 'Qwen/Qwen3-8B-Base'}
+    """
+    out: dict[str, Any] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
+        key, sep, text = pair.partition("=")
+        key, text = key.strip(), text.strip()
         if not sep or not key:
-            raise ProfileError(f"override {pair!r} is not of the form section.field=value")
-        out[key.strip()] = value.strip()
+            raise ProfileError(f"override {_short(pair)} is not of the form section.field=value")
+        if len(text) > MAX_TEXT:
+            raise ProfileError(f"{key}: value longer than {MAX_TEXT} characters")
+        if _field_type(key) is str:
+            out[key] = text
+            continue
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON; ValueError also for > 4300-digit integers
+            value = text  # reported by check_value as the wrong type
+        check_value(key, value)
+        out[key] = value
     return out
 
 
