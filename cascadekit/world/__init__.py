@@ -12,11 +12,13 @@ corpora and mixtures.
 
 from cascadekit.world.contexts import CONTEXTS
 from cascadekit.world.corpus import (
+    MAX_PROBLEMS,
     SPLITS,
     Mixture,
     MixtureComponent,
     generate_problem,
     generate_problems,
+    iter_problems,
     read_jsonl,
     sample_mixture,
     split_of,
@@ -26,7 +28,7 @@ from cascadekit.world.graph import MAX_OP, MIN_OP
 from cascadekit.world.render import STYLES, GoldNode, Problem, normalize_name
 
 __all__ = [
-    "CONTEXTS", "MAX_OP", "MIN_OP", "SPLITS", "STYLES", "GoldNode", "Mixture", "MixtureComponent",
-    "Problem", "generate_problem", "generate_problems", "normalize_name", "read_jsonl",
+    "CONTEXTS", "MAX_OP", "MAX_PROBLEMS", "MIN_OP", "SPLITS", "STYLES", "GoldNode", "Mixture", "MixtureComponent",
+    "Problem", "generate_problem", "generate_problems", "iter_problems", "normalize_name", "read_jsonl",
     "sample_mixture", "split_of", "write_jsonl",
 ]

@@ -23,14 +23,19 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
+from cascadekit.atomic import atomic_open
 from cascadekit.world.contexts import context_id
 from cascadekit.world.graph import check_op, sample_graph
 from cascadekit.world.render import Problem, check_style, render_problem
 
 SPLITS = ("pretrain", "midtrain", "rl", "eval")
 MAX_DRAWS_PER_PROBLEM = 1000
+#: The most problems one call may ask for: 10**8 is about 17 hours of generation at
+#: ~1,600 problems/s and ~15 GB of deduplication keys; beyond it, use several seeds.
+MAX_PROBLEMS = 100_000_000
+MAX_SEED = 2**63 - 1
 
 
 def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "full") -> Problem:
@@ -78,9 +83,8 @@ def _derived_seed(*parts: object) -> int:
 
 
 def _generate(slots: list[tuple[int, str]], n: int, seed: int, split: str, style: str,
-              seen: set[str]) -> list[Problem]:
+              seen: set[str]) -> Iterator[Problem]:
     """``n`` new problems cycling through (op, context) ``slots``; ``seen`` keys are skipped and grown."""
-    problems: list[Problem] = []
     draw = itertools.count()
     for index in range(n):
         op, context = slots[index % len(slots)]
@@ -90,12 +94,60 @@ def _generate(slots: list[tuple[int, str]], n: int, seed: int, split: str, style
                 break
         else:
             raise ValueError(
-                f"could not draw {n} distinct {split} problems: after {len(problems)}, "
+                f"could not draw {n} distinct {split} problems: after {index}, "
                 f"{MAX_DRAWS_PER_PROBLEM} draws at op={op}, context={context} found nothing new; "
                 f"ask for fewer than n={n} or widen the op range")
         seen.add(problem.key)
-        problems.append(problem)
-    return problems
+        yield problem
+
+
+def check_count(n: object, name: str = "n") -> int:
+    """``n`` if it is an int from 0 to :data:`MAX_PROBLEMS`; ValueError otherwise."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_PROBLEMS:
+        raise ValueError(f"{name} must be an integer from 0 to {MAX_PROBLEMS:,}, got {n!r}")
+    return n
+
+
+def _check_seed(seed: object) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_SEED:
+        raise ValueError(f"seed must be an integer of at most 2**63 - 1 in size, got {seed!r}")
+
+
+def _checked_ops(ops: Iterable[int]) -> list[int]:
+    """The distinct ops, sorted, each checked *before* anything is built from them.
+
+    A ``range`` is checked by its ends, so ``range(2, 10**9)`` fails at once
+    instead of materializing a billion ints; any other iterable fails at its first
+    op out of range.
+    """
+    if isinstance(ops, range) and ops.step == 1 and len(ops):
+        check_op(ops[0])
+        check_op(ops[-1])
+    checked: set[int] = set()
+    for op in ops:
+        check_op(op)
+        checked.add(op)
+    return sorted(checked)
+
+
+def iter_problems(ops: Iterable[int] = range(2, 11), contexts: Iterable[str] | str = ("A",),
+                  n: int = 1000, seed: int = 0, split: str = "pretrain",
+                  style: str = "full") -> Iterator[Problem]:
+    """Like :func:`generate_problems`, one problem at a time (a corpus too big to hold in memory).
+
+    Every argument is checked when this is called, before the first problem is drawn.
+    """
+    ops = _checked_ops(ops)
+    contexts = [contexts] if isinstance(contexts, str) else list(contexts)
+    if not ops or not contexts:
+        raise ValueError("need at least one op and one context")
+    contexts = list(dict.fromkeys(context_id(c) for c in contexts))
+    check_style(style)
+    _check_split(split)
+    check_count(n)
+    _check_seed(seed)
+    slots = [(op, c) for c in contexts for op in ops]
+    return _generate(slots, n, seed, split, style, set())
 
 
 def generate_problems(ops: Iterable[int] = range(2, 11), contexts: Iterable[str] | str = ("A",),
@@ -105,19 +157,7 @@ def generate_problems(ops: Iterable[int] = range(2, 11), contexts: Iterable[str]
 
     Deterministic in all arguments; disjoint from every other split's problems.
     """
-    ops = sorted(set(ops))
-    contexts = [contexts] if isinstance(contexts, str) else list(contexts)
-    if not ops or not contexts:
-        raise ValueError("need at least one op and one context")
-    for op in ops:
-        check_op(op)
-    contexts = list(dict.fromkeys(context_id(c) for c in contexts))
-    check_style(style)
-    _check_split(split)
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    slots = [(op, c) for c in contexts for op in ops]
-    return _generate(slots, n, seed, split, style, set())
+    return list(iter_problems(ops, contexts, n, seed, split, style))
 
 
 @dataclass(frozen=True)
@@ -170,6 +210,8 @@ def sample_mixture(mixture: Mixture, n: int, seed: int = 0, split: str = "pretra
     """``n`` distinct problems drawn from a mixture, shuffled, deterministic in the seed."""
     check_style(style)
     _check_split(split)
+    check_count(n)
+    _check_seed(seed)
     seen: set[str] = set()
     problems: list[Problem] = []
     for index, (component, count) in enumerate(zip(mixture.components, mixture.counts(n))):
@@ -181,10 +223,13 @@ def sample_mixture(mixture: Mixture, n: int, seed: int = 0, split: str = "pretra
 
 
 def write_jsonl(problems: Iterable[Problem], path: str | Path) -> Path:
-    """One problem per line, gold graph included."""
+    """One problem per line, gold graph included, streamed from ``problems``.
+
+    Written atomically (:func:`cascadekit.atomic.atomic_open`): if the iterable
+    raises or the process is killed midway, ``path`` keeps its previous content.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
+    with atomic_open(path, "w") as fh:
         for problem in problems:
             fh.write(json.dumps(problem.to_dict()) + "\n")
     return path

@@ -122,13 +122,40 @@ class Problem:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Problem:
-        nodes = tuple(GoldNode(str(n["name"]), tuple(str(p) for p in n["parents"]), int(n["value"]))
-                      for n in d["nodes"])
-        seed = d.get("seed")
-        return cls(op=int(d["op"]), context=str(d["context"]), style=str(d["style"]),
-                   problem_text=str(d["problem_text"]), question=str(d["question"]),
-                   solution_text=str(d["solution_text"]), answer=int(d["answer"]), nodes=nodes,
-                   seed=None if seed is None else int(seed))
+        """The inverse of :meth:`to_dict`; ValueError naming the field for a malformed record.
+
+        Types are checked, not coerced: a record is data from a file, possibly
+        hostile, and a gold value of ``"12"`` or ``12.5`` is a broken record.
+        """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a problem record is a JSON object, not {type(d).__name__}")
+        try:
+            nodes = d["nodes"]
+            if not isinstance(nodes, list) or not all(isinstance(n, Mapping) for n in nodes):
+                raise ValueError("'nodes' must be a list of objects")
+            gold = tuple(GoldNode(_field(n, "name", str), tuple(_strings(n["parents"], "parents")),
+                                  _field(n, "value", int)) for n in nodes)
+            seed = d.get("seed")
+            return cls(op=_field(d, "op", int), context=_field(d, "context", str), style=_field(d, "style", str),
+                       problem_text=_field(d, "problem_text", str), question=_field(d, "question", str),
+                       solution_text=_field(d, "solution_text", str), answer=_field(d, "answer", int),
+                       nodes=gold, seed=None if seed is None else _field(d, "seed", int))
+        except KeyError as err:
+            raise ValueError(f"missing field {err}") from None
+
+
+def _field(d: Mapping[str, Any], key: str, kind: type) -> Any:
+    value = d[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"field {key!r} must be {'an integer' if kind is int else 'a string'}, "
+                         f"got {type(value).__name__}")
+    return value
+
+
+def _strings(values: Any, key: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"field {key!r} must be a list of strings")
+    return values
 
 
 def _digest(text: str) -> str:
