@@ -145,3 +145,18 @@ def test_the_command_line_writes_metrics_and_figures(tmp_path, monkeypatch):
     assert metrics["pretrain_tokens"] == 20000 and metrics["vocab_size"] <= 400 and metrics["loss_log"]
     assert {r["op"] for r in metrics["ladder"]} == {2, 3, 4, 5}
     assert (tmp_path / "out" / "ladder.png").exists()
+
+
+def test_a_checkpoint_cut_mid_save_is_skipped_and_training_resumes_from_the_previous_one(tokenizer, tmp_path):
+    """Weights but no trainer_state.json (a kill mid-save) used to crash every later resume."""
+    short = load_profile("smoke", {"pretrain.tokens": 4 * 8 * 256, "pretrain.save_steps": 1})
+    blocks = training_blocks(short, tokenizer, {"in_distribution": 1.0}, "pretrain", short.pretrain.tokens)
+    with pytest.raises(KeyboardInterrupt):
+        train_lm(build_model(short.model, tokenizer), blocks, short, tmp_path, callbacks=[_Interrupt(3)])
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    (tmp_path / "checkpoint-3" / "trainer_state.json").unlink()
+    steps = _Steps()
+    with pytest.warns(UserWarning, match="checkpoint-3: no trainer_state.json"):
+        log = train_lm(build_model(short.model, tokenizer), blocks, short, tmp_path, callbacks=[steps])
+    assert steps.seen == [3, 4]
+    assert [row[0] for row in log] == [1, 2, 3, 4]

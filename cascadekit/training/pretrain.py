@@ -11,7 +11,10 @@ only in the problem mixture and the starting point:
 The token budget in the profile fixes the number of optimizer steps
 (``tokens // (batch_size * seq_len)``); the schedule is cosine with a floor
 (``cosine_with_min_lr``), after a linear warmup. An interrupted run resumes
-from its last Trainer checkpoint.
+from its last good Trainer checkpoint (:func:`resume_checkpoint`): a checkpoint
+cut mid-save (weights but no ``trainer_state.json``, a truncated safetensors
+file) is skipped with a warning and moved aside as ``damaged-checkpoint-N``, and
+the previous good one is used; with none good, training starts afresh.
 
 Run the toy measurement with::
 
@@ -25,10 +28,14 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import random
+import re
 import shutil
 import sys
 import time
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -41,7 +48,6 @@ from transformers import (
     TrainingArguments,
     default_data_collator,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.models import build_model, count_parameters
@@ -171,10 +177,124 @@ def loss_log(log_history: list[dict], tokens_per_step: int) -> list[tuple[int, i
     return [(e["step"], e["step"] * tokens_per_step, e["loss"]) for e in log_history if "loss" in e]
 
 
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+TRAINER_STATE = "trainer_state.json"
+_MAX_HEADER = 100 << 20  # safetensors' own limit on the JSON header
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why the safetensors file ``path`` is unusable (bad or truncated header, data cut short), or None."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            if size < 8:
+                return f"{path.name} is shorter than a safetensors header"
+            length = int.from_bytes(fh.read(8), "little")
+            if length > min(size - 8, _MAX_HEADER):
+                return f"{path.name} is truncated (its header runs past the end of the file)"
+            header = json.loads(fh.read(length))
+        if not isinstance(header, dict):
+            return f"{path.name} has a header that is not a JSON object"
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        return f"{path.name} has an unreadable header ({type(err).__name__})"
+    if 8 + length + end > size:
+        return f"{path.name} is truncated ({size} bytes, its tensors end at {8 + length + end})"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """Why a ``torch.save`` file (a zip archive) is unusable, or None; its end record is gone if it was cut short."""
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (OSError, zipfile.BadZipFile, ValueError) as err:
+        return f"{path.name} is truncated or not a torch.save archive ({type(err).__name__})"
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why the Trainer checkpoint ``folder`` cannot be resumed from, or None if it looks whole.
+
+    A checkpoint must hold a readable ``trainer_state.json`` (written last by the
+    Trainer, so its absence means the save was cut short) and its weights: a
+    ``model.safetensors`` whose header is intact and whose tensors fit in the file,
+    a sharded ``model.safetensors.index.json`` with every shard intact, or a
+    ``pytorch_model.bin`` archive. Optimizer, scheduler and RNG states, if present,
+    must be whole archives.
+    """
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return "not a folder"
+    state = folder / TRAINER_STATE
+    if not state.is_file():
+        return f"no {TRAINER_STATE} (the save was cut short)"
+    try:
+        data = json.loads(state.read_bytes())
+        if not isinstance(data, dict) or not isinstance(data.get("global_step"), int):
+            return f"{TRAINER_STATE} has no integer global_step"
+    except (OSError, ValueError) as err:
+        return f"{TRAINER_STATE} is unreadable ({type(err).__name__})"
+    single, index, legacy = folder / "model.safetensors", folder / "model.safetensors.index.json", folder / "pytorch_model.bin"
+    if single.is_file():
+        problem = _safetensors_problem(single)
+    elif index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_bytes())["weight_map"].values()))
+            if not shards or not all(isinstance(s, str) and "/" not in s and s not in ("", ".", "..") for s in shards):
+                raise ValueError("bad shard names")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            return f"{index.name} is unreadable ({type(err).__name__})"
+        missing = [s for s in shards if not (folder / s).is_file()]
+        problem = (f"shard {missing[0]} is missing" if missing
+                   else next(filter(None, (_safetensors_problem(folder / s) for s in shards)), None))
+    elif legacy.is_file():
+        problem = _torch_file_problem(legacy)
+    else:
+        return "no model weights (the save was cut short)"
+    if problem:
+        return problem
+    for name in ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth"):
+        if (folder / name).is_file() and (problem := _torch_file_problem(folder / name)):
+            return problem
+    return None
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The newest ``checkpoint-N`` in ``run_dir`` that :func:`checkpoint_problem` accepts, or None to start afresh.
+
+    Each damaged checkpoint newer than it is reported with a warning and renamed
+    ``damaged-checkpoint-N``, so that neither this nor the Trainer's rotation of old
+    checkpoints (``save_total_limit``) picks it up again.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return None
+    found = sorted(((int(m.group(1)), p) for p in run_dir.iterdir()
+                    if (m := _CHECKPOINT.fullmatch(p.name)) and p.is_dir()), reverse=True)
+    for _, folder in found:
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder
+        aside = folder.with_name(f"damaged-{folder.name}")
+        try:
+            if aside.is_dir() and not aside.is_symlink():
+                shutil.rmtree(aside)
+            elif aside.exists() or aside.is_symlink():
+                aside.unlink()
+            os.replace(folder, aside)
+            where = f"moved to {aside.name}"
+        except OSError as err:
+            where = f"could not be moved aside ({err})"
+        warnings.warn(f"skipping damaged checkpoint {folder}: {problem}; {where}", stacklevel=3)
+    if found:
+        warnings.warn(f"no usable checkpoint in {run_dir}: training starts afresh", stacklevel=3)
+    return None
+
+
 def train_lm(model: PreTrainedModel, blocks: torch.Tensor, profile: Profile, run_dir: Path,
              tokens: int | None = None, callbacks: Sequence[TrainerCallback] = (),
              cfg: PretrainConfig | None = None) -> list[tuple[int, int, float]]:
-    """Train ``model`` on packed ``blocks`` for a token budget; resume from ``run_dir``'s last checkpoint.
+    """Train ``model`` on packed ``blocks`` for a token budget; resume from ``run_dir``'s last good checkpoint.
 
     Returns the loss log. ``tokens`` defaults to ``profile.pretrain.tokens``.
     """
@@ -189,7 +309,8 @@ def train_lm(model: PreTrainedModel, blocks: torch.Tensor, profile: Profile, run
         data_collator=default_data_collator,
         callbacks=list(callbacks),
     )
-    trainer.train(resume_from_checkpoint=get_last_checkpoint(str(run_dir)))
+    resume = resume_checkpoint(run_dir)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return loss_log(trainer.state.log_history, tokens_per_step)
 
 
