@@ -3,26 +3,65 @@
 A notebook that needs a pretrained checkpoint asks ``get_or_build("pretrain",
 profile.hash(...), builder)``: it gets the cached folder, or the builder runs
 once and its output is stored. The cache lives in ``$CASCADEKIT_CACHE`` or
-``~/.cache/cascadekit``.
+``~/.cache/cascadekit``; entry ``stage/key`` is the folder ``<root>/<stage>/<key>``.
 
-Writing is atomic: the builder fills a temporary folder beside the target, a
-manifest listing every file's sha256 is written last, and the folder is renamed
-into place. An entry without a manifest, with a missing file or with a hash
-mismatch (a truncated safetensors file, an edit by hand) is never used: it is
-reported with a warning, deleted and rebuilt.
+Writing is atomic: the builder fills a temporary folder ``.<key>.XXXXXXXX``
+beside the target, a manifest listing every file's sha256 is written last (itself
+to a temporary name, then renamed), and the folder is renamed into place. An
+entry is used only if it passes :func:`verify`; anything else is reported with
+a warning, deleted and rebuilt:
+
+- no manifest, a listed file missing, or a sha256 mismatch (a truncated
+  safetensors file, an edit by hand);
+- a manifest that is not valid JSON, or valid JSON of the wrong shape: it must
+  be an object with ``stage`` and ``key`` equal to the entry's, and ``files``
+  mapping relative paths (no absolute path, no ``..``, nothing that leads out
+  of the entry through a link) to 64-digit lowercase hex sha256s;
+- a plain file or a symlink where the entry's folder should be.
+
+Concurrency: every ``get_or_build`` of an entry holds a lock on
+``<root>/<stage>/.<key>.lock`` (:class:`filelock.FileLock`, an OS lock that a
+killed process releases) from the first check to the final rename. Builders of
+the same entry therefore run one at a time: the second waits, then finds the
+finished entry and uses it, so the builder runs once. Different entries never
+wait for each other.
+
+Stale temporary folders: a build killed before its rename leaves
+``.<key>.XXXXXXXX`` behind. With the entry's lock held, no live build of that
+entry can own one, so every ``get_or_build`` of the entry deletes them first. Nothing that a resumed
+build needs lives there: long trainings (pretraining, SFT) keep their Trainer
+checkpoints in ``<root>/runs/<stage>-<key>`` (see
+:func:`cascadekit.training.pretrain.cached_pretrained`), and the temporary folder
+receives only the final save, written after training ends. So deleting them,
+rather than reusing the newest, loses no progress.
+
+``stage`` and ``key`` must each be one safe path component (no slash, no
+backslash, not empty, not starting with a dot, at most 200 characters):
+anything else is a :class:`ValueError` before the disk is touched. Keys are not
+computed here and their format is unchanged, so existing caches stay valid.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 import warnings
-from pathlib import Path
-from typing import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from filelock import FileLock, Timeout
+
+from cascadekit.atomic import atomic_write_json
 
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest of a few thousand files is a few hundred kB
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TEMP_SUFFIX = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp appends after the prefix
+_MAX_COMPONENT = 200  # leaves room under the usual 255-byte name limit for ".<key>.lock" and ".<key>.XXXXXXXX"
 
 
 class CorruptArtifact(RuntimeError):
@@ -34,8 +73,28 @@ def cache_root() -> Path:
     return Path(os.environ.get("CASCADEKIT_CACHE") or Path.home() / ".cache" / "cascadekit")
 
 
+def check_component(value: Any, what: str) -> str:
+    """``value`` if it is a safe single path component for the cache, else a :class:`ValueError`."""
+    if not isinstance(value, str):
+        raise ValueError(f"cache {what} must be a string, not {type(value).__name__} {value!r}")
+    problem = None
+    if not value:
+        problem = "is empty"
+    elif value.startswith("."):
+        problem = "starts with a dot (reserved for the cache's temporary and lock files)"
+    elif "/" in value or "\\" in value or (os.sep in value) or (os.altsep and os.altsep in value):
+        problem = "contains a path separator"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in value):
+        problem = "contains a control character"
+    elif len(value) > _MAX_COMPONENT:
+        problem = f"is longer than {_MAX_COMPONENT} characters"
+    if problem:
+        raise ValueError(f"cache {what} {value!r} {problem}: it must be one plain folder name")
+    return value
+
+
 def artifact_path(stage: str, key: str, root: Path | None = None) -> Path:
-    return (root or cache_root()) / stage / key
+    return (root or cache_root()) / check_component(stage, "stage") / check_component(key, "key")
 
 
 def _sha256(path: Path) -> str:
@@ -46,53 +105,165 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path``, with every link resolved, is inside ``folder``."""
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
 def write_manifest(folder: Path, stage: str, key: str) -> None:
-    """Record the sha256 of every file under ``folder`` (the last write of a build)."""
-    files = {
-        str(p.relative_to(folder)): _sha256(p)
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
-    }
-    (folder / MANIFEST).write_text(json.dumps({"stage": stage, "key": key, "files": files}, indent=1))
+    """Record the sha256 of every file under ``folder`` (the last write of a build), atomically."""
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name == MANIFEST:
+            continue
+        if not _inside(p, folder):
+            raise ValueError(f"{p} links outside the artifact folder {folder}: a cache entry must hold its own files")
+        files[p.relative_to(folder).as_posix()] = _sha256(p)
+    atomic_write_json(folder / MANIFEST, {"stage": stage, "key": key, "files": files})
 
 
-def verify(folder: Path) -> None:
-    """Raise :class:`CorruptArtifact` unless every file in the manifest is present and intact."""
+def _safe_relative(name: str) -> bool:
+    if not name or "\\" in name or "\x00" in name:
+        return False
+    parts = PurePosixPath(name).parts
+    return not PurePosixPath(name).is_absolute() and ".." not in parts and "." not in name.split("/")
+
+
+def read_manifest(folder: Path, stage: str | None = None, key: str | None = None) -> dict[str, str]:
+    """The ``files`` map of ``folder``'s manifest after a schema check; :class:`CorruptArtifact` if it fails.
+
+    With ``stage``/``key`` given, the manifest must name that entry.
+    """
     manifest = folder / MANIFEST
-    if not manifest.is_file():
+    if manifest.is_symlink() or not manifest.is_file():
         raise CorruptArtifact(f"{folder}: no manifest (an interrupted build?)")
     try:
-        files = json.loads(manifest.read_text())["files"]
-    except (ValueError, KeyError) as err:
-        raise CorruptArtifact(f"{folder}: unreadable manifest") from err
+        if manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            raise CorruptArtifact(f"{folder}: manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+        data = json.loads(manifest.read_bytes())
+    except (ValueError, OSError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CorruptArtifact(f"{folder}: unreadable manifest ({type(err).__name__}: {err})") from err
+    if not isinstance(data, dict):
+        raise CorruptArtifact(f"{folder}: manifest is a JSON {type(data).__name__}, not an object")
+    for field, expected in (("stage", stage), ("key", key)):
+        value = data.get(field)
+        if not isinstance(value, str):
+            raise CorruptArtifact(f"{folder}: manifest field {field!r} is missing or not a string")
+        if expected is not None and value != expected:
+            raise CorruptArtifact(f"{folder}: manifest is for {field} {value!r}, not {expected!r}")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise CorruptArtifact(f"{folder}: manifest field 'files' is missing or not an object")
+    for name, digest in files.items():
+        if not _safe_relative(name) or name == MANIFEST:
+            raise CorruptArtifact(f"{folder}: manifest lists {name!r}, which is not a relative path inside the entry")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise CorruptArtifact(f"{folder}: manifest sha256 of {name!r} is not 64 hex digits: {digest!r}")
+    return files
+
+
+def verify(folder: Path, stage: str | None = None, key: str | None = None) -> None:
+    """Raise :class:`CorruptArtifact` unless ``folder`` is an entry whose manifest is valid and whose files match it."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        raise CorruptArtifact(f"{folder}: not a folder (a plain file or a link where the entry should be)")
+    files = read_manifest(folder, stage, key)
     for name, expected in files.items():
         path = folder / name
         if not path.is_file():
             raise CorruptArtifact(f"{folder}: {name} is missing")
-        if _sha256(path) != expected:
+        if not _inside(path, folder):
+            raise CorruptArtifact(f"{folder}: {name} links outside the entry")
+        try:
+            actual = _sha256(path)
+        except OSError as err:
+            raise CorruptArtifact(f"{folder}: {name} cannot be read ({err})") from err
+        if actual != expected:
             raise CorruptArtifact(f"{folder}: {name} does not match its sha256 (truncated or modified)")
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, a link (never what it points to) or a folder tree; already gone is fine."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+
+
+def _stage_folder(root: Path, stage: str) -> Path:
+    """``<root>/<stage>``, created; a plain file or dangling link in its place is removed with a warning."""
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"cache root {root} is not a folder (set $CASCADEKIT_CACHE to a folder)")
+    folder = root / stage
+    if (folder.is_symlink() and not folder.is_dir()) or (folder.exists() and not folder.is_dir()):
+        warnings.warn(f"removing {folder}: a plain file where the cache's {stage!r} folder should be", stacklevel=3)
+        _remove(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _lock(folder: Path, key: str) -> FileLock:
+    path = folder / f".{key}.lock"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        _remove(path)  # a lock file is ours: never follow a link planted in its place
+    return FileLock(str(path))
+
+
+def _remove_stale_temps(folder: Path, key: str) -> None:
+    """Delete ``.<key>.XXXXXXXX`` temporaries left by killed builds (call with the entry's lock held)."""
+    prefix = f".{key}."
+    for path in folder.iterdir():
+        if path.name.startswith(prefix) and _TEMP_SUFFIX.fullmatch(path.name[len(prefix):]):
+            warnings.warn(f"removing {path}: left by a build of {folder.name}/{key} that was interrupted", stacklevel=4)
+            _remove(path)
 
 
 def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Path | None = None) -> Path:
     """The folder of artifact ``stage/key``, building it with ``builder(folder)`` if absent or corrupt."""
     target = artifact_path(stage, key, root)
-    if target.exists():
+    folder = _stage_folder(target.parent.parent, stage)
+    lock = _lock(folder, key)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"cascadekit: waiting for another build of {stage}/{key} to finish (lock {lock.lock_file})",
+              file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        return _get_or_build_locked(stage, key, builder, target, folder)
+    finally:
+        lock.release()
+
+
+def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], target: Path, folder: Path) -> Path:
+    _remove_stale_temps(folder, key)
+    if target.is_symlink() or target.exists():
         try:
-            verify(target)
+            verify(target, stage, key)
             return target
         except CorruptArtifact as err:
-            warnings.warn(f"rebuilding corrupt cache entry: {err}", stacklevel=2)
-            shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
+            warnings.warn(f"rebuilding corrupt cache entry: {err}", stacklevel=3)
+            try:
+                _remove(target)
+            except OSError as rm_err:
+                raise CorruptArtifact(f"{target} is corrupt and cannot be removed: {rm_err}") from rm_err
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder))
     try:
         builder(tmp)
         write_manifest(tmp, stage, key)
         try:
             tmp.rename(target)
         except OSError:
-            verify(target)  # another process finished the same build first; use its copy
+            # Only a writer that bypassed the lock can have put something there; use it only if it verifies.
+            verify(target, stage, key)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
     return target

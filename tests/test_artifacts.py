@@ -22,10 +22,11 @@ def test_builds_once_then_reuses(tmp_path):
     assert len(calls) == 1
     manifest = json.loads((first / "manifest.json").read_text())
     assert set(manifest["files"]) == {"model.safetensors", "sub/config.json"}
-    assert [p.name for p in tmp_path.joinpath("pretrain").iterdir()] == ["abc"]  # no temp folders left
+    # no temp folders left; the entry's lock file stays (deleting it on release would race with a waiter)
+    assert sorted(p.name for p in tmp_path.joinpath("pretrain").iterdir()) == [".abc.lock", "abc"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "delete_manifest", "delete_file", "bad_manifest"])
+@pytest.mark.parametrize("damage", ["truncate", "delete_manifest", "delete_file", "bad_manifest", "wrong_shape"])
 def test_corrupt_entries_are_rebuilt_with_a_warning(tmp_path, damage):
     calls = []
     path = get_or_build("pretrain", "k", _builder(calls), root=tmp_path)
@@ -35,8 +36,10 @@ def test_corrupt_entries_are_rebuilt_with_a_warning(tmp_path, damage):
         (path / "manifest.json").unlink()
     elif damage == "delete_file":
         (path / "sub" / "config.json").unlink()
-    else:
+    elif damage == "bad_manifest":
         (path / "manifest.json").write_text("{")
+    else:
+        (path / "manifest.json").write_text('{"stage": "pretrain", "key": "k", "files": ["model.safetensors"]}')
     with pytest.raises(CorruptArtifact):
         verify(path)
     with pytest.warns(UserWarning, match="corrupt"):
@@ -53,7 +56,7 @@ def test_a_failed_build_leaves_nothing(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         get_or_build("tokenizer", "k", broken, root=tmp_path)
-    assert list((tmp_path / "tokenizer").iterdir()) == []
+    assert [p.name for p in (tmp_path / "tokenizer").iterdir()] == [".k.lock"]
 
 
 def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
@@ -61,3 +64,27 @@ def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
     assert cache_root() == tmp_path
     monkeypatch.delenv("CASCADEKIT_CACHE")
     assert cache_root().parts[-2:] == (".cache", "cascadekit")
+
+
+def test_old_manifests_stay_valid(tmp_path):
+    """A manifest written before the schema check (same fields, indent 1, no newline) still verifies."""
+    import hashlib
+
+    folder = tmp_path / "pretrain" / "k"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"w")
+    files = {"model.safetensors": hashlib.sha256(b"w").hexdigest()}
+    (folder / "manifest.json").write_text(json.dumps({"stage": "pretrain", "key": "k", "files": files}, indent=1))
+    verify(folder, "pretrain", "k")
+    assert get_or_build("pretrain", "k", lambda d: pytest.fail("rebuilt a valid entry"), root=tmp_path) == folder
+
+
+def test_the_manifest_is_written_through_a_temporary_name(tmp_path, monkeypatch):
+    import cascadekit.artifacts as artifacts
+
+    written = []
+    real = artifacts.atomic_write_json
+    monkeypatch.setattr(artifacts, "atomic_write_json", lambda path, data: (written.append(path), real(path, data)))
+    path = get_or_build("pretrain", "k", _builder([]), root=tmp_path)
+    assert [p.name for p in written] == ["manifest.json"]
+    verify(path, "pretrain", "k")
