@@ -15,6 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
+from cascadekit.atomic import atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR
 
 BOOK_DIR = REPO_DIR / "book"
@@ -68,8 +69,8 @@ def stage(executed_dir: Path, src: Path) -> list[Path]:
     for page in BOOK_DIR.iterdir():
         if page.suffix in {".md", ".py"}:
             shutil.copy(page, src / page.name)
-    (src / "results.md").write_text(results_page())
-    (src / "timings.md").write_text(timings_page())
+    atomic_write_text(src / "results.md", results_page())
+    atomic_write_text(src / "timings.md", timings_page())
     chapters_dir = src / "chapters"
     chapters_dir.mkdir()
     executed = sorted(Path(executed_dir).glob("[0-9][0-9]_*.ipynb"))
@@ -85,6 +86,9 @@ def build_book(executed_dir: Path, out: Path) -> Path:
     from sphinx.cmd.build import build_main
 
     out = Path(out)
+    for source in (Path(executed_dir), BOOK_DIR):
+        if same_file(out, source):
+            raise ValueError(f"--out {str(out)!r} is the input folder {str(source)!r}: refusing to build over it")
     with tempfile.TemporaryDirectory() as scratch:
         src = Path(scratch) / "src"
         src.mkdir()

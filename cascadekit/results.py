@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from cascadekit.atomic import atomic_open, atomic_write_text
 from cascadekit.codeversion import REPO_DIR, code_version, git_commit
 
 if TYPE_CHECKING:
@@ -49,9 +50,7 @@ def provenance(command: str) -> dict[str, str]:
 def save_metrics(chapter: str, metrics: dict[str, Any], command: str, root: Path | None = None) -> Path:
     """Write ``metrics.json`` (atomically) with the provenance under the key ``produced_by``."""
     path = results_dir(chapter, root) / "metrics.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"produced_by": provenance(command), **metrics}, indent=2, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps({"produced_by": provenance(command), **metrics}, indent=2, default=str))
     return path
 
 
@@ -65,8 +64,10 @@ def load_metrics(chapter: str, root: Path | None = None) -> dict[str, Any] | Non
 
 
 def save_figure(chapter: str, name: str, figure: Figure, root: Path | None = None) -> Path:
+    """``<name>.png``, written atomically."""
     path = results_dir(chapter, root) / f"{name}.png"
-    figure.savefig(path, dpi=110, bbox_inches="tight")
+    with atomic_open(path, "wb") as fh:
+        figure.savefig(fh, format="png", dpi=110, bbox_inches="tight")
     return path
 
 
@@ -99,7 +100,7 @@ def save_paper_vs_run(chapter: str, title: str, rows: Sequence[dict[str, Any]], 
         f"*Produced by `{made['command']}` (code {made['code_version']}, commit {made['git_commit']}, {made['date']}).*",
     ] if part) + "\n"
     path = results_dir(chapter, root) / "paper_vs_run.md"
-    path.write_text(text)
+    atomic_write_text(path, text)
     return path
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
+from cascadekit.atomic import atomic_write_json, atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR, code_version
 from cascadekit.profiles import load_profile
 from cascadekit.widgets import HEADLESS_ENV
@@ -70,14 +71,13 @@ def _load_summary(out: Path) -> dict[str, dict]:
 
 
 def _write_summary(out: Path, results: dict[str, dict], scale: str) -> None:
+    """``summary.json`` and ``summary.md``, each written atomically."""
     ordered = [results[k] for k in sorted(results)]
     payload = {"scale": scale, "code_version": code_version(), "chapters": ordered}
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(out / "summary.json")
+    atomic_write_json(out / "summary.json", payload, indent=2)
     rows = ["| chapter | status | wall time (s) |", "|---|---|---|"]
     rows += [f"| {r['chapter']} | {r['status']} | {r['wall_s']:.1f} |" for r in ordered]
-    (out / "summary.md").write_text(f"# Course run at scale `{scale}` (code {code_version()})\n\n" + "\n".join(rows) + "\n")
+    atomic_write_text(out / "summary.md", f"# Course run at scale `{scale}` (code {code_version()})\n\n" + "\n".join(rows) + "\n")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -101,6 +101,9 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
 
     out.mkdir(parents=True, exist_ok=True)
     target = out / path.name
+    # papermill writes its output as it goes; a temporary name keeps a killed run from
+    # leaving half a notebook where the last complete one was
+    partial = out / f".{path.stem}.partial.ipynb"
     parameters = {"scale": scale, "seed": seed, "out_dir": str((out / "artifacts" / path.stem).resolve())}
     if overrides:
         parameters["overrides"] = dict(overrides)
@@ -108,7 +111,7 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
     os.environ[HEADLESS_ENV] = "1"  # the kernel inherits it: no live widgets (see cascadekit.widgets)
     try:
         papermill.execute_notebook(
-            str(path), str(target), parameters=parameters, cwd=str(path.parent),
+            str(path), str(partial), parameters=parameters, cwd=str(path.parent),
             kernel_name="python3", language="python", progress_bar=False, log_output=False,
             request_save_on_cell_execute=False, start_timeout=300,  # a busy laptop can be slow to start a kernel
             execution_timeout=SMOKE_CELL_TIMEOUT_S if scale == "smoke" else None,
@@ -116,6 +119,8 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
     except Exception as err:  # papermill wraps every kernel error; report it whole
         raise ChapterFailed(f"{path.name} failed:\n{_traceback_of(err)}") from err
     finally:
+        if partial.exists():  # the whole notebook, with the failing cell's traceback if any
+            os.replace(partial, target)
         if headless is None:
             os.environ.pop(HEADLESS_ENV, None)
         else:
@@ -134,13 +139,15 @@ def run_course(
     """Run the chosen chapters in order; stop at the first failure (after recording it)."""
     from tqdm.auto import tqdm
 
-    load_profile(scale, overrides)  # fail fast on an unknown scale or override
+    load_profile(scale, overrides)  # fail fast on an unknown scale or override ...
+    todo = select(chapters(notebook_dir), only)  # ... or chapter
     out = Path(out)
+    if same_file(out, notebook_dir):
+        raise ValueError(f"--out {str(out)!r} is the notebooks folder: refusing to overwrite the chapters")
     out.mkdir(parents=True, exist_ok=True)
     version = code_version()
     done = _load_summary(out)
     results: list[ChapterResult] = []
-    todo = select(chapters(notebook_dir), only)
     bar = tqdm(todo, desc=f"course ({scale})", unit="chapter")
     for path in bar:
         bar.set_postfix_str(path.stem)

@@ -13,6 +13,7 @@ like), one row per sample, per (op, k) or per (range, k).
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from cascadekit.atomic import atomic_open, atomic_write_text
 from cascadekit.evaluation.passk import pass_at_k
 from cascadekit.evaluation.sampler import sample_completions
 from cascadekit.profiles import Profile, WorldConfig
@@ -204,11 +206,13 @@ def write_results(results: dict, loss_log: Sequence, out: Path) -> None:
     from cascadekit import plots
 
     out.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out / "samples.jsonl.gz", "wt") as fh:
+    with atomic_open(out / "samples.jsonl.gz", "wb") as raw, \
+            gzip.GzipFile(filename="samples.jsonl", mode="wb", fileobj=raw) as packed, \
+            io.TextIOWrapper(packed, encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in results["records"])
     metrics = {k: v for k, v in results.items() if k != "records"}
     metrics["loss_log"] = [list(row) for row in loss_log]
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1))
     n = metrics["samples_per_problem"]
     figures = {
         "loss_curve.png": plots.loss_curve(loss_log),
@@ -216,6 +220,7 @@ def write_results(results: dict, loss_log: Sequence, out: Path) -> None:
         "passk_curves.png": plots.passk_curves(metrics["passk_by_op"]),
     }
     for name, fig in figures.items():
-        fig.savefig(out / name, dpi=120, bbox_inches="tight")
+        with atomic_open(out / name, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")
         plots.plt.close(fig)
     print(format_ladder(results["ladder"], n))

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from trl import SFTConfig, SFTTrainer
 
 from cascadekit.artifacts import cache_root, get_or_build
+from cascadekit.atomic import atomic_open, atomic_write_text
 from cascadekit.base_model import base_key, cached_base
 from cascadekit.chat import render
 from cascadekit.codeversion import REPO_DIR, code_version, git_commit
@@ -187,14 +188,16 @@ def write_results(results: dict[str, Any], profile: Profile, out: Path, command:
     meta = {"command": command, "code_version": code_version(), "git_commit": git_commit(),
             "profile": profile.to_dict()}
     metrics = {k: v for k, v in results.items() if k != "samples"} | meta
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    with (out / "samples.jsonl").open("w") as fh:
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1))
+    with atomic_open(out / "samples.jsonl", "w") as fh:
         for s in results["samples"][:: max(1, len(results["samples"]) // 96)]:
             fh.write(json.dumps(s) + "\n")
     figure = plot_stage_table(results["rows"])
-    figure.savefig(out / "sft_stages.png", dpi=110, bbox_inches="tight")
+    with atomic_open(out / "sft_stages.png", "wb") as fh:
+        figure.savefig(fh, format="png", dpi=110, bbox_inches="tight")
     last = f"SFT stage {STAGES[-1]}"
-    (out / "paper_vs_run.md").write_text(
+    atomic_write_text(
+        out / "paper_vs_run.md",
         f"# Chapter 08: a unified thinking model — paper vs this run\n\n"
         f"Produced by `{command}` at code version `{meta['code_version']}` (git {meta['git_commit']}), "
         f"scale `{profile.name}`, seed {profile.seed}.\n\n"
