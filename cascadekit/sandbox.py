@@ -4,44 +4,49 @@ Every reward that executes model output goes through :func:`run_python`. The
 program runs in a fresh interpreter with:
 
 * a wall-clock deadline (the caller's clock) and a CPU-time limit (``RLIMIT_CPU``),
-* an address-space limit (``RLIMIT_AS``), a process-count limit (``RLIMIT_NPROC``),
-  a file-size limit (``RLIMIT_FSIZE``), few file descriptors and no core dumps,
-* a scratch folder as working directory, deleted afterwards,
-* an environment built from scratch (no inherited secrets),
-* a new session; at the end the whole process group is killed (``os.killpg``),
-* stdout and stderr read in bounded chunks with a size cap: a program that prints
-  without end is killed once it passes the cap ("output limit").
+* one memory and one process budget for the whole run (:class:`Limits`): a cgroup
+  where the machine lets us make one, otherwise per-process limits sized so that
+  processes x memory stays within the budget (``SandboxResult.budget`` says which),
+* a private scratch folder as working directory, with a disk quota where
+  namespaces allow a tmpfs, deleted afterwards; ``RLIMIT_FSIZE`` caps one file,
+* an environment built from scratch (no inherited secrets), no core dumps, few
+  file descriptors, ``no_new_privs`` (setuid binaries grant nothing),
+* stdout and stderr read in bounded chunks: past the cap the run is killed.
 
 How strong the box is depends on the machine; :func:`isolation` probes it once:
 
-* **As root (CI here)** the program runs under a throwaway uid/gid of its own
-  (one per run, so ``RLIMIT_NPROC``, which root ignores, now binds, and runs
-  cannot signal each other), inside ``unshare -n -m -p``: no network; ``/tmp``,
-  ``/var/tmp`` and ``/dev/shm`` are bind-mounted to the scratch folder, so writes
-  "outside" land in the scratch folder and vanish; and the supervisor is pid 1 of
-  a new pid namespace, so when it dies the kernel kills everything the program
-  started, even processes that called ``setsid``. The uid cannot write root-owned
-  files (the repository) nor signal the caller. Where the interpreter sits in a
-  directory other uids cannot enter (pyenv under ``/root``), an empty tmpfs hides
-  that directory and the interpreter's prefix is bound back into it.
-  Root without namespaces (a container lacking CAP_SYS_ADMIN) still gets the uid;
-  leftover processes of that uid are then killed with ``kill(-1)`` run as that uid.
-* **As an ordinary user** (a laptop) none of that is allowed: the limits, the
-  scratch folder, the clean environment and the process-group kill still apply,
-  but the program can use the network, write wherever the user can, and
-  ``RLIMIT_NPROC`` counts all of the user's processes. A warning says so once.
-  This is a course kit's box, not a security boundary: do not run it on code you
-  would not run yourself.
+* **As root (CI here)** the program runs under a throwaway uid of its own (one
+  per run: ``RLIMIT_NPROC`` binds, runs cannot signal each other or the caller),
+  and the child checks that the drop really happened before any untrusted line
+  runs; if it cannot drop root, the sandbox refuses (:class:`SandboxUnavailable`)
+  rather than run model code as uid 0. It runs inside new network, mount, pid,
+  IPC and UTS namespaces (``unshare``): no network; a private size-limited tmpfs
+  on ``/tmp`` that also covers ``/var/tmp``, ``/dev/shm`` and ``/run`` (so
+  ``/run/lock`` and host sockets there are out of reach); SysV shared memory dies
+  with the run; the supervisor is pid 1, so when it exits the kernel kills every
+  process the program started, even ones that called ``setsid``. Where the
+  interpreter sits in a folder other uids cannot enter (pyenv under ``/root``), an
+  empty tmpfs hides that folder and only the interpreter's prefix is bound back.
+* **As an ordinary user** (a laptop) the same namespaces come from a user
+  namespace (``unshare --user``) where the kernel allows one: no network, private
+  ``/tmp``, its own pids (so ``kill(-1)`` cannot reach the caller), but no separate
+  uid: the program can read and write what you can outside ``/tmp``, and there is
+  no cgroup. Without user namespaces only the limits, the scratch folder, the
+  clean environment and the process-group kill are left. A warning (and
+  ``cascadekit env``) names exactly what is missing. This is a course kit's box,
+  not a security boundary: use a container or VM for code you would not run.
 
-The program is started by a small supervisor (``_SUPERVISOR`` below): it forks,
-and the fork applies the limits, drops the uid and runs ``main.py``. The
-supervisor waits, then reports exit status and CPU time on a private pipe. So the
-program's parent is the supervisor, not the caller: ``os.kill(os.getppid(), 9)``
-kills the supervisor at worst (as root it fails: the uid differs).
+The program is started by a small supervisor (``_SUPERVISOR`` below). It starts
+from ``/`` with no relative entry on ``sys.path`` (``-P`` where Python has it), so
+nothing in the scratch folder can shadow the modules it imports while it is still
+privileged; it joins the cgroup, mounts the private folders, writes the files,
+forks, and the fork applies the limits, drops the uid, verifies the drop and runs
+``main.py``. The supervisor reports setup errors, exit status and CPU time on a
+private pipe that the program never holds.
 
-Departure from "python -I": the program runs with ``-S -s -B`` (standard library
-only, no user site, no .pyc) but not ``-E``, because the environment is ours
-entirely and ``PYTHONHASHSEED`` must reach the program for reproducible runs.
+Departure from ``python -I``: the environment is read (not ``-E``), because it is
+ours entirely (built by :func:`_clean_env`) and ``PYTHONHASHSEED`` must reach the
+program for reproducible runs.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import dataclasses
 import functools
 import json
 import os
+import posixpath
 import random
 import selectors
 import shutil
@@ -61,17 +67,22 @@ import threading
 import time
 import warnings
 
-__all__ = ["Limits", "SandboxResult", "Isolation", "isolation", "run_python"]
+__all__ = ["Limits", "SandboxResult", "Isolation", "SandboxUnavailable", "isolation", "run_python"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Resource limits of one sandboxed run."""
+    """Resource limits of one sandboxed run.
+
+    ``memory_mb`` and ``nproc`` are budgets for the whole run (every process and
+    thread the program starts, together); ``disk_mb`` bounds the scratch folder.
+    """
 
     wall_s: float = 10.0
     cpu_s: int = 5
     memory_mb: int = 512
     nproc: int = 32
+    disk_mb: int = 64
     fsize_mb: int = 16
     nofile: int = 64
     output_bytes: int = 1 << 16  # per stream
@@ -91,44 +102,92 @@ class SandboxResult:
     cpu_s: float | None
     max_rss_mb: float | None
     isolation: str
+    budget: str = ""  # how memory and processes were bounded in this run
+
+
+class SandboxUnavailable(RuntimeError):
+    """The machine cannot run untrusted code safely enough (e.g. root that cannot drop to another uid)."""
+
+
+# Per-process memory when no cgroup enforces the whole-run budget: the process
+# count becomes budget // this, so that count x per-process memory fits.
+_FALLBACK_PROCESS_MB = 128
 
 
 @dataclasses.dataclass(frozen=True)
 class Isolation:
     """What this machine lets the sandbox do (see the module docstring)."""
 
-    drop_uid: bool
-    namespaces: bool  # unshare -n -m -p: no network, private /tmp, own pids
+    drop_uid: bool  # root: the program runs as a throwaway uid
+    namespaces: bool  # no network, private /tmp /var/tmp /dev/shm /run, own pids and IPC
+    userns: bool = False  # the namespaces come from a user namespace (not root)
+    cgroup: str | None = None  # "v1" or "v2": one memory and pid budget for the run
+    refused: str | None = None  # why untrusted code must not run here at all
 
     def describe(self) -> str:
         parts = ["rlimits", "scratch dir", "clean env", "process group"]
         if self.drop_uid:
             parts.append("own uid")
         if self.namespaces:
-            parts += ["no network", "private /tmp", "own pids"]
+            parts += ["no network", "private /tmp", "own pids", "own IPC", "disk quota"]
+        if self.cgroup:
+            parts.append(f"cgroup {self.cgroup}")
+        if self.userns:
+            parts.append("user namespace")
         return "+".join(parts)
 
+    def missing(self) -> list[str]:
+        """The guarantees this machine cannot give, in words."""
+        if self.refused:
+            return [f"refused: {self.refused}"]
+        out = []
+        if not self.drop_uid:
+            out.append("no separate uid: the program can read and write your files outside /tmp")
+        if not self.namespaces:
+            out += ["no network isolation", "no private /tmp, /var/tmp, /dev/shm or /run",
+                    "no pid namespace: the program can signal your other processes",
+                    "no IPC namespace: SysV shared memory can outlive the run", "no disk quota"]
+        if not self.cgroup:
+            out.append(f"no cgroup: memory and processes are bounded per process "
+                       f"({_FALLBACK_PROCESS_MB} MB each, budget // {_FALLBACK_PROCESS_MB} processes)")
+        return out
 
-_PRIVATE_DIRS = ("/var/tmp", "/dev/shm", "/tmp")  # /tmp last: the scratch folder lives there
-_PYTHON_FLAGS = ["-S", "-s", "-B"]
-# New network, mount and pid namespaces; the supervisor is pid 1 of its own pid
-# namespace, so when it dies the kernel kills (and reaps) everything the program
-# started, even processes that left the process group.
-_UNSHARE = ["-n", "-m", "-p", "--fork", "--kill-child", "--mount-proc", "--"]
 
-# Runs as the sandbox's first process (root when the caller is). argv[1] is a JSON config.
+_PYTHON_FLAGS = ["-S", "-s", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
+# New network, mount, pid, IPC and UTS namespaces; the supervisor is pid 1 of its
+# own pid namespace, so when it dies the kernel kills everything the program started.
+_NAMESPACES = ["-n", "-m", "-p", "-i", "-u", "--fork", "--kill-child", "--mount-proc"]
+_USERNS = ["--user", "--map-root-user"]
+_COVERED_BY_TMP = ("/var/tmp", "/dev/shm", "/run")  # bound to the private /tmp inside the box
+
+# The sandbox's first process (root when the caller is). argv[1] is the config file.
 _SUPERVISOR = r"""
-import json, os, resource, sys
-cfg = json.loads(sys.argv[1])
+import ctypes, json, os, resource, sys
+sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
+cfg = json.load(open(sys.argv[1]))
+status = cfg["status_fd"]
+def report(**fields):
+    os.write(status, (json.dumps(fields) + "\n").encode())
+def fail(msg):
+    report(setup_error=msg)
+    os._exit(120)
+libc = ctypes.CDLL(None, use_errno=True)
 def mount(source, target, fstype, flags, data):
     if libc.mount(source.encode(), target.encode(), fstype, flags, data) != 0:
-        sys.stderr.write("sandbox: cannot mount " + target + "\n")
-        os._exit(120)
-if cfg["bind"]:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    for target in cfg["bind"]:
-        mount(cfg["scratch"], target, None, 4096, None)  # MS_BIND
+        fail("cannot mount " + target + ": " + os.strerror(ctypes.get_errno()))
+try:
+    for procs in cfg["cgroup_procs"]:
+        with open(procs, "w") as f:
+            f.write("0")
+except OSError as e:
+    fail("cannot join the cgroup: " + str(e))
+work = cfg["workdir"]
+if cfg["namespaces"]:
+    owner = cfg["uid"] if cfg["uid"] is not None else 0
+    opts = "size=%dm,mode=700,uid=%d,gid=%d" % (cfg["disk_mb"], owner, owner)
+    mount("tmpfs", "/tmp", b"tmpfs", 2 | 4, opts.encode())  # MS_NOSUID|MS_NODEV
+    for target in cfg["cover"]:
+        mount("/tmp", target, None, 4096, None)  # MS_BIND
     if cfg["expose"]:  # hide e.g. /root behind a tmpfs, then bind the interpreter back
         hidden, prefix = cfg["expose"]
         keep = os.open(prefix, os.O_PATH)
@@ -136,65 +195,237 @@ if cfg["bind"]:
         os.makedirs(prefix)
         mount("/proc/self/fd/%d" % keep, prefix, None, 4096 | 16384, None)  # MS_BIND|MS_REC
         os.close(keep)
-    os.chdir("/tmp")  # the scratch folder, seen from inside
+try:
+    for name, text in cfg["files"].items():
+        path = os.path.join(work, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "x", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+    if cfg["uid"] is not None:
+        for top, dirs, names in os.walk(work):
+            for name in [top] + [os.path.join(top, n) for n in dirs + names]:
+                os.lchown(name, cfg["uid"], cfg["uid"])
+except (OSError, ValueError) as e:
+    report(setup_error="could not write files: " + type(e).__name__ + ": " + str(e)[:200])
+    os._exit(122)
+os.chdir(work)
 pid = os.fork()
 if pid == 0:
-    os.close(cfg["status_fd"])
-    for name, value in cfg["rlimits"]:
-        resource.setrlimit(getattr(resource, name), (value, value + (name == "RLIMIT_CPU")))
-    if cfg["uid"] is not None:
-        os.setgroups([])
-        os.setgid(cfg["uid"])
-        os.setuid(cfg["uid"])
-    del json, resource, cfg, pid
+    try:
+        for name, value in cfg["rlimits"]:
+            resource.setrlimit(getattr(resource, name), (value, value + (name == "RLIMIT_CPU")))
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+        uid = cfg["uid"]
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+                raise OSError("uid drop did not take")
+            try:
+                os.setuid(0)
+            except PermissionError:
+                pass
+            else:
+                raise OSError("could regain root after the uid drop")
+        elif cfg["forbid_root"] and 0 in os.getresuid():
+            raise OSError("refusing to run untrusted code as uid 0")
+    except BaseException as e:
+        report(setup_error="uid: " + str(e))
+        os._exit(121)
+    os.close(status)
+    del ctypes, json, resource, cfg, libc, pid
     import runpy
     sys.argv = ["main.py"]
-    sys.path[0] = os.getcwd()
+    sys.path.insert(0, os.getcwd())
     runpy.run_path("main.py", run_name="__main__")
     sys.exit(0)
-_, status, usage = os.wait4(pid, 0)
-report = {
-    "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-    "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-    "cpu_s": usage.ru_utime + usage.ru_stime,
-    "max_rss_kb": usage.ru_maxrss,
-}
-os.write(cfg["status_fd"], json.dumps(report).encode())
+_, code, usage = os.wait4(pid, 0)
+report(exit=os.WEXITSTATUS(code) if os.WIFEXITED(code) else None,
+       signal=os.WTERMSIG(code) if os.WIFSIGNALED(code) else None,
+       cpu_s=usage.ru_utime + usage.ru_stime, max_rss_kb=usage.ru_maxrss)
 os._exit(0)
 """
 
 # Run as the sandbox uid: kill(-1) signals every process of that uid but the caller.
 _KILL_ALL_OF_MY_UID = "for i in 1 2 3 4 5 6 7 8; do kill -9 -1 2>/dev/null || exit 0; done"
+_PROBE = "import fractions, os\nprint(os.getuid())\n"
 
 
 @functools.cache
 def isolation() -> Isolation:
-    """Probe once what this machine allows; warn once if the box is weak."""
-    drop_uid = os.geteuid() == 0
-    unshare = shutil.which("unshare")
-    namespaces = False
-    if unshare:
-        try:
-            namespaces = subprocess.run(
-                [unshare, *_UNSHARE, "true"], capture_output=True, timeout=10
-            ).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            namespaces = False
-    iso = Isolation(drop_uid=drop_uid, namespaces=namespaces)
-    # Can the dropped uid import the standard library? (fractions: not preloaded by the supervisor)
-    if drop_uid and not _execute("import fractions", "", None, Limits(), iso).ok:
-        iso = Isolation(drop_uid=False, namespaces=namespaces)
-    if not (iso.drop_uid and iso.namespaces):
-        warnings.warn(
-            "cascadekit.sandbox: weak isolation on this machine ("
-            + iso.describe()
-            + "). Without root there is no separate uid, no network namespace and no "
-            "private /tmp: sandboxed programs can reach the network and write where "
-            "you can. Run model code in a container or VM if that matters.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    """Probe once what this machine allows; warn once (naming what is missing) if the box is weak."""
+    iso = _probe()
+    if iso.refused:
+        warnings.warn(f"cascadekit.sandbox: refusing to run untrusted code: {iso.refused}",
+                      RuntimeWarning, stacklevel=2)
+    elif iso.missing():
+        warnings.warn("cascadekit.sandbox: weak isolation on this machine (" + iso.describe()
+                      + "); missing: " + "; ".join(iso.missing())
+                      + ". Run model code in a container or VM if that matters.",
+                      RuntimeWarning, stacklevel=2)
     return iso
+
+
+def _probe() -> Isolation:
+    """The strongest configuration whose probe program runs (and, as root, runs as another uid)."""
+    root = os.geteuid() == 0
+    unshare = shutil.which("unshare")
+    cgroup = _cgroup_version() if root else None
+    tries = []
+    if unshare:
+        tries.append(Isolation(drop_uid=root, namespaces=True, userns=not root, cgroup=cgroup))
+    tries.append(Isolation(drop_uid=root, namespaces=False, cgroup=cgroup))
+    if cgroup:
+        tries.append(Isolation(drop_uid=root, namespaces=False))
+    why = "no configuration ran a probe program"
+    for iso in tries:
+        try:
+            result = _execute(_PROBE, "", None, Limits(), iso)
+        except SandboxUnavailable as err:
+            why = str(err)
+            continue
+        if result.ok and (not root or result.stdout.strip() not in ("", "0")):
+            return iso
+        why = result.killed_reason or result.stderr.strip()[-300:] or why
+    if root:
+        return Isolation(drop_uid=False, namespaces=False,
+                         refused=f"running as root but cannot drop to an unprivileged uid ({why}); "
+                                 "install util-linux's unshare or use an interpreter other users can read")
+    return Isolation(drop_uid=False, namespaces=False)
+
+
+def _own_cgroups() -> dict[str, str]:
+    """controller (or "" for the v2 unified tree) -> this process's cgroup path."""
+    out = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for name in controllers.split(",") if controllers else [""]:
+                    out[name] = path
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _cgroup_bases(version: str) -> dict[str, str]:
+    """Where this process may make child cgroups: {"memory": dir, "pids": dir} (v1) or {"": dir} (v2).
+
+    Only real cgroup folders count (a ``cgroup.procs`` file, and for v2 memory and
+    pids enabled for children), never a plain folder that happens to sit there.
+    """
+    own = _own_cgroups()
+    if version == "v2":
+        base = "/sys/fs/cgroup" + own.get("", "/").rstrip("/")
+        try:
+            with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                enabled = f.read().split()
+        except OSError:
+            return {}
+        return {"": base} if {"memory", "pids"} <= set(enabled) else {}
+    bases = {c: f"/sys/fs/cgroup/{c}" + own[c].rstrip("/") for c in ("memory", "pids") if c in own}
+    return {c: d for c, d in bases.items() if os.path.isfile(os.path.join(d, "cgroup.procs"))}
+
+
+def _cgroup_version() -> str | None:
+    """"v2" or "v1" when a child cgroup with memory and pid limits can be made here, else None."""
+    for version in ("v2", "v1"):
+        bases = _cgroup_bases(version)
+        if len(bases) != (1 if version == "v2" else 2):
+            continue
+        try:
+            group = _RunCgroup(version, Limits())
+        except OSError:
+            continue
+        ok = all(os.path.exists(p) for p in group.procs)
+        group.remove()
+        if ok:
+            return version
+    return None
+
+
+class _RunCgroup:
+    """A child cgroup for one run: its memory and pid limits hold for every process in it."""
+
+    def __init__(self, version: str, limits: Limits) -> None:
+        self.version = version
+        name = f"cascadekit-sbx-{os.getpid()}-{random.SystemRandom().getrandbits(48):012x}"
+        self.dirs: list[str] = []
+        memory = limits.memory_mb * 1024 * 1024
+        try:
+            for controller, base in _cgroup_bases(version).items():
+                path = os.path.join(base, name)
+                os.mkdir(path)
+                self.dirs.append(path)
+                if version == "v2":
+                    self._write(path, "memory.max", memory)
+                    self._write(path, "memory.swap.max", 0, optional=True)
+                    self._write(path, "pids.max", limits.nproc)
+                elif controller == "memory":
+                    self._write(path, "memory.limit_in_bytes", memory)
+                    self._write(path, "memory.memsw.limit_in_bytes", memory, optional=True)
+                else:
+                    self._write(path, "pids.max", limits.nproc)
+        except OSError:
+            self.remove()
+            raise
+        self.procs = [os.path.join(d, "cgroup.procs") for d in self.dirs]
+
+    @staticmethod
+    def _write(path: str, name: str, value: int, optional: bool = False) -> None:
+        try:  # never O_CREAT: a missing control file means no such controller
+            fd = os.open(os.path.join(path, name), os.O_WRONLY)
+            try:
+                os.write(fd, str(value).encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            if not optional:
+                raise
+
+    def _memory_dir(self) -> str | None:
+        return next((d for d in self.dirs if self.version == "v2" or "/memory/" in d), None)
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for the run's memory budget."""
+        memory = self._memory_dir()
+        name = "memory.events" if self.version == "v2" else "memory.oom_control"
+        try:
+            with open(os.path.join(memory, name)) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError, TypeError):
+            pass
+        return 0
+
+    def empty(self) -> bool:
+        for procs in self.procs:
+            try:
+                with open(procs) as f:
+                    if f.read().strip():
+                        return False
+            except OSError:
+                pass
+        return True
+
+    def remove(self) -> None:
+        """Remove the cgroup once its processes are gone (they are being killed: wait up to 2 s)."""
+        deadline = time.monotonic() + 2.0
+        for path in reversed(self.dirs):
+            while True:
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.005)
 
 
 @functools.cache
@@ -254,50 +485,50 @@ class _UidPool:
 _uids = _UidPool()
 
 
-def _clean_env(scratch: str, private_tmp: bool) -> dict[str, str]:
-    tmp = "/tmp" if private_tmp else scratch
+def _clean_env(workdir: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "HOME": tmp,
-        "TMPDIR": tmp,
+        "HOME": workdir,
+        "TMPDIR": workdir,
         "PYTHONHASHSEED": "0",
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
 
 
-def _rlimits(limits: Limits) -> list[tuple[str, int]]:
+def _budget(limits: Limits, iso: Isolation) -> tuple[int, int, str]:
+    """(per-process memory MB, process limit, words) for one run."""
+    if iso.cgroup:
+        return (limits.memory_mb, limits.nproc,
+                f"cgroup {iso.cgroup}: {limits.memory_mb} MB and {limits.nproc} processes for the whole run")
+    per_process = max(_FALLBACK_PROCESS_MB, -(-limits.memory_mb // limits.nproc))
+    nproc = max(1, min(limits.nproc, limits.memory_mb // per_process))
+    return (per_process, nproc,
+            f"rlimits (no cgroup): {nproc} processes x {per_process} MB each")
+
+
+def _rlimits(limits: Limits, memory_mb: int, nproc: int) -> list[tuple[str, int]]:
     mb = 1024 * 1024
     return [
         ("RLIMIT_CPU", max(1, int(limits.cpu_s))),
-        ("RLIMIT_AS", limits.memory_mb * mb),
-        ("RLIMIT_NPROC", limits.nproc),
+        ("RLIMIT_AS", memory_mb * mb),
+        ("RLIMIT_NPROC", nproc),
         ("RLIMIT_FSIZE", limits.fsize_mb * mb),
         ("RLIMIT_NOFILE", limits.nofile),
         ("RLIMIT_CORE", 0),
     ]
 
 
-def _write_files(scratch: str, code: str, files: dict[str, str] | None) -> None:
-    all_files = dict(files or {})
-    all_files["main.py"] = code
-    root = os.path.realpath(scratch)
-    for name, text in all_files.items():
-        path = os.path.realpath(os.path.join(root, name))
-        if not path.startswith(root + os.sep):
-            raise ValueError(f"file name escapes the scratch folder: {name!r}")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-
-
-def _chown_tree(scratch: str, uid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(scratch):
-        os.chown(dirpath, uid, uid)
-        for name in filenames:
-            os.chown(os.path.join(dirpath, name), uid, uid)
+def _check_names(files: dict[str, str]) -> str | None:
+    """Why a file name may not be written beside the program (None if all are fine)."""
+    for name in files:
+        norm = posixpath.normpath(name) if isinstance(name, str) else ""
+        if (not isinstance(name, str) or not name or "\0" in name or norm.startswith(("/", ".."))
+                or norm in (".", "main.py") or not isinstance(files[name], str)):
+            return f"bad file name {name!r}: files are relative paths inside the scratch folder, not main.py"
+    return None
 
 
 class _Streams:
@@ -412,20 +643,39 @@ def _reap_uid(uid: int, in_pid_namespace: bool) -> None:
         time.sleep(0.01)
 
 
-def _read_status(fd: int) -> dict | None:
+def _read_status(fd: int) -> list[dict]:
+    """The supervisor's reports: JSON lines on a pipe the program never holds.
+
+    Read until end of file, waiting at most a second for the last holders of the
+    write end (processes the pid namespace is still tearing down) to go.
+    """
+    data = b""
+    deadline = time.monotonic() + 1.0
+    os.set_blocking(fd, False)
     try:
-        data = os.read(fd, 4096)
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0 and sel.select(left):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
     except OSError:
-        return None
+        pass
     finally:
         os.close(fd)
-    try:
-        return json.loads(data.decode()) if data else None
-    except ValueError:
-        return None
+    reports = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict):
+            reports.append(report)
+    return reports
 
 
-def _verdict(status: dict | None, stderr: str, timed_out: bool, overflow: bool,
+def _verdict(status: dict | None, stderr: str, timed_out: bool, overflow: bool, oom_kills: int,
              limits: Limits) -> tuple[int | None, str | None]:
     """(returncode, killed_reason) from the supervisor's report and our observations."""
     returncode = None
@@ -435,6 +685,8 @@ def _verdict(status: dict | None, stderr: str, timed_out: bool, overflow: bool,
         return returncode, "wall timeout"
     if overflow:
         return returncode, "output limit"
+    if oom_kills:
+        return returncode, "memory"
     if status is None:
         return returncode, "supervisor died (killed by the program?)"
     sig = status["signal"]
@@ -446,8 +698,8 @@ def _verdict(status: dict | None, stderr: str, timed_out: bool, overflow: bool,
     tail = stderr[-2000:]
     if returncode != 0 and "MemoryError" in tail:
         return returncode, "memory"
-    if returncode != 0 and "File too large" in tail:
-        return returncode, "file size"
+    if returncode != 0 and ("File too large" in tail or "No space left on device" in tail):
+        return returncode, "file size" if "File too large" in tail else "disk quota"
     return returncode, None
 
 
@@ -456,51 +708,72 @@ def run_python(code: str, *, stdin: str = "", files: dict[str, str] | None = Non
     """Run ``code`` as ``main.py`` in a fresh sandbox; never raises on hostile code.
 
     ``files`` are written beside ``main.py`` (relative paths, e.g. a module under
-    test); ``stdin`` is fed to the program.
+    test); ``stdin`` is fed to the program. Raises :class:`SandboxUnavailable` only
+    when this machine cannot run untrusted code at all (root that cannot drop root).
     """
-    return _execute(code, stdin, files, limits, isolation())
+    iso = isolation()
+    if iso.refused:
+        raise SandboxUnavailable(iso.refused)
+    return _execute(code, stdin, files, limits, iso)
 
 
 def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits,
              iso: Isolation) -> SandboxResult:
+    start = time.monotonic()
+    files = dict(files or {})
+    memory_mb, nproc, budget = _budget(limits, iso)
+    if (problem := _check_names(files)) is not None:
+        return SandboxResult(False, None, "", problem, False, f"could not write files: {problem}",
+                             time.monotonic() - start, None, None, iso.describe(), budget)
+    files["main.py"] = code
     uid = _uids.take() if iso.drop_uid else None
     scratch = tempfile.mkdtemp(prefix="cascadekit-sbx-")
-    start = time.monotonic()
+    group = None
     try:
-        try:
-            _write_files(scratch, code, files)
-        except (OSError, ValueError) as e:  # file names can come from a model's patch
-            return SandboxResult(False, None, "", str(e), False, f"could not write files: {e}",
-                                 time.monotonic() - start, None, None, iso.describe())
-        if uid is not None:
-            _chown_tree(scratch, uid)
-        return _run(scratch, stdin, limits, iso, uid, start)
+        if iso.cgroup:
+            try:
+                group = _RunCgroup(iso.cgroup, limits)
+            except OSError as err:
+                raise SandboxUnavailable(f"cannot make the run's cgroup: {err}") from err
+        workdir = "/tmp" if iso.namespaces else os.path.join(scratch, "work")
+        if not iso.namespaces:
+            os.mkdir(workdir)
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+        config = {
+            "files": files, "workdir": workdir, "uid": uid, "namespaces": iso.namespaces,
+            "disk_mb": limits.disk_mb,
+            "cover": [d for d in _COVERED_BY_TMP if os.path.isdir(d)] if iso.namespaces else [],
+            "expose": _unreachable_prefix() if iso.namespaces and uid is not None else None,
+            "cgroup_procs": group.procs if group else [],
+            "rlimits": _rlimits(limits, memory_mb, nproc),
+            "forbid_root": not iso.userns,
+        }
+        return _run(scratch, config, stdin, limits, iso, group, budget, start)
     finally:
-        if uid is not None:
+        if uid is not None and not (group and group.empty()):
             _reap_uid(uid, iso.namespaces)
+        if group:
+            group.remove()
+        if uid is not None:
             _uids.give(uid)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(scratch: str, stdin: str, limits: Limits, iso: Isolation, uid: int | None,
-         start: float) -> SandboxResult:
+def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
+         group: _RunCgroup | None, budget: str, start: float) -> SandboxResult:
     status_r, status_w = os.pipe()
-    os.set_blocking(status_r, False)
-    config = {
-        "scratch": scratch,
-        "bind": [d for d in _PRIVATE_DIRS if os.path.isdir(d)] if iso.namespaces else [],
-        "status_fd": status_w,
-        "rlimits": _rlimits(limits),
-        "uid": uid,
-        "expose": _unreachable_prefix() if iso.namespaces and uid is not None else None,
-    }
-    argv = [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, json.dumps(config)]
+    config["status_fd"] = status_w
+    config_path = os.path.join(scratch, "config.json")
+    with open(config_path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        json.dump(config, f)
+    argv = [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, config_path]
     if iso.namespaces:
-        argv = ["unshare", *_UNSHARE, *argv]
+        argv = [shutil.which("unshare") or "unshare", *(_USERNS if iso.userns else []), *_NAMESPACES, *argv]
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=scratch, env=_clean_env(scratch, iso.namespaces), pass_fds=(status_w,),
+            cwd="/", env=_clean_env(config["workdir"]), pass_fds=(status_w,),
             start_new_session=True,
         )
     finally:
@@ -528,8 +801,15 @@ def _run(scratch: str, stdin: str, limits: Limits, iso: Isolation, uid: int | No
         proc.wait()
         streams.close()
     stderr = streams.text("stderr")
-    status = _read_status(status_r)
-    returncode, reason = _verdict(status, stderr, timed_out, streams.overflow, limits)
+    reports = _read_status(status_r)
+    setup = next((r["setup_error"] for r in reports if isinstance(r.get("setup_error"), str)), None)
+    if setup is not None and setup.startswith("uid: "):
+        raise SandboxUnavailable(f"the sandbox could not drop root: {setup[5:]}")
+    status = next((r for r in reports if {"exit", "signal", "cpu_s", "max_rss_kb"} <= r.keys()), None)
+    returncode, reason = _verdict(status, stderr, timed_out, streams.overflow,
+                                  group.oom_kills() if group else 0, limits)
+    if setup is not None:
+        reason = setup if setup.startswith("could not write files") else f"sandbox setup failed: {setup}"
     return SandboxResult(
         ok=returncode == 0 and reason is None,
         returncode=returncode,
@@ -541,4 +821,5 @@ def _run(scratch: str, stdin: str, limits: Limits, iso: Isolation, uid: int | No
         cpu_s=status["cpu_s"] if status else None,
         max_rss_mb=status["max_rss_kb"] / 1024 if status else None,
         isolation=iso.describe(),
+        budget=budget,
     )

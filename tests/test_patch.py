@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cascadekit.verify.code import FunctionTests
 from cascadekit.verify.patch import (
     PatchError, apply_patch, diff_similarity, extract_diff, make_diff, parse_diff, verify_patch,
 )
@@ -15,9 +16,7 @@ BUGGY = {
     "README.md": "calc\n",
 }
 FIXED = {**BUGGY, "calc.py": BUGGY["calc.py"].replace("a - b", "a + b")}
-TESTS = ("from calc import add, mul\n\n"
-         "def test_add():\n    assert add(2, 3) == 5\n\n"
-         "def test_mul():\n    assert mul(2, 3) == 6\n")
+TESTS = [FunctionTests("add", [([2, 3], 5)], module="calc"), FunctionTests("mul", [([2, 3], 6)], module="calc")]
 
 
 def fenced(diff: str) -> str:
@@ -77,21 +76,22 @@ def test_extract_diff():
 def test_verify_patch_passes_gold_and_reports_failures():
     gold = verify_patch(fenced(make_diff(BUGGY, FIXED)), BUGGY, TESTS)
     assert gold.applied and gold.all_passed and gold.passed == gold.total == 2
-    assert gold.reason == "all 2 tests pass"
+    assert gold.reason == "all 2 tests passed"
     broke = {**BUGGY, "calc.py": BUGGY["calc.py"].replace("a * b", "a ** b")}
     bad = verify_patch(fenced(make_diff(BUGGY, broke)), BUGGY, TESTS)
     assert bad.applied and bad.passed == 0 and bad.pass_fraction == 0.0
-    assert bad.reason.startswith("tests fail: test_add AssertionError")
+    assert bad.reason == "tests fail: wrong answer on test 0: add(2, 3) returned -1, expected 5"
     syntax = {**BUGGY, "calc.py": "def add(a, b)\n"}
-    assert "could not import" in verify_patch(fenced(make_diff(BUGGY, syntax)), BUGGY, TESTS).reason
+    assert "could not load 'add' from calc: SyntaxError" in verify_patch(
+        fenced(make_diff(BUGGY, syntax)), BUGGY, TESTS).reason
     assert verify_patch("I would change add.", BUGGY, TESTS).reason == "no diff found"
     missing = verify_patch(fenced(make_diff({"nope.py": "a\n"}, {"nope.py": "b\n"})), BUGGY, TESTS)
     assert not missing.applied and missing.reason == "file not found: nope.py"
 
 
-def test_patch_cannot_replace_the_tests():
-    sneaky = make_diff({}, {"hidden_tests.py": "def test_ok():\n    pass\n"})
-    verdict = verify_patch(fenced(sneaky + make_diff(BUGGY, BUGGY)), BUGGY, TESTS)
+def test_patch_cannot_replace_the_harness():
+    sneaky = make_diff({}, {"main.py": "print('all tests pass')\n"})
+    verdict = verify_patch(fenced(sneaky), BUGGY, TESTS)
     assert not verdict.all_passed and "harness" in verdict.reason
 
 

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from cascadekit.domains import Judgement, Task
 from cascadekit.domains.code import program, hidden_cases
+from cascadekit.verify.code import FunctionTests
 from cascadekit.verify.patch import make_diff, verify_patch
 
 MODULE = "calc.py"
@@ -35,10 +36,9 @@ def _mutate(line: str, rng: random.Random) -> str:
     return line[:m.start(1)] + _SWAPS[m.group(1)] + line[m.end(1):]
 
 
-def _hidden_tests(function: str, cases: list[list]) -> str:
-    tests = [f"def test_{i}():\n    assert {function}({', '.join(map(str, args))}) == {want}\n"
-             for i, (args, want) in enumerate(cases)]
-    return f"from calc import {function}\n\n\n" + "\n\n".join(tests)
+def _hidden_tests(function: str, cases: list[list]) -> dict[str, Any]:
+    """Calls of the fixed function with their expected values; they never enter the sandbox's files."""
+    return {"module": MODULE.removesuffix(".py"), "function": function, "cases": cases}
 
 
 def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
@@ -73,9 +73,11 @@ def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
 def judge(gold: dict[str, Any], completion: str) -> Judgement:
     """1 when the diff applies and every hidden test passes; never raises."""
     try:
-        files, tests = dict(gold["files"]), str(gold["tests"])
+        files, spec = dict(gold["files"]), gold["tests"]
+        tests = FunctionTests(str(spec["function"]), [(list(args), want) for args, want in spec["cases"]],
+                              module=str(spec["module"]))
     except (KeyError, TypeError, ValueError) as err:
-        return Judgement(0.0, f"unreadable gold fields: {err}", {"applied": 0.0})
+        return Judgement(0.0, f"unreadable gold fields: {err!r}", {"applied": 0.0})
     verdict = verify_patch(completion, files, tests)
     return Judgement(float(verdict.all_passed), verdict.reason,
                      {"applied": float(verdict.applied), "pass_fraction": verdict.pass_fraction})

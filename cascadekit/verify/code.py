@@ -8,11 +8,13 @@ The verdict is the fraction of tests passed, with the first failure as the reaso
 The paper's Code RL reward is all-or-nothing on hidden tests; use ``all_passed``
 for that, ``pass_fraction`` for a denser signal.
 
-How the harness resists cheap reward hacking (it runs the solution in its own
-process, so a determined program could still forge results; a small model will
-not): results are compared as canonical JSON, so an object whose ``__eq__`` says
-yes to everything fails; the solution's own prints are swallowed and each result
-line carries a nonce the harness reads from stdin before importing the solution.
+Why a wrong solution cannot collect the reward: the candidate's process never
+holds the expected outputs, the comparison or the verdict. The verifier sends
+only the arguments (on stdin), the harness sends back each return value as plain
+JSON, and the verifier compares it with :func:`same_value` in its own process.
+So an object whose ``__eq__`` says yes to everything, a patched ``json.dumps``, a
+forged result line, a monkeypatched harness or a peek into the caller's frame
+can only ever report *a value*, which is right only if it is the right answer.
 """
 
 from __future__ import annotations
@@ -21,21 +23,27 @@ import ast
 import dataclasses
 import json
 import re
-import secrets
-from typing import Any
+import math
+from typing import Any, Sequence
 
 from cascadekit.sandbox import Limits, run_python
 from cascadekit.verify.boxed import answer_part
 
-__all__ = ["FunctionTests", "IOTests", "CodeVerdict", "extract_code", "verify_code"]
+__all__ = ["FunctionTests", "IOTests", "CodeVerdict", "extract_code", "verify_code", "run_hidden_tests",
+           "same_value"]
 
 
 @dataclasses.dataclass(frozen=True)
 class FunctionTests:
-    """Hidden tests: ``function(*args) == expected`` for each case (JSON-able values)."""
+    """Hidden tests: ``module.function(*args) == expected`` for each case (JSON values).
+
+    The candidate's code is saved as ``{module}.py``; only the arguments enter the
+    sandbox, the expected values never do.
+    """
 
     function: str
     cases: list[tuple[list[Any] | tuple[Any, ...], Any]]
+    module: str = "solution"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,47 +91,117 @@ def _syntax_error(code: str) -> str | None:
     return None
 
 
-# Runs in the sandbox as main.py beside solution.py and cases.json.
+# Runs in the sandbox as main.py beside the candidate's files. It holds only the
+# calls to make: the expected values and the comparison stay in the verifier.
 _HARNESS = r"""
-import io, json, math, sys
-NONCE = sys.stdin.readline().strip()
+import importlib, io, json, sys
+calls = json.loads(sys.stdin.readline())
 out = sys.stdout
-def report(**fields):
-    out.write(NONCE + " " + json.dumps(fields) + "\n")
+def report(i, key, value):
+    out.write("@@cascadekit " + json.dumps({"i": i, key: value}) + "\n")
     out.flush()
-cases = json.load(open("cases.json"))
-def same(got, want):
-    if isinstance(got, float) and isinstance(want, (int, float)) and not isinstance(want, bool):
-        return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
-    return json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
-sys.stdout = io.StringIO()
-try:
-    import solution
-    fn = getattr(solution, cases["function"])
-except BaseException as e:
-    report(setup=type(e).__name__ + ": " + str(e)[:200])
-    raise SystemExit(0)
-for i, (args, want) in enumerate(cases["cases"]):
+for i, (module, function, args) in enumerate(calls):
     sys.stdout = io.StringIO()
     try:
-        got = fn(*args)
-        json.dumps(got)
+        fn = getattr(importlib.import_module(module), function)
     except BaseException as e:
-        report(i=i, ok=False, error=type(e).__name__ + ": " + str(e)[:200])
+        report(i, "load", type(e).__name__ + ": " + str(e)[:200])
         continue
-    report(i=i, ok=same(got, want), got=repr(got)[:200])
+    try:
+        value = json.dumps(fn(*args), allow_nan=False)
+    except BaseException as e:
+        report(i, "error", type(e).__name__ + ": " + str(e)[:200])
+        continue
+    out.write('@@cascadekit {"i": %d, "value": %s}\n' % (i, value))
+    out.flush()
 """
+_PREFIX = "@@cascadekit "
 
 
-def _parse_reports(stdout: str, nonce: str) -> list[dict]:
-    reports = []
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a test value")
+
+
+def read_reports(stdout: str, n_calls: int) -> dict[int, tuple[str, Any]]:
+    """Per call index, ``("value", v)``, ``("error", why)`` or ``("load", why)`` from the harness's lines.
+
+    The program can print anything, including lines that look like reports: a
+    report only carries a value, which the verifier then compares, so forging one
+    is no easier than computing the answer. Two reports for one call make it fail.
+    """
+    reports: dict[int, tuple[str, Any]] = {}
     for line in stdout.splitlines():
-        if line.startswith(nonce + " "):
-            try:
-                reports.append(json.loads(line[len(nonce) + 1:]))
-            except ValueError:
-                continue
+        if not line.startswith(_PREFIX):
+            continue
+        try:
+            record = json.loads(line[len(_PREFIX):], parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(record, dict) or len(record) != 2 or type(record.get("i")) is not int:
+            continue
+        i = record["i"]
+        kind = next((k for k in ("value", "error", "load") if k in record), None)
+        if kind is None or not 0 <= i < n_calls or (kind != "value" and not isinstance(record[kind], str)):
+            continue
+        reports[i] = ("error", "two reports for one call") if i in reports else (kind, record[kind])
     return reports
+
+
+def same_value(got: Any, want: Any) -> bool:
+    """Equality of plain JSON values, decided here, never by the candidate's objects.
+
+    Booleans are not numbers; a float on either side compares with a relative
+    tolerance of 1e-6; lists and dicts compare element by element.
+    """
+    if isinstance(got, bool) or isinstance(want, bool):
+        return type(got) is type(want) and got == want
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        if isinstance(got, float) or isinstance(want, float):
+            return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
+        return got == want
+    if isinstance(want, (list, tuple)):
+        return isinstance(got, list) and len(got) == len(want) and all(map(same_value, got, want))
+    if isinstance(want, dict):
+        return (isinstance(got, dict) and got.keys() == want.keys()
+                and all(same_value(got[k], want[k]) for k in want))
+    return type(got) is type(want) and got == want
+
+
+def _show(value: Any) -> str:
+    try:
+        return json.dumps(value)[:200]
+    except (TypeError, ValueError, RecursionError):
+        return "<unprintable>"
+
+
+def run_hidden_tests(tests: Sequence[FunctionTests], files: dict[str, str],
+                     limits: Limits) -> tuple[int, int, str]:
+    """Run every case of ``tests`` against ``files`` in one sandbox: (passed, total, reason)."""
+    cases = [(t, args, want) for t in tests for args, want in t.cases]
+    total = len(cases)
+    if total == 0:
+        return 0, 0, "no tests"
+    calls = [[t.module, t.function, list(args)] for t, args, _ in cases]
+    result = run_python(_HARNESS, stdin=json.dumps(calls) + "\n", files=files, limits=limits)
+    reports = read_reports(result.stdout, total)
+    passed, failure = 0, None
+    for i, (t, args, want) in enumerate(cases):
+        kind, detail = reports.get(i, (None, None))
+        ok = kind == "value" and same_value(detail, want)
+        passed += ok
+        if ok or failure is not None:
+            continue
+        call = f"{t.function}({', '.join(map(_show, args))})"
+        if kind is None:
+            why = result.killed_reason or f"harness exited with {result.returncode}"
+            failure = f"{why} before test {i} finished"
+        elif kind == "load":
+            failure = f"could not load {t.function!r} from {t.module}: {detail}"
+        elif kind == "error":
+            failure = f"error on test {i}: {detail}"
+        else:
+            failure = f"wrong answer on test {i}: {call} returned {_show(detail)}, expected {_show(want)}"
+    return passed, total, failure or f"all {total} tests passed"
 
 
 def verify_code(text: str, tests: FunctionTests | IOTests, limits: Limits = Limits()) -> CodeVerdict:
@@ -136,7 +214,10 @@ def verify_code(text: str, tests: FunctionTests | IOTests, limits: Limits = Limi
         return _verdict(0, total, error)
     if isinstance(tests, IOTests):
         return _run_io_tests(code, tests, limits)
-    return _run_function_tests(code, tests, limits)
+    passed, total, reason = run_hidden_tests([tests], {f"{tests.module}.py": code}, limits)
+    if reason.startswith("harness exited") or " before test " in reason:
+        reason = f"{reason} ({passed}/{total} passed)"
+    return _verdict(passed, total, reason)
 
 
 def _verdict(passed: int, total: int, reason: str) -> CodeVerdict:
@@ -165,26 +246,3 @@ def _run_io_tests(code: str, tests: IOTests, limits: Limits) -> CodeVerdict:
     return _verdict(passed, total, first_failure or f"all {total} tests passed" if total else "no tests")
 
 
-def _run_function_tests(code: str, tests: FunctionTests, limits: Limits) -> CodeVerdict:
-    total = len(tests.cases)
-    nonce = secrets.token_hex(16)
-    cases = {"function": tests.function, "cases": [[list(a), e] for a, e in tests.cases]}
-    result = run_python(_HARNESS, stdin=nonce + "\n", limits=limits,
-                        files={"solution.py": code, "cases.json": json.dumps(cases)})
-    reports = _parse_reports(result.stdout, nonce)
-    if reports and "setup" in reports[0]:
-        return _verdict(0, total, f"could not load {tests.function!r}: {reports[0]['setup']}")
-    by_index = {r["i"]: r for r in reports if isinstance(r.get("i"), int)}
-    passed = sum(1 for r in by_index.values() if r.get("ok") is True)
-    for i, (args, expected) in enumerate(tests.cases):
-        r = by_index.get(i)
-        if r is None:
-            why = result.killed_reason or f"harness exited with {result.returncode}"
-            return _verdict(passed, total, f"{why} before test {i} finished ({passed}/{total} passed)")
-        if "error" in r:
-            return _verdict(passed, total, f"error on test {i}: {r['error']}")
-        if not r.get("ok"):
-            call = f"{tests.function}({', '.join(map(repr, args))})"
-            return _verdict(passed, total, f"wrong answer on test {i}: {call} returned "
-                                           f"{r.get('got')}, expected {expected!r}")
-    return _verdict(passed, total, f"all {total} tests passed" if total else "no tests")

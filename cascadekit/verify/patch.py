@@ -8,8 +8,8 @@ against an in-memory repository (``{path: text}``):
 3. apply it strictly: every context and removed line must match the file exactly;
    a hunk may sit at another line than its header says (an "offset", as GNU patch
    allows) only where its lines match exactly and at one place; no fuzz,
-4. run hidden tests (a module of ``test_*`` functions) on the patched files in the
-   sandbox and report how many pass.
+4. run hidden tests (calls with expected values) on the patched files in the
+   sandbox, comparing outside it, and report how many pass.
 
 Departure from the paper: its SWE RL reward is execution-free, a lexical/semantic
 similarity between the generated and the gold patch (:func:`diff_similarity` is
@@ -23,9 +23,10 @@ import dataclasses
 import difflib
 import posixpath
 import re
-import secrets
+from typing import Sequence
 
-from cascadekit.sandbox import Limits, run_python
+from cascadekit.sandbox import Limits
+from cascadekit.verify.code import FunctionTests, run_hidden_tests
 from cascadekit.verify.boxed import answer_part
 
 __all__ = [
@@ -231,37 +232,15 @@ def diff_similarity(predicted: str, gold: str) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-# Runs in the sandbox as main.py beside the patched files and hidden_tests.py.
-_HARNESS = r"""
-import io, sys
-NONCE = sys.stdin.readline().strip()
-out = sys.stdout
-def report(line):
-    out.write(NONCE + " " + line.replace("\n", " ")[:300] + "\n")
-    out.flush()
-sys.stdout = io.StringIO()
-try:
-    import hidden_tests
-except BaseException as e:
-    report("setup " + type(e).__name__ + ": " + str(e))
-    raise SystemExit(0)
-tests = [(name, fn) for name, fn in vars(hidden_tests).items()
-         if name.startswith("test_") and callable(fn)]
-report("total %d" % len(tests))
-for name, fn in tests:
-    sys.stdout = io.StringIO()
-    try:
-        fn()
-    except BaseException as e:
-        report("fail " + name + " " + type(e).__name__ + ": " + str(e))
-    else:
-        report("pass " + name)
-"""
-
-
-def verify_patch(text: str, files: dict[str, str], tests: str,
+def verify_patch(text: str, files: dict[str, str], tests: FunctionTests | Sequence[FunctionTests],
                  limits: Limits = Limits()) -> PatchVerdict:
-    """Apply the model's diff to ``files`` and run ``tests`` (``test_*`` functions); never raises."""
+    """Apply the model's diff to ``files`` and run the hidden ``tests`` on the result; never raises.
+
+    The tests are calls with expected values (:class:`~cascadekit.verify.code.FunctionTests`
+    naming a module of the repository), run by the code verifier's harness: nothing
+    in the patched tree can import, shadow or rewrite them, and the comparison
+    happens outside the sandbox.
+    """
     def verdict(applied: bool, passed: int, total: int, reason: str) -> PatchVerdict:
         return PatchVerdict(applied, passed, total, total > 0 and passed == total,
                             passed / total if total else 0.0, reason)
@@ -275,24 +254,12 @@ def verify_patch(text: str, files: dict[str, str], tests: str,
         return verdict(False, 0, 0, str(e))
     except Exception as e:  # a verifier never raises on model text
         return verdict(False, 0, 0, f"malformed diff: {type(e).__name__}")
-    if "hidden_tests.py" in patched or "main.py" in patched:
-        return verdict(False, 0, 0, "patch touches the test harness files")
-    nonce = secrets.token_hex(16)
-    result = run_python(_HARNESS, stdin=nonce + "\n", limits=limits,
-                        files={**patched, "hidden_tests.py": tests})
-    reports = [ln[len(nonce) + 1:] for ln in result.stdout.splitlines() if ln.startswith(nonce + " ")]
-    if reports and reports[0].startswith("setup "):
-        return verdict(True, 0, 0, f"tests could not import the patched code: {reports[0][6:]}")
-    if not reports or not reports[0].startswith("total "):
-        why = result.killed_reason or f"harness exited with {result.returncode}"
-        return verdict(True, 0, 0, f"tests did not run: {why}")
-    total = int(reports[0].split()[1])
-    outcomes = reports[1:]
-    passed = sum(r.startswith("pass ") for r in outcomes)
-    failures = [r[5:] for r in outcomes if r.startswith("fail ")]
-    if failures:
-        return verdict(True, passed, total, f"tests fail: {failures[0]}")
-    if len(outcomes) < total:
-        why = result.killed_reason or f"harness exited with {result.returncode}"
-        return verdict(True, passed, total, f"{why} after {len(outcomes)}/{total} tests")
-    return verdict(True, passed, total, f"all {total} tests pass")
+    if "main.py" in patched:
+        return verdict(False, 0, 0, "patch adds main.py, the name the test harness runs as")
+    suite = [tests] if isinstance(tests, FunctionTests) else list(tests)
+    passed, total, reason = run_hidden_tests(suite, patched, limits)
+    if passed < total and not reason.startswith(("could not load", "error on", "wrong answer")):
+        reason = f"tests did not finish: {reason}"
+    elif passed < total:
+        reason = f"tests fail: {reason}"
+    return verdict(True, passed, total, reason)

@@ -1,0 +1,400 @@
+"""Hostile programs for the security suite, shared by the root run and the unprivileged run.
+
+Each case runs one attack through the kit's sandbox or verifiers and returns
+``(contained, detail)``. Only the standard library, ``cascadekit.sandbox`` and
+``cascadekit.verify.code`` are imported here: the unprivileged run executes this
+file with the system Python as uid 65534, outside the test environment.
+
+``MODE`` names who runs the case: ``"root"`` (CI: own uid, namespaces, cgroup)
+or ``"user"`` (an ordinary account). A few guarantees exist only as root; the
+cases that test them say so in ``ROOT_ONLY``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from typing import Callable
+
+from cascadekit.sandbox import Limits, run_python
+from cascadekit.verify.code import FunctionTests, verify_code
+
+Case = Callable[[], "tuple[bool, str]"]
+CASES: dict[str, Case] = {}
+TAMPERING: dict[str, str] = {}  # name -> a wrong solution of add(a, b) that tries to collect the reward
+ROOT_ONLY = {"secret_file_in_home", "stdlib_shadowing_as_root"}
+
+
+def case(fn: Case) -> Case:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def _marker_dir() -> str:
+    """A host folder outside /tmp that only the test's own user can write."""
+    base = os.environ.get("CASCADEKIT_SECURITY_DIR") or os.path.join(os.getcwd(), ".security-markers")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return tempfile.mkdtemp(dir=base)
+
+
+# ---------------------------------------------------------------- resource abuse
+
+@case
+def infinite_loop() -> tuple[bool, str]:
+    r = run_python("while True:\n    pass", limits=Limits(cpu_s=1, wall_s=5))
+    return (not r.ok and r.killed_reason == "cpu time" and r.wall_s < 4), f"{r.killed_reason} after {r.wall_s:.1f}s"
+
+
+@case
+def sleeper() -> tuple[bool, str]:
+    r = run_python("import time\ntime.sleep(60)", limits=Limits(wall_s=1))
+    return (r.timed_out and r.wall_s < 3), f"{r.killed_reason} after {r.wall_s:.1f}s"
+
+
+@case
+def fork_bomb() -> tuple[bool, str]:
+    tag = f"ckbomb{uuid.uuid4().hex[:8]}"
+    code = (f"import ctypes, os\nctypes.CDLL(None).prctl(15, b'{tag}', 0, 0, 0)\n"
+            "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+    r = run_python(code, limits=Limits(wall_s=1.5, nproc=16))
+    time.sleep(0.2)
+    left = _processes_named(tag)
+    return (not r.ok and not left), f"{r.killed_reason}; {len(left)} left behind"
+
+
+@case
+def memory_bomb() -> tuple[bool, str]:
+    r = run_python("x = []\nwhile True:\n    x.append(' ' * 10**7)", limits=Limits(memory_mb=128))
+    return (not r.ok and r.killed_reason == "memory"), f"{r.killed_reason}"
+
+
+@case
+def memory_across_children() -> tuple[bool, str]:
+    """Eight children of 150 MB each: at no moment may the run hold more than its 512 MB budget."""
+    code = ("import os, time\nkids = []\nfor _ in range(8):\n    pid = os.fork()\n"
+            "    if pid == 0:\n        try:\n            block = bytearray(150 * 2**20)\n"
+            "            for i in range(0, len(block), 4096):\n                block[i] = 1\n"
+            "            time.sleep(5)\n        finally:\n            os._exit(0)\n    kids.append(pid)\n"
+            "time.sleep(2.5)\n"
+            "print('alive', sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in kids), flush=True)\n")
+    r = run_python(code, limits=Limits(memory_mb=512, wall_s=8))
+    alive = int(r.stdout.split()[1]) if r.stdout.startswith("alive ") else 0
+    return alive * 150 <= 512, f"{alive} children of 150 MB alive together ({r.killed_reason}; {r.budget})"
+
+
+@case
+def huge_output() -> tuple[bool, str]:
+    r = run_python("while True:\n    print('x' * 1000)", limits=Limits(output_bytes=4096))
+    return (r.killed_reason == "output limit" and len(r.stdout) <= 4096 and r.wall_s < 3), f"{len(r.stdout)} bytes"
+
+
+@case
+def disk_filler() -> tuple[bool, str]:
+    code = ("i = 0\nwhile True:\n    open(f'f{i}', 'w').write('x' * 2**20)\n    i += 1\n")
+    r = run_python(code, limits=Limits(disk_mb=8, fsize_mb=4, wall_s=5))
+    return (not r.ok and r.killed_reason in ("disk quota", "file size", "wall timeout")), f"{r.killed_reason}"
+
+
+@case
+def fd_exhaustion() -> tuple[bool, str]:
+    code = "fs = []\nwhile True:\n    fs.append(open('main.py'))\n"
+    r = run_python(code, limits=Limits(nofile=32))
+    after = run_python("print('still fine')")
+    return (not r.ok and "Too many open files" in r.stderr and after.ok), r.stderr.strip()[-80:]
+
+
+# ---------------------------------------------------------------- escapes
+
+@case
+def writes_outside_scratch() -> tuple[bool, str]:
+    """Every world-writable folder of the host, a folder of the caller's and /root: nothing lands."""
+    marker = f"escape_{uuid.uuid4().hex}"
+    targets = sorted(set(_world_writable_dirs()) | {"/tmp", "/var/tmp", "/dev/shm", "/run/lock", _marker_dir(), "/root"})
+    code = ("import json, sys\nfor d in json.loads(input()):\n    try:\n"
+            f"        open(d + '/{marker}', 'w').write('escaped')\n    except OSError:\n        pass\n")
+    run_python(code, stdin=json.dumps(targets) + "\n")
+    landed = [d for d in targets if os.path.exists(os.path.join(d, marker))]
+    if MODE == "user":  # no separate uid: the caller's own folder is writable by design
+        landed = [d for d in landed if not d.startswith(os.path.dirname(_marker_dir()))]
+    for d in landed:
+        os.unlink(os.path.join(d, marker))
+    return not landed, f"landed in {landed}" if landed else f"{len(targets)} folders untouched"
+
+
+@case
+def stdlib_shadowing_as_root() -> tuple[bool, str]:
+    """Modules named like the supervisor's imports, beside the program: none may run as root."""
+    out = _marker_dir()
+    body = f"import os\nopen({out!r} + '/' + __name__ + '-' + str(os.getuid()), 'w').close()\n"
+    files = {"json.py": body, "resource.py": body, "os.py": body, "runpy.py": body, "ctypes/__init__.py": body,
+             "sitecustomize.py": body, "usercustomize.py": body, "encodings/__init__.py": body}
+    r = run_python("print('ran')", files=files)
+    hits = os.listdir(out)
+    as_root = [h for h in hits if h.endswith("-0")]
+    return (not as_root and r.ok), f"ran: {hits}"
+
+
+@case
+def run_lock_and_host_socket() -> tuple[bool, str]:
+    """A world-writable Unix socket in /run/lock and an abstract one: both out of reach."""
+    path = f"/run/lock/ck-{uuid.uuid4().hex[:8]}.sock"
+    abstract = f"\0ck-{uuid.uuid4().hex[:8]}"
+    listeners = []
+    for address in ([path] if os.access("/run/lock", os.W_OK) else []) + [abstract]:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(address)
+        if not address.startswith("\0"):
+            os.chmod(address, 0o777)
+        s.listen(1)
+        listeners.append(s)
+    code = ("import json, socket\nfor a in json.loads(input()):\n    s = socket.socket(socket.AF_UNIX)\n"
+            "    try:\n        s.connect(a)\n        print('connected', repr(a))\n    except OSError as e:\n"
+            "        print('refused', type(e).__name__)\n")
+    try:
+        r = run_python(code, stdin=json.dumps([path, abstract]) + "\n")
+    finally:
+        for s in listeners:
+            s.close()
+        if os.path.exists(path):
+            os.unlink(path)
+    return (r.ok and "connected" not in r.stdout), r.stdout.strip()
+
+
+@case
+def tcp_to_host_listener() -> tuple[bool, str]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('blocked', type(e).__name__)\n")
+    try:
+        r = run_python(code)
+    finally:
+        server.close()
+    return (r.ok and r.stdout.startswith("blocked")), r.stdout.strip()
+
+
+@case
+def dns_and_internet() -> tuple[bool, str]:
+    code = ("import socket\nfor host in ['pypi.org', 'localhost']:\n    try:\n"
+            "        socket.create_connection((host, 443), timeout=2)\n        print('connected', host)\n"
+            "    except OSError as e:\n        print('blocked', host, type(e).__name__)\n"
+            "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('connected ip')\n"
+            "except OSError:\n    print('blocked ip')\n")
+    r = run_python(code)
+    return (r.ok and "connected" not in r.stdout), r.stdout.strip().replace("\n", "; ")
+
+
+@case
+def sysv_shared_memory_does_not_outlive_the_run() -> tuple[bool, str]:
+    before = _shm_ids()
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.shmget.restype = ctypes.c_int\nlibc.shmat.restype = ctypes.c_void_p\n"
+            "shm = libc.shmget(0, 64 * 2**20, 0o1000 | 0o666)\nprint('segment', shm)\n"
+            "addr = libc.shmat(shm, None, 0)\nctypes.memset(addr, 1, 64 * 2**20)\n")
+    r = run_python(code)
+    time.sleep(0.2)
+    leaked = _shm_ids() - before
+    return not leaked, f"{r.stdout.strip()}; leaked {sorted(leaked)}"
+
+
+@case
+def secrets_in_environment() -> tuple[bool, str]:
+    os.environ["CASCADEKIT_TEST_SECRET"] = "hunter2"
+    try:
+        code = ("import os\nprint(sorted(os.environ.items()))\n"
+                "try:\n    print(open('/proc/1/environ', 'rb').read())\nexcept OSError as e:\n    print('no', e)\n"
+                "try:\n    print(open(f'/proc/{os.getppid()}/environ', 'rb').read())\nexcept OSError as e:\n"
+                "    print('no', e)\n")
+        r = run_python(code)
+    finally:
+        del os.environ["CASCADEKIT_TEST_SECRET"]
+    return (r.ok and "hunter2" not in r.stdout), "no secret in what the program saw"
+
+
+@case
+def secret_file_in_home() -> tuple[bool, str]:
+    home = os.path.expanduser("~")
+    secret = os.path.join(home, f".cascadekit-secret-{uuid.uuid4().hex[:8]}")
+    with open(secret, "w") as f:
+        f.write("hunter2")
+    os.chmod(secret, 0o600)
+    try:
+        r = run_python(f"try:\n    print(open({secret!r}).read())\nexcept OSError as e:\n    print('no', type(e).__name__)\n")
+    finally:
+        os.unlink(secret)
+    return (r.ok and "hunter2" not in r.stdout), r.stdout.strip()
+
+
+@case
+def signals_to_the_caller_and_others() -> tuple[bool, str]:
+    victim = _spawn_sleeper()
+    code = (f"import os, signal\nfor pid in [os.getppid(), {os.getpid()}, {victim.pid}, 1]:\n    try:\n"
+            "        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print('refused', pid, type(e).__name__)\n"
+            "try:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nprint('done')\n")
+    r = run_python(code)
+    alive = victim.poll() is None
+    victim.kill()
+    victim.wait()
+    return alive, f"caller alive, other process alive={alive} ({r.killed_reason or 'ok'})"
+
+
+@case
+def daemons_left_behind() -> tuple[bool, str]:
+    tag = f"ckdaemon{uuid.uuid4().hex[:6]}"
+    code = (f"import ctypes, os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        ctypes.CDLL(None).prctl(15, b'{tag}', 0, 0, 0)\n        time.sleep(60)\n    os._exit(0)\n"
+            "print('done')\n")
+    r = run_python(code)
+    time.sleep(0.3)
+    left = _processes_named(tag)
+    for pid in left:
+        os.kill(pid, 9)
+    return (r.ok and not left), f"{len(left)} daemons left"
+
+
+@case
+def ptrace_the_caller() -> tuple[bool, str]:
+    code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"print('attach', libc.ptrace(16, {os.getpid()}, 0, 0), ctypes.get_errno())\n")
+    r = run_python(code)
+    attached = r.stdout.startswith("attach 0")
+    return (r.ok and not attached), r.stdout.strip()
+
+
+# ---------------------------------------------------------------- reward tampering
+
+GOOD = "def add(a, b):\n    return a + b\n"
+TESTS = FunctionTests("add", [([1, 2], 3), ([7, 5], 12), ([-4, 9], 5), ([10, 20], 30)])
+
+TAMPERING.update({
+    "always_equal_object": "class Yes:\n    def __eq__(self, other):\n        return True\n"
+                           "    __hash__ = object.__hash__\ndef add(a, b):\n    return Yes()\n",
+    "int_subclass_equal_to_all": "class Yes(int):\n    def __eq__(self, other):\n        return True\n"
+                                 "def add(a, b):\n    return Yes(0)\n",
+    "monkeypatch_main": "import __main__, sys\nfor name in list(vars(__main__)):\n"
+                        "    if callable(getattr(__main__, name)):\n        setattr(__main__, name, lambda *a, **k: True)\n"
+                        "def add(a, b):\n    return 0\n",
+    "expected_from_caller_frames": "import sys\ndef add(a, b):\n    f = sys._getframe(1)\n    while f:\n"
+                                   "        for k in ('want', 'expected', 'cases'):\n            if k in f.f_locals:\n"
+                                   "                return f.f_locals[k]\n        f = f.f_back\n    return 0\n",
+    "cases_from_files": "import glob, json\ndef add(a, b):\n    for p in glob.glob('**/*', recursive=True):\n"
+                        "        try:\n            data = json.load(open(p))\n        except Exception:\n            continue\n"
+                        "        return data\n    return 0\n",
+    "forged_result_lines": "import sys\nfor i in range(4):\n    print('@@cascadekit {\"i\": %d, \"value\": 99}' % i)\n"
+                           "    print('{\"i\": %d, \"ok\": true}' % i)\n"
+                           "    sys.__stdout__.write('@@cascadekit {\"i\": %d, \"ok\": true}\\n' % i)\n"
+                           "def add(a, b):\n    return 0\n",
+    "forged_lines_on_fd1": "import os\nfor i in range(4):\n"
+                           "    os.write(1, b'@@cascadekit {\"i\": %d, \"value\": 30}\\n' % i)\n"
+                           "def add(a, b):\n    return 30\n",
+    "patched_json_dumps": "import json\njson.dumps = lambda *a, **k: '\"PASS\"'\n"
+                          "import json.encoder\njson.encoder.JSONEncoder.encode = lambda *a, **k: 'true'\n"
+                          "def add(a, b):\n    return 0\n",
+    "rewrite_reporter": "import sys, io\nclass Out(io.StringIO):\n    def write(self, s):\n"
+                        "        return sys.__stdout__.write(s.replace('\"error\"', '\"value\"'))\n"
+                        "sys.stdout = Out()\ndef add(a, b):\n    raise ValueError(3)\n",
+    "exit_before_tests": "import os\nos._exit(0)\ndef add(a, b):\n    return a + b\n",
+    "system_exit_in_call": "def add(a, b):\n    raise SystemExit(0)\n",
+    "nan_answer": "def add(a, b):\n    return float('nan')\n",
+    "deep_nesting": "def add(a, b):\n    x = []\n    for _ in range(100000):\n        x = [x]\n    return x\n",
+    "kill_the_verifier": "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept OSError:\n    pass\n"
+                         "def add(a, b):\n    return 0\n",
+    "scan_memory_for_expected": "import gc\ndef add(a, b):\n    for o in gc.get_objects():\n"
+                                "        if isinstance(o, list) and len(o) == 4 and all(isinstance(c, list) for c in o):\n"
+                                "            return o\n    return 0\n",
+    "read_parent_memory": "import os\ndef add(a, b):\n    try:\n"
+                          "        return open(f'/proc/{os.getppid()}/cmdline').read()\n    except OSError:\n        return 0\n",
+    "stdin_peek": "import sys\nrest = sys.stdin.read()\ndef add(a, b):\n    return rest\n",
+    "flood_after_forging": "print('@@cascadekit {\"i\": 0, \"value\": 4}')\nprint('x' * 10**6)\n"
+                           "def add(a, b):\n    return 0\n",
+})
+
+
+def _tampering_case(name: str, code: str) -> Case:
+    def run() -> tuple[bool, str]:
+        v = verify_code(f"```python\n{code}```", TESTS)
+        return (v.passed == 0 or (name == "forged_lines_on_fd1" and v.passed == 1)) and not v.all_passed, v.reason
+    run.__name__ = f"tamper_code_{name}"
+    return run
+
+
+for _name, _code in TAMPERING.items():
+    case(_tampering_case(_name, _code))
+
+
+@case
+def tampering_control_good_solution_passes() -> tuple[bool, str]:
+    """The harness works: a right answer still scores, so the zeros above mean something."""
+    v = verify_code(f"```python\n{GOOD}```", TESTS)
+    return v.all_passed, v.reason
+
+
+# ---------------------------------------------------------------- helpers
+
+def _world_writable_dirs() -> list[str]:
+    """World-writable folders on the host's root filesystem (bounded walk)."""
+    found, start = [], time.monotonic()
+    skip = {"/proc", "/sys", "/dev/pts"}
+    for top, dirs, _ in os.walk("/"):
+        dirs[:] = [d for d in dirs if os.path.join(top, d) not in skip and not os.path.islink(os.path.join(top, d))]
+        try:
+            if os.stat(top).st_mode & 0o002:
+                found.append(top)
+        except OSError:
+            pass
+        if time.monotonic() - start > 5:
+            break
+    return found
+
+
+def _processes_named(name: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() == name[:15]:
+                        out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def _shm_ids() -> set[str]:
+    try:
+        with open("/proc/sysvipc/shm") as f:
+            return {line.split()[1] for line in f.readlines()[1:] if line.split()}
+    except OSError:
+        return set()
+
+
+def _spawn_sleeper():
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+
+
+MODE = "root" if os.geteuid() == 0 else "user"
+
+
+def run_all(names: list[str] | None = None) -> dict[str, tuple[bool, str]]:
+    """Run the cases (all by default) and collect ``name -> (contained, detail)``; never raises."""
+    results = {}
+    for name in names or list(CASES):
+        if MODE == "user" and name in ROOT_ONLY:
+            continue
+        try:
+            results[name] = CASES[name]()
+        except Exception as err:  # a case that crashes is a failure with its reason
+            results[name] = (False, f"{type(err).__name__}: {err}")
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_all()))
