@@ -9,6 +9,7 @@ import importlib.metadata as metadata
 import os
 import platform
 import shutil
+import warnings
 from dataclasses import dataclass, field
 
 from packaging.version import Version
@@ -50,8 +51,24 @@ class Environment:
             f"free memory   {self.free_memory_gib if self.free_memory_gib is not None else '?'} GiB",
             f"free disk     {self.free_disk_gib if self.free_disk_gib is not None else '?'} GiB",
         ]
+        lines += sandbox_lines()
         lines += [f"warning: {w}" for w in self.warnings] or ["no known problems"]
         return "\n".join(lines)
+
+
+def sandbox_lines() -> list[str]:
+    """How model-written code is contained here, and which guarantees this machine cannot give.
+
+    Probing runs a tiny program in the sandbox, so only ``cascadekit env`` asks, not every notebook.
+    """
+    from cascadekit.sandbox import isolation
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the lines below say the same
+        iso = isolation()
+    lines = [f"sandbox       {iso.describe()}"]
+    lines += [f"  missing     {m}" for m in iso.missing()] or ["  missing     nothing"]
+    return lines
 
 
 def _free_memory_gib() -> float | None:

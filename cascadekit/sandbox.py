@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
+import marshal
 import os
 import posixpath
 import random
@@ -162,14 +162,15 @@ _COVERED_BY_TMP = ("/var/tmp", "/dev/shm", "/run")  # bound to the private /tmp 
 
 # The sandbox's first process (root when the caller is). argv[1] is the config file.
 _SUPERVISOR = r"""
-import ctypes, json, os, resource, sys
+import ctypes, marshal, os, resource, sys
 sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
-cfg = json.load(open(sys.argv[1]))
+with open(sys.argv[1], "rb") as f:
+    cfg = marshal.load(f)
 status = cfg["status_fd"]
-def report(**fields):
-    os.write(status, (json.dumps(fields) + "\n").encode())
+def setup_error(msg):
+    os.write(status, ("setup " + msg.replace("\n", " ") + "\n").encode(errors="replace"))
 def fail(msg):
-    report(setup_error=msg)
+    setup_error(msg)
     os._exit(120)
 libc = ctypes.CDLL(None, use_errno=True)
 def mount(source, target, fstype, flags, data):
@@ -206,7 +207,7 @@ try:
             for name in [top] + [os.path.join(top, n) for n in dirs + names]:
                 os.lchown(name, cfg["uid"], cfg["uid"])
 except (OSError, ValueError) as e:
-    report(setup_error="could not write files: " + type(e).__name__ + ": " + str(e)[:200])
+    setup_error("could not write files: " + type(e).__name__ + ": " + str(e)[:200])
     os._exit(122)
 os.chdir(work)
 pid = os.fork()
@@ -232,19 +233,19 @@ if pid == 0:
         elif cfg["forbid_root"] and 0 in os.getresuid():
             raise OSError("refusing to run untrusted code as uid 0")
     except BaseException as e:
-        report(setup_error="uid: " + str(e))
+        setup_error("uid: " + str(e))
         os._exit(121)
     os.close(status)
-    del ctypes, json, resource, cfg, libc, pid
+    del ctypes, marshal, resource, cfg, libc, pid
     import runpy
     sys.argv = ["main.py"]
     sys.path.insert(0, os.getcwd())
     runpy.run_path("main.py", run_name="__main__")
     sys.exit(0)
 _, code, usage = os.wait4(pid, 0)
-report(exit=os.WEXITSTATUS(code) if os.WIFEXITED(code) else None,
-       signal=os.WTERMSIG(code) if os.WIFSIGNALED(code) else None,
-       cpu_s=usage.ru_utime + usage.ru_stime, max_rss_kb=usage.ru_maxrss)
+exit_code = os.WEXITSTATUS(code) if os.WIFEXITED(code) else -os.WTERMSIG(code)
+line = "status %d %d %.6f %d\n" % (os.WIFSIGNALED(code), exit_code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+os.write(status, line.encode())
 os._exit(0)
 """
 
@@ -643,9 +644,10 @@ def _reap_uid(uid: int, in_pid_namespace: bool) -> None:
         time.sleep(0.01)
 
 
-def _read_status(fd: int) -> list[dict]:
-    """The supervisor's reports: JSON lines on a pipe the program never holds.
+def _read_status(fd: int) -> tuple[str | None, dict | None]:
+    """(setup error, exit status) from the supervisor's lines on a pipe the program never holds.
 
+    The lines are ``setup <message>`` or ``status <signalled> <code> <cpu s> <max rss KB>``.
     Read until end of file, waiting at most a second for the last holders of the
     write end (processes the pid namespace is still tearing down) to go.
     """
@@ -655,7 +657,7 @@ def _read_status(fd: int) -> list[dict]:
     try:
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
-            while (left := deadline - time.monotonic()) > 0 and sel.select(left):
+            while len(data) < 65536 and (left := deadline - time.monotonic()) > 0 and sel.select(left):
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     break
@@ -664,15 +666,20 @@ def _read_status(fd: int) -> list[dict]:
         pass
     finally:
         os.close(fd)
-    reports = []
+    setup, status = None, None
     for line in data.decode(errors="replace").splitlines():
-        try:
-            report = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(report, dict):
-            reports.append(report)
-    return reports
+        kind, _, rest = line.partition(" ")
+        if kind == "setup" and setup is None:
+            setup = rest
+        elif kind == "status" and status is None:
+            try:
+                signalled, code, cpu_s, rss_kb = rest.split()
+                status = {"exit": None if signalled == "1" else int(code),
+                          "signal": -int(code) if signalled == "1" else None,
+                          "cpu_s": float(cpu_s), "max_rss_kb": int(rss_kb)}
+            except ValueError:
+                continue
+    return setup, status
 
 
 def _verdict(status: dict | None, stderr: str, timed_out: bool, overflow: bool, oom_kills: int,
@@ -764,9 +771,9 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
          group: _RunCgroup | None, budget: str, start: float) -> SandboxResult:
     status_r, status_w = os.pipe()
     config["status_fd"] = status_w
-    config_path = os.path.join(scratch, "config.json")
-    with open(config_path, "w", encoding="utf-8", errors="surrogateescape") as f:
-        json.dump(config, f)
+    config_path = os.path.join(scratch, "config")
+    with open(config_path, "wb") as f:
+        marshal.dump(config, f)  # read back by the supervisor without importing json
     argv = [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, config_path]
     if iso.namespaces:
         argv = [shutil.which("unshare") or "unshare", *(_USERNS if iso.userns else []), *_NAMESPACES, *argv]
@@ -801,11 +808,9 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
         proc.wait()
         streams.close()
     stderr = streams.text("stderr")
-    reports = _read_status(status_r)
-    setup = next((r["setup_error"] for r in reports if isinstance(r.get("setup_error"), str)), None)
+    setup, status = _read_status(status_r)
     if setup is not None and setup.startswith("uid: "):
         raise SandboxUnavailable(f"the sandbox could not drop root: {setup[5:]}")
-    status = next((r for r in reports if {"exit", "signal", "cpu_s", "max_rss_kb"} <= r.keys()), None)
     returncode, reason = _verdict(status, stderr, timed_out, streams.overflow,
                                   group.oom_kills() if group else 0, limits)
     if setup is not None:

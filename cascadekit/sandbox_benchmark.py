@@ -1,29 +1,42 @@
-"""How many sandboxed executions per second this machine gives.
+"""How many sandboxed executions per second this machine gives, against a bare interpreter.
 
 Code RL scores every completion by running it, so this number bounds reward
 throughput: ``python -m cascadekit.sandbox_benchmark [-n 40] [--workers 2]``.
+The baseline, measured in the same run, starts the same program in a plain
+``python -S`` subprocess with no isolation at all; the ratio is what the box costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from cascadekit.sandbox import isolation, run_python
 
 PROGRAM = "def f(n):\n    return sum(i * i for i in range(n))\nassert f(1000) == 332833500\nprint('ok')\n"
 
 
-def executions_per_second(n: int = 40, workers: int = 1) -> float:
-    """Run a small judged program ``n`` times on ``workers`` threads; return runs per second."""
+def _bare() -> bool:
+    done = subprocess.run([sys.executable, "-S", "-c", PROGRAM], capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
+def _sandboxed() -> bool:
+    return run_python(PROGRAM).ok
+
+
+def executions_per_second(run: Callable[[], bool], n: int = 40, workers: int = 1) -> float:
+    """Run one small judged program ``n`` times on ``workers`` threads; return runs per second."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda _: run_python(PROGRAM), range(n)))
+        results = list(pool.map(lambda _: run(), range(n)))
     elapsed = time.perf_counter() - start
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise RuntimeError(f"{len(failed)} benchmark runs failed: {failed[0].stderr[-500:]}")
+    if not all(results):
+        raise RuntimeError(f"{results.count(False)} of {n} benchmark runs failed")
     return n / elapsed
 
 
@@ -34,8 +47,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"isolation: {isolation().describe()}")
     for workers in sorted({1, args.workers}):
-        rate = executions_per_second(args.n, workers)
-        print(f"{workers} worker(s): {rate:.1f} sandboxed executions/s")
+        bare = executions_per_second(_bare, args.n, workers)
+        boxed = executions_per_second(_sandboxed, args.n, workers)
+        print(f"{workers} worker(s): sandboxed {boxed:.1f}/s, bare interpreter {bare:.1f}/s, "
+              f"ratio {boxed / bare:.2f}")
 
 
 if __name__ == "__main__":

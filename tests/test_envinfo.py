@@ -20,3 +20,17 @@ def test_warns_on_known_bad_combinations() -> None:
     assert any("transformers<5.21" in w for w in warnings)
     assert any("unsloth" in w for w in warnings)
     assert not [w for w in known_problems({"transformers": "5.20.2", "trl": "1.16.0"}, "cpu") if "vllm" in w or "unsloth" in w]
+
+
+def test_env_names_the_sandbox_and_what_it_cannot_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cascadekit import sandbox
+    from cascadekit.envinfo import sandbox_lines
+
+    weak = sandbox.Isolation(drop_uid=False, namespaces=False)
+    monkeypatch.setattr(sandbox, "isolation", lambda: weak)
+    lines = sandbox_lines()
+    assert lines[0].startswith("sandbox       rlimits")
+    assert any("no separate uid" in line for line in lines) and any("no network" in line for line in lines)
+    strong = sandbox.Isolation(drop_uid=True, namespaces=True, cgroup="v1")
+    monkeypatch.setattr(sandbox, "isolation", lambda: strong)
+    assert sandbox_lines()[1:] == ["  missing     nothing"]

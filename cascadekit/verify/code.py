@@ -94,7 +94,10 @@ def _syntax_error(code: str) -> str | None:
 # Runs in the sandbox as main.py beside the candidate's files. It holds only the
 # calls to make: the expected values and the comparison stay in the verifier.
 _HARNESS = r"""
-import importlib, io, json, sys
+import sys
+here = sys.path.pop(0)  # the harness's own imports come from the standard library, never the tree
+import importlib, io, json
+sys.path.insert(0, here)
 calls = json.loads(sys.stdin.readline())
 out = sys.stdout
 def report(i, key, value):

@@ -30,7 +30,8 @@ def test_hostile_program_is_contained(name: str) -> None:
 
 
 def test_there_are_enough_tampering_programs() -> None:
-    assert len(hostile.TAMPERING) >= 15
+    assert len(hostile.TAMPERING) + len(hostile.SWE_TAMPERING) >= 15
+    assert len(hostile.TAMPERING) >= 15 and len(hostile.SWE_TAMPERING) >= 8
 
 
 def test_the_suite_ran_as_root_in_ci() -> None:
