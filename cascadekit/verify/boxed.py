@@ -34,37 +34,58 @@ def answer_part(text: str) -> str:
     return text
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Position of each ``{`` -> the ``}`` that balances it, in one pass (unbalanced ones absent)."""
+    closing, stack = {}, []
+    for match in _BRACE.finditer(text):
+        if match.group() == "{":
+            stack.append(match.start())
+        elif stack:
+            closing[stack.pop()] = match.start()
+    return closing
+
+
 def extract_boxed(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` in ``text`` (balanced braces), in order."""
-    found = []
-    for match in re.finditer(r"\\boxed\s*\{", text):
-        depth, start = 1, match.end()
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    found.append(text[start:i])
-                    break
-    return found
+    """Contents of every ``\\boxed{...}`` in ``text`` (balanced braces), in order.
+
+    Linear in the text: a scan from each ``\\boxed{`` to its closing brace would be
+    quadratic on a model output of a million unclosed ``\\boxed{``.
+    """
+    starts = [match.end() for match in _BOXED.finditer(text)]
+    if not starts:
+        return []
+    closing = _closing_braces(text)
+    return [text[start:closing[start - 1]] for start in starts if start - 1 in closing]
 
 
+_BOXED = re.compile(r"\\boxed\s*\{")
+_BRACE = re.compile(r"[{}]")
 _GROUPED = re.compile(r"[+-]?\d{1,3}(,\d{3})+")
 _PLAIN = re.compile(r"[+-]?\d+(\.0*)?")
 
 
 def normalize_integer(raw: str) -> int | None:
     """The integer a boxed answer denotes, or None if it is not one."""
-    s = str(raw).strip().strip("$").replace("{,}", ",").replace("−", "-")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    s = raw if isinstance(raw, str) else str(raw)
+    if len(s) > 1000:  # no integer is written that long
+        return None
+    s = s.strip().strip("$").replace("{,}", ",").replace("−", "-")
     for space in ("\\!", "\\,", "\\ ", " "):
         s = s.replace(space, "")
     s = re.sub(r"^\\(?:text|mathrm|mathbf)\{(.*)\}$", r"\1", s)
     if _GROUPED.fullmatch(s):
         s = s.replace(",", "")
-    if len(s) > 64 or not _PLAIN.fullmatch(s):
+    if len(s) > 64 or not _PLAIN.fullmatch(s):  # 64 digits: far below Python's int-parsing limit
         return None
     return int(s.split(".")[0])
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to ``limit`` characters: a reason quotes model text, never all of it."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def verify_boxed(text: str, expected: int | str) -> BoxedVerdict:
@@ -83,9 +104,10 @@ def verify_boxed(text: str, expected: int | str) -> BoxedVerdict:
     values = [normalize_integer(b) for b in boxed]
     predicted = values[-1]
     if predicted is None:
-        return BoxedVerdict(False, None, f"boxed answer {boxed[-1]!r} is not an integer")
+        return BoxedVerdict(False, None, f"boxed answer {_short(boxed[-1])} is not an integer")
     if len(set(values)) > 1:
-        return BoxedVerdict(False, predicted, f"{len(boxed)} boxed answers disagree: {boxed}")
+        shown = ", ".join(_short(b) for b in boxed[:5]) + (", ..." if len(boxed) > 5 else "")
+        return BoxedVerdict(False, predicted, f"{len(boxed)} boxed answers disagree: [{shown}]")
     if predicted != target:
         return BoxedVerdict(False, predicted, f"wrong answer: {predicted} != {target}")
     return BoxedVerdict(True, predicted, "correct")

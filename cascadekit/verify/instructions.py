@@ -151,7 +151,9 @@ class EndsWith(Constraint):
                 "No other words should follow it.")
 
 
-_BULLET = re.compile(r"^\s*(\*[^*]|-)", re.MULTILINE)
+# ``[^\S\n]*``: spaces within the line; ``\s*`` would span newlines and make a
+# million blank lines quadratic.
+_BULLET = re.compile(r"^[^\S\n]*(\*[^*]|-)", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +176,8 @@ class JsonFormat(Constraint):
     def check(self, text: str) -> bool:
         body = text.strip()
         body = re.sub(r"^```(?:json|JSON|Json)?\s*", "", body)
-        body = re.sub(r"\s*```$", "", body)
+        if body.endswith("```"):  # not re.sub(r"\s*```$"): quadratic on long runs of spaces
+            body = body[:-3].rstrip()
         try:
             json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurd nesting
@@ -271,17 +274,33 @@ def _safe_check(constraint: Constraint, text: str) -> bool:
         return False
 
 
+def _safe_describe(constraint: Constraint) -> str:
+    try:
+        return constraint.describe()
+    except Exception:  # a malformed constraint (from a dataset) is a failed check, not a crash
+        return f"malformed {type(constraint).__name__} constraint"
+
+
+#: Responses longer than this are not judged (every constraint fails): IF-RL completions are
+#: bounded by ``max_new_tokens`` far below it, and judging eight loose variants of a huge
+#: text would cost seconds per response.
+MAX_RESPONSE_CHARS = 1_000_000
+
+
 def verify_instructions(text: str, constraints: list[Constraint]) -> Verdict:
     """Judge a response against every constraint, strictly and loosely; never raises."""
     if not isinstance(text, str):
         return Verdict(False, False, [], "not a string")
+    if len(text) > MAX_RESPONSE_CHARS:
+        results = [ConstraintResult(c.kind, _safe_describe(c), False, False) for c in constraints]
+        return Verdict(False, False, results, f"response longer than {MAX_RESPONSE_CHARS:,} characters: not judged")
     if "<think>" in text and "</think>" not in text:
-        results = [ConstraintResult(c.kind, c.describe(), False, False) for c in constraints]
+        results = [ConstraintResult(c.kind, _safe_describe(c), False, False) for c in constraints]
         return Verdict(False, False, results, "think block never closed: no answer")
     answer = answer_part(text).split("<|im_end|>", 1)[0].strip()
     variants = loose_variants(answer)
     results = [
-        ConstraintResult(c.kind, c.describe(), _safe_check(c, answer),
+        ConstraintResult(c.kind, _safe_describe(c), _safe_check(c, answer),
                          any(_safe_check(c, v) for v in variants))
         for c in constraints
     ]

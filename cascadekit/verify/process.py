@@ -232,7 +232,12 @@ def _named_steps(body: str) -> tuple[ParsedStep, ...]:
 
 
 def judge(text: str, problem: Problem) -> ProcessVerdict:
-    """Check a solution against the problem's gold graph, node by node, then the answer."""
+    """Check a solution against the problem's gold graph, node by node, then the answer.
+
+    Never raises on any ``text``: only the first 200,000 characters are read, every
+    number and expression is bounded (see :func:`evaluate`), and whatever cannot be
+    read counts as a missing or wrong step, named in the verdict's reason.
+    """
     parsed = parse_solution(text)
     steps = parsed.by_name()
     gold_names = {node.name for node in problem.nodes}
@@ -270,5 +275,13 @@ def _reason(correct: bool, missing: list[str], dependency: list[str], value: lis
              for label, names in (("missing", missing), ("dependency mismatch", dependency),
                                   ("value mismatch", value)) if names]
     if answer != gold_answer:
-        parts.append(f"answer {'missing' if answer is None else answer} != {gold_answer}")
+        parts.append(f"answer {'missing' if answer is None else answer} != {_number_text(gold_answer)}")
     return "; ".join(parts)
+
+
+def _number_text(value: int) -> str:
+    """``str(value)``, or a short form past Python's 4300-digit limit on printing integers."""
+    try:
+        return str(value)
+    except ValueError:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"

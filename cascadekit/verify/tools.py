@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import reprlib
 from typing import Any
 
 from cascadekit.chat.format import call_arguments, parse_assistant
@@ -37,8 +38,10 @@ def normalize_value(value: Any) -> Any:
         if _NUMBER.fullmatch(text) and len(text) < 40:
             return normalize_value(float(text))
         return text.casefold()
-    if isinstance(value, (int, float)):
-        return int(value) if float(value).is_integer() else round(float(value), 9)
+    if isinstance(value, int):
+        return int(value)  # never through float: a 400-digit integer overflows it
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else round(value, 9)  # inf and nan stay floats
     if isinstance(value, (list, tuple)):
         return [normalize_value(v) for v in value]
     if isinstance(value, dict):
@@ -46,32 +49,53 @@ def normalize_value(value: Any) -> Any:
     return repr(value)
 
 
+def _short(value: Any) -> str:
+    """A bounded repr of model-written data for a reason (no deep nesting, no megabytes)."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = short.maxlong = 80
+    try:
+        return short.repr(value)
+    except Exception:  # e.g. an integer beyond Python's digit limit
+        return f"<unprintable {type(value).__name__}>"
+
+
+#: A turn longer than this, or with more ``<tool_call>`` tags, is not judged: no gold
+#: call list comes close, and parsing a million unclosed tags costs quadratic time.
+MAX_TURN_CHARS = 1_000_000
+MAX_CALLS = 64
+
+
 def judge_tool_call(predicted: Any, gold: dict) -> ToolVerdict:
     """Compare one call ``{"name": ..., "arguments": {...}}`` with the gold call; never raises."""
     if not isinstance(predicted, dict) or not isinstance(predicted.get("name"), str):
         return ToolVerdict(False, "call is not an object with a name")
     if predicted["name"] != gold["name"]:
-        return ToolVerdict(False, f"wrong function: {predicted['name']!r}, expected {gold['name']!r}")
+        return ToolVerdict(False, f"wrong function: {_short(predicted['name'])}, expected {gold['name']!r}")
     args, want = call_arguments(predicted), call_arguments(gold) or {}
     if args is None:
         return ToolVerdict(False, "arguments are not a JSON object")
     if missing := sorted(set(want) - set(args)):
         return ToolVerdict(False, f"missing argument(s): {', '.join(missing)}")
     if extra := sorted(set(args) - set(want)):
-        return ToolVerdict(False, f"unexpected argument(s): {', '.join(extra)}")
+        shown = ", ".join(str(k)[:40] for k in extra[:5]) + (", ..." if len(extra) > 5 else "")
+        return ToolVerdict(False, f"unexpected argument(s): {shown}")
     for key in sorted(want):
         try:
             same = normalize_value(args[key]) == normalize_value(want[key])
         except RecursionError:
             return ToolVerdict(False, f"argument {key!r} is nested too deeply")
         if not same:
-            return ToolVerdict(False, f"argument {key!r}: got {str(args[key])[:200]}, "
+            return ToolVerdict(False, f"argument {key!r}: got {_short(args[key])}, "
                                       f"expected {want[key]!r}")
     return ToolVerdict(True, "correct")
 
 
 def verify_tool_calls(text: str, gold: list[dict]) -> ToolVerdict:
     """Judge the tool calls in an assistant turn against the gold calls (any order); never raises."""
+    if isinstance(text, str) and len(text) > MAX_TURN_CHARS:
+        return ToolVerdict(False, f"turn longer than {MAX_TURN_CHARS:,} characters: not judged")
+    if isinstance(text, str) and text.count("<tool_call>") > MAX_CALLS:
+        return ToolVerdict(False, f"more than {MAX_CALLS} <tool_call> tags: not judged")
     turn = parse_assistant(text)
     if not turn.well_formed:
         return ToolVerdict(False, f"malformed turn: {turn.reason}")
