@@ -159,3 +159,33 @@ def test_pathological_inputs_are_fast():
     for text in ("Define " * 30_000, "a = " * 30_000, "a. " * 50_000, "(" * 100_000, "1" * 100_000 + "x", "Define a as b; " * 5_000,
                  "<answer> " + "9" * 5000, "Answer: -" + "1" * 10_000):
         judge(text, p)  # would hang or raise on quadratic regexes or huge ints
+
+
+# --- hostile model text (security issue: "verifiers never raise on any output") -------------
+
+_ANY_CHAR = st.characters(exclude_categories=())  # surrogates and NUL included
+
+
+@given(text=st.text(alphabet=_ANY_CHAR, max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_judge_never_raises_on_any_text_surrogates_included(text):
+    verdict = judge(text, generate_problem(4, "B", seed=1, style="minimal"))
+    assert isinstance(verdict, ProcessVerdict) and verdict.reason and not verdict.correct
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 200_000, "(" * 200_000 + "1", "Define x as a; so a = " + "(" * 200_000 + "1",
+    "<answer> " + "9" * 5000 + " </answer>", "x = " + "9" * 5000 + ".", "Answer: 1" + "0" * 4999,
+    "\x00" * 1000 + "Define a\x00b as c; so c = 1", "Define \ud800 as a; so a = 1 \udfff. <answer> \udc80 </answer>",
+    "Define x as a; so a = 1 + 2. " * 350_000,  # about 10 MB
+])
+def test_issue_inputs_give_a_verdict_with_a_reason(text):
+    p = generate_problem(3, "A", seed=0)
+    verdict = judge(text, p)
+    assert not verdict.correct and verdict.answer_mismatch
+    assert verdict.reason.startswith("missing: ") and f"!= {p.answer}" in verdict.reason
+
+
+def test_a_correct_solution_after_hostile_noise_still_verifies():
+    p = generate_problem(3, "A", seed=0)
+    assert judge(p.training_text + "\x00" + "[" * 10_000, p).correct

@@ -66,3 +66,98 @@ def test_bad_profile_input_names_the_bad_value(name: str, overrides: dict, needl
 def test_malformed_override_string() -> None:
     with pytest.raises(ProfileError, match="not of the form"):
         parse_overrides(["model.hidden"])
+
+
+# --- exact types and bounds (security issue: "no silent coercions") ------------------------
+
+def test_every_shipped_profile_validates_and_every_field_is_checked() -> None:
+    import dataclasses
+    import typing
+
+    from cascadekit.profiles import _RULES, _SECTIONS, check_value
+
+    for name in profile_names():
+        profile = load_profile(name)
+        for section in _SECTIONS:
+            for f in dataclasses.fields(getattr(profile, section)):
+                key = f"{section}.{f.name}"
+                assert check_value(key, getattr(getattr(profile, section), f.name)) is not None
+                hint = typing.get_type_hints(_SECTIONS[section])[f.name]
+                if hint in (int, float) or typing.get_origin(hint) is tuple or key.endswith(
+                        ("rendering", "backend", "architecture")):
+                    assert key in _RULES, f"{key} has no bound: add one to profiles._RULES"
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        ({"model.hidden": 1.5}, "model.hidden=1.5: expected an integer"),
+        ({"model.hidden": True}, "model.hidden=True: expected an integer"),
+        ({"model.hidden": "3"}, "model.hidden='3': expected an integer"),
+        ({"model.hidden": 10**30}, "expected an integer"),
+        ({"model.hidden": 0}, "model.hidden=0: must be > 0"),
+        ({"pretrain.batch_size": -8}, "pretrain.batch_size=-8: must be > 0"),
+        ({"world.contexts": "AB"}, "world.contexts='AB': expected a list of strings"),
+        ({"world.contexts": ["A", "Z"]}, "world.contexts=['A', 'Z']: must be a non-empty list of contexts"),
+        ({"world.contexts": []}, "world.contexts=[]: must be a non-empty list"),
+        ({"rl.use_lora": 1}, "rl.use_lora=1: expected true or false"),
+        ({"rl.use_lora": "true"}, "rl.use_lora='true': expected true or false"),
+        ({"rl.lr": float("nan")}, "rl.lr=nan: expected a finite number"),
+        ({"pretrain.lr": float("inf")}, "pretrain.lr=inf: expected a finite number"),
+        ({"sft.lr": 0}, "sft.lr=0: must be > 0"),
+        ({"model.rope_theta": 10**400}, "expected a finite number"),
+        ({"pretrain.warmup_ratio": 1.5}, "must be from 0 to 1"),
+        ({"evaluation.top_p": 0.0}, "evaluation.top_p=0.0: must be in (0, 1]"),
+        ({"evaluation.temperature": 0}, "evaluation.temperature=0: must be > 0"),
+        ({"world.ops_edge": [6, 4]}, r"world.ops_edge=[6, 4]: must be an op range [lo, hi] with 2 <= lo <= hi <= 30"),
+        ({"world.ops_hard": [1, 5]}, "world.ops_hard=[1, 5]: must be an op range"),
+        ({"world.ops_hard": [8, 10**9]}, "must be an op range"),
+        ({"world.ops_hard": [8, 9, 10]}, "expected a list of 2 integers"),
+        ({"world.ops_hard": "8-10"}, "expected a list of 2 integers"),
+        ({"world.rendering": "fancy"}, "world.rendering='fancy': must be one of full, compact, minimal"),
+        ({"evaluation.backend": "magic"}, "evaluation.backend='magic': must be one of hf, vllm"),
+        ({"model.architecture": "gpt9"}, "model.architecture='gpt9': must be one of qwen2, qwen3"),
+        ({"device": "tpu"}, "device='tpu': must be one of cpu, cuda"),
+        ({"dtype": "int8"}, "dtype='int8': must be one of float32, bfloat16"),
+        ({"seed": -1}, "seed=-1: must be >= 0"),
+        ({"model.pretrained": 5}, "model.pretrained=5: expected a string"),
+    ],
+)
+def test_overrides_are_checked_exactly(overrides: dict, needle: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        load_profile("smoke", overrides)
+    assert needle in str(info.value)
+
+
+def test_zero_is_allowed_where_it_means_something() -> None:
+    p = load_profile("smoke", {"rl.kl_beta": 0, "pretrain.weight_decay": 0.0, "pretrain.tokens": 0,
+                               "sft.stage1_tasks": 0, "pretrain.problems": 0, "model.rope_theta": 10000})
+    assert p.rl.kl_beta == 0.0 and isinstance(p.rl.kl_beta, float) and isinstance(p.model.rope_theta, float)
+    assert load_profile("smoke", {"world.ops_edge": (4, 4), "world.contexts": ("B",)}).world.ops_edge == (4, 4)
+
+
+@pytest.mark.parametrize(
+    "pair, needle",
+    [
+        ("model.hidden=inf", "model.hidden='inf': expected an integer"),
+        ("model.hidden=1.5", "model.hidden=1.5: expected an integer"),
+        ("model.hidden=1e999", "model.hidden=inf: expected an integer"),
+        ("model.hidden=" + "9" * 5000, "model.hidden: value longer than 1000 characters"),
+        ("model.hidden=" + "9" * 900, "expected an integer"),
+        ('world.contexts="AB"', "world.contexts='AB': expected a list of strings"),
+        ("world.contexts=AB", "world.contexts='AB': expected a list of strings"),
+        ("world.ops_edge=" + "[" * 900, "expected a list of 2 integers"),
+        ("rl.lr=NaN", "rl.lr=nan: expected a finite number"),
+        ("rl.use_lora=1", "rl.use_lora=1: expected true or false"),
+        ("model.widht=3", "unknown field 'widht'"),
+    ],
+)
+def test_cli_override_text_is_parsed_then_checked(pair: str, needle: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        parse_overrides([pair])
+    assert needle in str(info.value)
+
+
+def test_cli_override_text_keeps_strings_as_written() -> None:
+    assert parse_overrides(["model.pretrained=123", "description=a = b"]) == {"model.pretrained": "123",
+                                                                              "description": "a = b"}

@@ -210,3 +210,67 @@ def test_problem_records_fit_a_datasets_table():
     problems = generate_problems(ops=range(2, 6), contexts=("A", "B"), n=40, seed=0, style="compact")
     table = Dataset.from_list([p.to_dict() for p in problems])
     assert Problem.from_dict(table[0]) == problems[0]
+
+
+# --- bounds checked before work, strict records, atomic JSONL (security issue) ------------
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"ops": range(2, 10**9)}, "op must be an integer from 2 to 30, got 999999999"),
+    ({"ops": range(1, 5)}, "got 1"),
+    ({"ops": [3, 2.0]}, "got 2.0"),
+    ({"n": 10**12}, "n must be an integer from 0 to 100,000,000"),
+    ({"n": -1}, "n must be an integer"),
+    ({"n": 5.0}, "got 5.0"),
+    ({"n": True}, "got True"),
+    ({"seed": 2**70}, "seed must be an integer"),
+    ({"seed": "0"}, "seed must be an integer"),
+])
+def test_corpus_bounds_are_checked_before_anything_is_built(kwargs, needle):
+    from cascadekit.world import iter_problems
+
+    with pytest.raises(ValueError) as info:
+        iter_problems(**{"ops": [2, 3], "n": 3, **kwargs})  # raises on the call, not the first next()
+    assert needle in str(info.value)
+
+
+def test_iter_problems_streams_the_same_problems():
+    from cascadekit.world import iter_problems
+
+    stream = iter_problems(ops=[2, 3], contexts=["A", "B"], n=6, seed=4, split="rl", style="compact")
+    assert [p.key for p in stream] == [p.key for p in generate_problems([2, 3], ["A", "B"], 6, 4, "rl", "compact")]
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"op": "3"}, "field 'op' must be an integer"),
+    ({"answer": 1.5}, "field 'answer' must be an integer"),
+    ({"answer": True}, "field 'answer' must be an integer"),
+    ({"nodes": 5}, "'nodes' must be a list of objects"),
+    ({"nodes": [5]}, "'nodes' must be a list of objects"),
+    ({"nodes": [{"name": "a", "parents": "bc", "value": 1}]}, "field 'parents' must be a list of strings"),
+    ({"question": None}, "field 'question' must be a string"),
+    ({"op": float("inf")}, "field 'op' must be an integer"),
+])
+def test_problem_records_are_checked_not_coerced(change, needle):
+    record = {**generate_problem(3, "A", 0).to_dict(), **change}
+    with pytest.raises(ValueError, match=needle):
+        Problem.from_dict(record)
+    good = generate_problem(3, "A", 0).to_dict()
+    assert Problem.from_dict(good) == generate_problem(3, "A", 0)
+    with pytest.raises(ValueError, match="missing field 'context'"):
+        Problem.from_dict({k: v for k, v in good.items() if k != "context"})
+    with pytest.raises(ValueError, match="JSON object"):
+        Problem.from_dict([good])
+
+
+def test_write_jsonl_keeps_the_old_file_when_the_stream_fails(tmp_path):
+    path = tmp_path / "problems.jsonl"
+    write_jsonl(generate_problems([2], n=2), path)
+    before = path.read_bytes()
+
+    def broken():
+        yield from generate_problems([3], n=5)
+        raise RuntimeError("generator died midway")
+
+    with pytest.raises(RuntimeError, match="midway"):
+        write_jsonl(broken(), path)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["problems.jsonl"]
