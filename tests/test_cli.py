@@ -31,12 +31,27 @@ def test_data_then_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     "argv, needle",
     [
         (["data", "--contexts", "Z", "--out", "x.jsonl"], "'Z'"),
-        (["data", "--ops", "1-3", "--out", "x.jsonl"], "op"),
+        (["data", "--ops", "1-3", "--out", "x.jsonl"], "op range '1-3' out of bounds: need 2 <= lo <= hi <= 30"),
+        (["data", "--ops", "5-3", "--out", "x.jsonl"], "op range '5-3' out of bounds"),
+        (["data", "--ops", "2-31", "--out", "x.jsonl"], "op range '2-31' out of bounds"),
+        (["data", "--ops", "2-x", "--out", "x.jsonl"], "bad op list '2-x'"),
+        (["data", "--count", "10000001", "--out", "x.jsonl"], "--count: '10000001' is not an integer from 0 to 10,000,000"),
+        (["data", "--count", "2.5", "--out", "x.jsonl"], "--count: '2.5' is not an integer"),
+        (["data", "--seed", "-1", "--out", "x.jsonl"], "--seed: '-1' is not an integer from 0"),
+        (["data", "--seed", "1" * 5000, "--out", "x.jsonl"], "--seed: '1111"),
         (["data", "--split", "holdout", "--out", "x.jsonl"], "holdout"),
         (["data", "--style", "fancy", "--out", "x.jsonl"], "fancy"),
         (["run", "--scale", "enormous"], "enormous"),
         (["run", "--only", "99"], "99"),
         (["run", "--set", "model.widht=3"], "widht"),
+        (["run", "--set", "model.hidden=inf"], "model.hidden='inf': expected an integer"),
+        (["run", "--set", "model.hidden=1.5"], "model.hidden=1.5: expected an integer"),
+        (["run", "--set", 'world.contexts="AB"'], "world.contexts='AB': expected a list of strings"),
+        (["run", "--set", "evaluation.backend=magic"], "evaluation.backend='magic': must be one of hf, vllm"),
+        (["run", "--set", "device=tpu"], "device='tpu': must be one of cpu, cuda"),
+        (["run", "--only", "01,42"], "unknown chapter(s) ['42']"),
+        (["run", "--seed", "x"], "--seed: 'x' is not an integer"),
+        (["verify", "missing.jsonl"], "missing.jsonl"),
     ],
 )
 def test_bad_input_is_one_clear_error(argv: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -44,7 +59,8 @@ def test_bad_input_is_one_clear_error(argv: list[str], needle: str, tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("cascadekit ") and needle in err and "Traceback" not in err
+    assert err.startswith(f"cascadekit {argv[0]}: error: ") and needle in err and "Traceback" not in err
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())  # one line, and nothing written
 
 
 def test_verify_rejects_malformed_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,6 +71,15 @@ def test_verify_rejects_malformed_lines(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_text("not json\n")
     assert main(["verify", str(bad), "--out", str(tmp_path / "v.jsonl")]) == 2
     assert "bad.jsonl:1: not JSON" in capsys.readouterr().err
+    assert not (tmp_path / "v.jsonl").exists()
+
+
+def test_data_streams_every_op_in_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "p.jsonl"
+    assert main(["data", "--ops", "2-3,5", "--contexts", "A,teachers-school", "--count", "6", "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["op"] for r in records} == {2, 3, 5} and {r["context"] for r in records} == {"A", "B"}
+    assert "wrote 6 pretrain problems" in capsys.readouterr().out
 
 
 def test_env_short(capsys: pytest.CaptureFixture[str]) -> None:
