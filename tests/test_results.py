@@ -26,3 +26,19 @@ def test_only_the_toy_scale_writes_the_committed_results() -> None:
     assert default_root("toy") == RESULTS_DIR
     for scale in ("smoke", "paper", "full"):
         assert default_root(scale) == Path("runs") / f"results-{scale}"
+
+
+def test_writers_leave_only_their_files(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cascadekit.results import save_chapter_results
+
+    figure = plt.figure()
+    save_chapter_results("99_demo", {"x": 1}, {"curve": figure}, "Demo", [{"a": 1}], "cmd", root=tmp_path)
+    folder = tmp_path / "99_demo"
+    assert sorted(p.name for p in folder.iterdir()) == ["curve.png", "metrics.json", "paper_vs_run.md"]
+    assert (folder / "curve.png").read_bytes().startswith(b"\x89PNG")
+    assert oct((folder / "metrics.json").stat().st_mode & 0o777) == "0o644"
