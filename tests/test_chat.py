@@ -209,3 +209,18 @@ def test_assistant_mask_covers_exactly_the_trained_turns(tokenizer):
         EMPTY_THINK + '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call><|im_end|>',
         EMPTY_THINK + "the answer is four<|im_end|>",
     ]  # the historic turn "four" and every user/tool/system token are context only
+
+
+def test_tool_call_blocks_match_the_lazy_regex_and_stay_linear():
+    import re
+    import time
+
+    from cascadekit.chat.format import _tool_call_blocks
+
+    lazy = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    for text in ["a<tool_call>x</tool_call>b<tool_call>y</tool_call>c", "<tool_call><tool_call>x</tool_call>",
+                 "<tool_call>x", "x</tool_call><tool_call>y</tool_call>", "", "<tool_call></tool_call>"]:
+        assert _tool_call_blocks(text) == (lazy.findall(text), lazy.sub("", text))
+    start = time.perf_counter()
+    _tool_call_blocks("<tool_call>" * 200_000)
+    assert time.perf_counter() - start < 1.0

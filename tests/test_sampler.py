@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 
@@ -72,8 +74,10 @@ def test_vllm_backend_without_vllm_is_a_clear_error(tokenizer, monkeypatch):
 
 
 def test_unknown_backend(model, tokenizer):
-    cfg = load_profile("smoke", {"evaluation.backend": "magic"}).evaluation
-    with pytest.raises(ValueError, match="backend"):
+    with pytest.raises(ValueError, match="backend"):  # the profile refuses it first
+        load_profile("smoke", {"evaluation.backend": "magic"})
+    cfg = dataclasses.replace(load_profile("smoke").evaluation, backend="magic")
+    with pytest.raises(ValueError, match="backend"):  # and so does the sampler, for a config built by hand
         sample_completions(model, tokenizer, ["<question>"], cfg)
 
 

@@ -137,7 +137,22 @@ class AssistantTurn:
     reason: str
 
 
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+def _tool_call_blocks(text: str) -> tuple[list[str], str]:
+    """The bodies of complete ``<tool_call>...</tool_call>`` blocks and the text around them.
+
+    One left-to-right pass (a lazy regex is quadratic on many unclosed tags): each
+    block runs from an opening tag to the first closing tag after it.
+    """
+    bodies, outside, pos = [], [], 0
+    while (start := text.find("<tool_call>", pos)) != -1:
+        end = text.find("</tool_call>", start)
+        if end == -1:
+            break
+        outside.append(text[pos:start])
+        bodies.append(text[start + len("<tool_call>"):end])
+        pos = end + len("</tool_call>")
+    outside.append(text[pos:])
+    return bodies, "".join(outside)
 
 
 def call_arguments(call: dict) -> dict | None:
@@ -189,13 +204,14 @@ def parse_assistant(text: str, think: bool | None = None) -> AssistantTurn:
     body = text.split("<|im_end|>", 1)[0] if "<|im_end|>" in text else text
     thinking, rest, problem = _split_think(body)
     calls, bad_calls = [], 0
-    for match in _TOOL_CALL.finditer(rest):
-        call = _parse_tool_call(match.group(1).strip())
+    bodies, outside = _tool_call_blocks(rest)
+    for body in bodies:
+        call = _parse_tool_call(body.strip())
         if call is None:
             bad_calls += 1
         else:
             calls.append(call)
-    answer = _TOOL_CALL.sub("", rest).strip()
+    answer = outside.strip()
     if not problem:
         problem = _tool_problem(rest, answer, bad_calls)
     if not problem and think is True and not thinking:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 
+from cascadekit.atomic import atomic_write_text
 from cascadekit.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
 from cascadekit.evaluation.report import RANGES
 from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, passk_rows,
@@ -207,7 +208,7 @@ def midtrain_arm(profile: Profile, base: Path, tokens: int, work_dir: Path) -> t
         shutil.rmtree(dest, ignore_errors=True)
         started = time.perf_counter()
         midtrain(profile, base, dest, work_dir / "midtrain-run", tokens, MIDTRAIN_MIXTURE)
-        timing.write_text(json.dumps(round(time.perf_counter() - started, 1)))
+        atomic_write_text(timing, json.dumps(round(time.perf_counter() - started, 1)))
     return dest, tokens // midtrain_step_tokens(profile) * midtrain_step_tokens(profile), json.loads(timing.read_text())
 
 
@@ -274,8 +275,7 @@ def stored(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     if path.is_file():
         return json.loads(path.read_text())
     result = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, default=str))
+    atomic_write_text(path, json.dumps(result, default=str))
     return result
 
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 from transformers import PreTrainedTokenizerBase
 
 from cascadekit.artifacts import cache_root, get_or_build
+from cascadekit.atomic import atomic_open
 from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, rl_problems,
                                         run_rl)
 from cascadekit.profiles import (Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides,
@@ -422,7 +423,7 @@ def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: 
     from cascadekit.results import results_dir, save_chapter_results
 
     folder = results_dir(CHAPTER, root)
-    with gzip.open(folder / "samples.jsonl.gz", "wt") as fh:
+    with atomic_open(folder / "samples.jsonl.gz", "wb") as raw, gzip.open(raw, "wt") as fh:
         for v in metrics["variants"]:
             fh.writelines(json.dumps({"b_share": v["b_share"], **r}) + "\n" for r in v["samples"])
     slim = {**metrics, "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}

@@ -25,6 +25,9 @@ At GPU scale the same :func:`build_grpo_config` turns on vLLM for rollouts:
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from collections import defaultdict
@@ -383,7 +386,11 @@ def ensure_reference_checkpoint(model: PreTrainedModel, output_dir: str) -> None
     state = PartialState()
     with state.main_process_first():
         if state.is_main_process:
-            model.save_pretrained(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".reference.", dir=path.parent))
+            model.save_pretrained(tmp)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)  # a checkpoint cut mid-save never sits under the real name
     model.config._name_or_path = str(path)
 
 
