@@ -1,0 +1,204 @@
+"""Honest verdicts for "paper vs this run" rows: a 95% interval, then a verdict from it.
+
+Every row of a chapter's paper-vs-run table states this run's figure with a 95%
+interval and a verdict computed from that interval (:func:`claim_row`):
+*reproduced* only when the interval excludes no change in the paper's direction,
+*contradicted* when it excludes it the other way, *cannot tell* otherwise.
+
+**Why intervals are over problems.** The samples of one problem are not
+independent: a problem the model can do yields many correct samples, one it cannot
+do yields none. Treating 32 problems x 16 samples as 512 independent trials would
+give an interval about as narrow as 512 coin flips, when the evidence is 32
+problems. So the unit resampled (:func:`bootstrap_interval`) or counted
+(:func:`binomial_interval`) is always the problem: a per-problem statistic (its
+pass@k estimate, or "solved at all") for the bootstrap, solved problems out of
+problems for the binomial interval. Per-sample records (``samples.jsonl.gz``) give
+per-problem values through :func:`per_problem_pass`; committed per-op rows that keep
+only a rate and a problem count give them through :func:`problem_outcomes`.
+
+Stdlib and numpy only, so the notebooks and the book can use it without torch.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from cascadekit.evaluation.passk import pass_at_k
+
+Direction = Literal["up", "down", "flat"]
+VERDICTS = ("reproduced", "contradicted", "cannot tell")
+FLAT_TOLERANCE = 0.05
+"""A "flat" claim (the paper says: no change) allows changes within +-5 points of 0."""
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (no overflow for large n)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    log_n = math.lgamma(n + 1)
+    return min(1.0, math.fsum(
+        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
+        for i in range(k + 1)))
+
+
+def _bisect(f: Callable[[float], float], target: float, increasing: bool) -> float:
+    """The p in (0, 1) with f(p) = target, for f monotone in p (bisection: always converges)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if (f(mid) < target) == increasing:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2
+
+
+def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval for a success probability, e.g. solved problems / problems.
+
+    The lower end is the p at which seeing ``successes`` or more has probability
+    (1 - confidence) / 2, the upper end the p at which seeing ``successes`` or fewer
+    has. The binomial tails are computed exactly and inverted by bisection (no scipy).
+    """
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes}/{trials}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    tail = (1 - confidence) / 2
+    low = 0.0 if successes == 0 else _bisect(
+        lambda p: 1 - _binomial_cdf(successes - 1, trials, p), tail, increasing=True)
+    high = 1.0 if successes == trials else _bisect(
+        lambda p: _binomial_cdf(successes, trials, p), tail, increasing=False)
+    return low, high
+
+
+def bootstrap_interval(values: ArrayLike, baseline: ArrayLike | None = None, *, paired: bool = True,
+                       resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """Percentile bootstrap over problems: (estimate, low, high) of a mean or of a change of means.
+
+    * ``baseline`` None: the mean of ``values`` (one value per problem).
+    * ``paired`` (the default): ``values`` and ``baseline`` score two models on the
+      *same* problems, in the same order; the change is the mean per-problem
+      difference, and whole problems are resampled, so what the two models share
+      about a problem's difficulty cancels.
+    * ``paired=False``: two independent samples of problems, each resampled on its
+      own (the estimate is the difference of the two means). Use it when the
+      pairing is unknown; it is wider than the paired interval when the models
+      agree on which problems are hard.
+
+    The interval is widened to contain the estimate where resampling is too
+    coarse (a handful of problems), so that ``low <= estimate <= high`` always.
+    """
+    after = np.asarray(values, dtype=np.float64)
+    if after.ndim != 1 or after.size == 0:
+        raise ValueError("values must be a non-empty 1-d sequence, one value per problem")
+    rng = np.random.default_rng(seed)
+
+    def means(x: np.ndarray) -> np.ndarray:
+        return x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+
+    if baseline is None:
+        estimate, draws = after.mean(), means(after)
+    else:
+        before = np.asarray(baseline, dtype=np.float64)
+        if paired:
+            if before.shape != after.shape:
+                raise ValueError(f"paired samples need equal lengths, got {after.size} and {before.size}")
+            estimate, draws = (after - before).mean(), means(after - before)
+        else:
+            if before.ndim != 1 or before.size == 0:
+                raise ValueError("baseline must be a non-empty 1-d sequence, one value per problem")
+            estimate, draws = after.mean() - before.mean(), means(after) - means(before)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return float(estimate), float(min(low, estimate)), float(max(high, estimate))
+
+
+def problem_outcomes(rate: float, problems: int) -> np.ndarray:
+    """Per-problem 0/1 values with the given mean, from a committed (rate, problems) row.
+
+    Exact for pass@n when n is the number of samples per problem (a problem is
+    solved or not). For pass@1, which varies within [0, 1] per problem, 0/1 values
+    with the same mean have the largest variance any per-problem values could have,
+    so intervals built on them are conservative (wider than the truth). A rate that
+    is not a whole number of problems gives one problem the fractional rest, so the
+    mean stays exactly ``rate``.
+    """
+    if problems < 1 or not 0 <= rate <= 1:
+        raise ValueError(f"need a rate in [0, 1] and problems >= 1, got {rate} over {problems}")
+    solved = rate * problems
+    whole = min(math.floor(solved + 1e-9), problems)
+    values = np.zeros(problems)
+    values[:whole] = 1.0
+    if whole < problems:
+        values[whole] = max(0.0, solved - whole)
+    return values
+
+
+def per_problem_pass(records: Iterable[Mapping[str, Any]], k: int, key: str = "correct",
+                     by: Sequence[str] = ("op", "problem")) -> dict[tuple, float]:
+    """Each problem's unbiased pass@k from per-sample records (one dict per sample, as in ``samples.jsonl.gz``).
+
+    Records are grouped by the fields in ``by`` (one group per problem); the value
+    is pass@k of the group's ``key`` flags. Filter the records (model, context)
+    before calling.
+    """
+    counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for record in records:
+        tally = counts[tuple(record[f] for f in by)]
+        tally[0] += 1
+        tally[1] += bool(record[key])
+    return {problem: float(pass_at_k(n, c, k)) for problem, (n, c) in sorted(counts.items())}
+
+
+def verdict(low: float, high: float, direction: Direction, tolerance: float = FLAT_TOLERANCE) -> str:
+    """"reproduced", "contradicted" or "cannot tell", from a 95% interval of this run's change.
+
+    * "up" / "down": reproduced when the whole interval lies above / below 0,
+      contradicted when it lies wholly on the other side, else cannot tell (an
+      interval touching 0, such as [0, 0] when nothing moved, cannot tell).
+    * "flat" (the paper says nothing changes, or a level stays near 0): reproduced
+      when the interval lies within +-``tolerance``, contradicted when it lies wholly
+      outside that band, else cannot tell. The tolerance is stated in the row's
+      claim by whoever uses it; the default is 5 points.
+    """
+    if low > high:
+        raise ValueError(f"interval low {low} above high {high}")
+    if direction == "up":
+        return "reproduced" if low > 0 else "contradicted" if high < 0 else "cannot tell"
+    if direction == "down":
+        return "reproduced" if high < 0 else "contradicted" if low > 0 else "cannot tell"
+    if direction == "flat":
+        if -tolerance <= low and high <= tolerance:
+            return "reproduced"
+        return "contradicted" if low > tolerance or high < -tolerance else "cannot tell"
+    raise ValueError(f"direction must be 'up', 'down' or 'flat', got {direction!r}")
+
+
+def claim_row(claim: str, paper: str, estimate: float, low: float, high: float, direction: Direction,
+              *, tolerance: float = FLAT_TOLERANCE, digits: int = 3, **extra: Any) -> dict[str, Any]:
+    """One row of a paper-vs-run table, the same shape in every chapter.
+
+    ``{"claim", "paper", "this run", "95% interval", "verdict", **extra}``: ``this run``
+    is the estimate (a change, or a level for "flat" claims) and the verdict comes
+    from the interval alone (:func:`verdict`), never from the estimate's sign.
+    """
+    if not low <= estimate <= high:
+        raise ValueError(f"estimate {estimate} outside its interval [{low}, {high}]")
+    return {
+        "claim": claim,
+        "paper": paper,
+        "this run": round(estimate, digits),
+        "95% interval": f"[{low:.{digits}f}, {high:.{digits}f}]",
+        "verdict": verdict(low, high, direction, tolerance),
+        **extra,
+    }
