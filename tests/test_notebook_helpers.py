@@ -1,0 +1,47 @@
+"""The notebook helpers that put committed numbers into prose."""
+from __future__ import annotations
+
+import pytest
+
+from cascadekit.notebook import lookup, quote, render
+
+METRICS = {
+    "runs": {"edge": {"prompts": 384, "evaluation": {"by_range": [
+        {"range": "edge", "problems": 96, "pass@1": 0.2630208333},
+        {"range": "hard", "problems": 160, "pass@1": 0.0},
+    ]}}},
+    "variants": [
+        {"b_share": 0.001, "after": [{"op": 3, "context": "A", "pass@32": 0.9}, {"op": 3, "context": "B", "pass@32": 0.0}]},
+        {"b_share": 0.01, "after": [{"op": 3, "context": "A", "pass@32": 0.8}, {"op": 3, "context": "B", "pass@32": 0.4375}]},
+    ],
+}
+
+
+def test_lookup_walks_keys_indices_and_selectors() -> None:
+    assert lookup(METRICS, "runs.edge.prompts") == 384
+    assert lookup(METRICS, "runs.edge.evaluation.by_range[1].problems") == 160
+    assert lookup(METRICS, "runs.edge.evaluation.by_range[range=edge].pass@1") == pytest.approx(0.263, abs=1e-3)
+    assert lookup(METRICS, "variants[b_share=0.01].after[op=3,context=B].pass@32") == 0.4375
+
+
+@pytest.mark.parametrize("path", ["runs.too_hard", "variants[5]", "variants[b_share=0.5]", "variants[0].after[op=3]"])
+def test_lookup_names_the_missing_or_ambiguous_step(path: str) -> None:
+    with pytest.raises(KeyError, match="no "):
+        lookup(METRICS, path)
+
+
+def test_quote_formats_one_value() -> None:
+    assert quote(METRICS, "runs.edge.prompts") == "384"
+    assert quote(METRICS, "runs.edge.evaluation.by_range[range=edge].pass@1", "{:.2f}") == "0.26"
+
+
+def test_render_fills_fields_and_keeps_literal_braces() -> None:
+    shown = render("edge pass@1 {runs.edge.evaluation.by_range[range=edge].pass@1:.2f} on {runs.edge.prompts:,} "
+                   "prompts, {verdict}; $\\frac{{a}}{{b}}$", {**METRICS, "verdict": "cannot tell"})
+    assert shown.data == "edge pass@1 0.26 on 384 prompts, cannot tell; $\\frac{a}{b}$"
+    assert shown._repr_markdown_() == shown.data
+
+
+def test_render_fails_loudly_on_a_missing_number() -> None:
+    with pytest.raises(KeyError, match="runs.edge.steps"):
+        render("{runs.edge.steps}", METRICS)
