@@ -144,6 +144,18 @@ def problem_outcomes(rate: float, problems: int) -> np.ndarray:
     return values
 
 
+def row_change(before: Mapping[str, Any], after: Mapping[str, Any], key: str, *,
+               seed: int = 0) -> tuple[float, float, float]:
+    """(estimate, low, high) of the change of ``key`` between two committed rows (``problems`` and rates).
+
+    Per-op and per-range rows keep no per-problem values, so the pairing of the two
+    models' problems is unknown: both are rebuilt with :func:`problem_outcomes` and
+    resampled independently, which can only widen the interval.
+    """
+    return bootstrap_interval(problem_outcomes(after[key], after["problems"]),
+                              problem_outcomes(before[key], before["problems"]), paired=False, seed=seed)
+
+
 def per_problem_pass(records: Iterable[Mapping[str, Any]], k: int, key: str = "correct",
                      by: Sequence[str] = ("op", "problem")) -> dict[tuple, float]:
     """Each problem's unbiased pass@k from per-sample records (one dict per sample, as in ``samples.jsonl.gz``).

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascadekit.claims import (binomial_interval, bootstrap_interval, claim_row, per_problem_pass,
-                               problem_outcomes, verdict)
+                               problem_outcomes, row_change, verdict)
 
 
 @pytest.mark.parametrize("successes, trials, low, high", [
@@ -134,3 +134,11 @@ def test_claim_row_shape_and_verdict_from_the_interval() -> None:
     assert claim_row("x", "rises", 0.2, 0.1, 0.3, "up")["verdict"] == "reproduced"
     with pytest.raises(ValueError):
         claim_row("x", "rises", 0.5, 0.1, 0.3, "up")
+
+
+def test_row_change_from_committed_rows() -> None:
+    before = {"problems": 96, "pass@16": 0.6354166666666666}
+    after = {"problems": 96, "pass@16": 0.5833333333333334}
+    estimate, low, high = row_change(before, after, "pass@16")
+    assert estimate == pytest.approx(-0.052, abs=1e-3) and low < estimate < 0 < high
+    assert row_change(before, before, "pass@16", seed=1) == row_change(before, before, "pass@16", seed=1)
