@@ -31,6 +31,7 @@ RESULTS = REPO / "data" / "results"
 SERIES = {"curves", "loss_log", "rl_curves"}  # per-step training logs
 RESULT_FILES = ("*.json", "*.md", "*.txt")
 
+COMMON = {"95%"}  # the intervals' confidence level
 ALLOWED: dict[str, set[str]] = {
     "03": {"768"},  # the paper's hidden size, quoted beside the kit's
     "04": {
@@ -134,7 +135,7 @@ def test_every_chapter_03_to_08_with_results_is_checked() -> None:
 @pytest.mark.parametrize("notebook, folder", chapters(), ids=lambda p: p.name)
 def test_markdown_numbers_are_committed_measurements(notebook: Path, folder: Path) -> None:
     values = committed_values(folder)
-    allowed = ALLOWED[notebook.name[:2]]
+    allowed = ALLOWED[notebook.name[:2]] | COMMON
     cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "markdown"]
     stray = sorted({n for cell in cells for n in prose_numbers(cell) if n not in allowed and not matches(n, values)})
     assert not stray, (f"{notebook.name}: numbers in Markdown that {folder.relative_to(REPO)} does not hold; "
