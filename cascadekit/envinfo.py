@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from cascadekit import runtime
+
 STACK = ("torch", "transformers", "trl", "peft", "datasets", "tokenizers", "accelerate", "papermill", "matplotlib")
 GPU_STACK = ("vllm", "deepspeed", "bitsandbytes", "unsloth")
 
@@ -90,15 +92,12 @@ def _existing_parent(path: str) -> str:
 
 
 def choose_device() -> tuple[str, str, str]:
-    """(device, dtype, why): CUDA with bf16 when available, else CPU in fp32."""
-    import torch
+    """(device, dtype, why): CUDA with bf16 when available (fp16 when not), else CPU in fp32.
 
-    if torch.cuda.is_available():
-        name = torch.cuda.get_device_name(0)
-        if torch.cuda.is_bf16_supported():
-            return "cuda", "bfloat16", f"{name} supports bf16"
-        return "cuda", "float16", f"{name} lacks bf16"
-    return "cpu", "float32", "no CUDA device; fp32 is the safe and, for small models, the fast choice on CPU"
+    The machine's automatic choice from :func:`cascadekit.runtime.choose_device`, which also applies a profile's.
+    """
+    placement = runtime.choose_device()
+    return placement.device, placement.dtype, placement.reason
 
 
 def _at_least(version: str | None, floor: str) -> bool:

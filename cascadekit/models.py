@@ -1,7 +1,9 @@
-"""Qwen-style decoder-only language models built from a config, never downloaded.
+"""Qwen-style decoder-only language models: built from a config, or released weights named by the profile.
 
 At the smoke, toy and paper scales the model is initialised from scratch from
-the profile's shape; only the full scale names released weights.
+the profile's shape (:func:`build_model`), never downloaded; a GPU profile whose
+``model.pretrained`` names released weights (the full scale's Qwen3-8B-Base)
+starts from them instead (:func:`start_model`, through :mod:`cascadekit.runtime`).
 """
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from cascadekit.profiles import ModelConfig
+from cascadekit.profiles import ModelConfig, Profile
+from cascadekit.runtime import Placement, base_model_source, download_allowed, load_model
 
 _ARCHITECTURES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
 
@@ -43,6 +46,25 @@ def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, seed: int 
     _, model_cls = _ARCHITECTURES[cfg.architecture]
     torch.manual_seed(seed)
     return model_cls(config)
+
+
+def start_model(profile: Profile, tokenizer: PreTrainedTokenizerBase, seed: int | None = None,
+                placement: Placement | None = None) -> PreTrainedModel:
+    """The model a profile's first training stage starts from.
+
+    From scratch (:func:`build_model` with ``seed``, default ``profile.seed``) unless
+    ``model.pretrained`` names released weights: then those, loaded by
+    :func:`cascadekit.runtime.load_model` on ``placement`` (downloaded only when
+    :func:`cascadekit.runtime.download_allowed`), with the embeddings grown to
+    ``tokenizer``'s size if it added tokens.
+    """
+    source = base_model_source(profile)
+    if source is None:
+        return build_model(profile.model, tokenizer, seed=profile.seed if seed is None else seed)
+    model = load_model(source, placement, allow_download=download_allowed(profile))
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+    return model
 
 
 def count_parameters(model: torch.nn.Module, embeddings: bool = True) -> int:

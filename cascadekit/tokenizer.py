@@ -19,13 +19,14 @@ rendering): the trained vocabulary can be smaller than asked, and
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from cascadekit.profiles import Profile
+from cascadekit.runtime import load_tokenizer  # re-exported: a checkpoint folder's or a hub model's tokenizer
+from cascadekit.world import generate_problems
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -71,8 +72,6 @@ def wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:
 
 def corpus_texts(profile: Profile) -> list[str]:
     """The tokenizer's corpus: ``corpus_problems`` problems spread over every op and context."""
-    from cascadekit.world import generate_problems
-
     world = profile.world
     ops = range(world.ops_in_distribution[0], world.ops_hard[1] + 1)
     problems = generate_problems(
@@ -85,11 +84,6 @@ def corpus_texts(profile: Profile) -> list[str]:
 def build_tokenizer(profile: Profile) -> PreTrainedTokenizerFast:
     """Train the profile's tokenizer from its generated corpus."""
     return train_tokenizer(corpus_texts(profile), profile.tokenizer.vocab_size)
-
-
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    """Load a tokenizer saved with ``save_pretrained``."""
-    return PreTrainedTokenizerFast.from_pretrained(str(path))
 
 
 def tag_id(tokenizer: PreTrainedTokenizerFast, tag: str) -> int:

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit.envinfo import describe_environment, known_problems
+from cascadekit import runtime
+from cascadekit.envinfo import choose_device, describe_environment, known_problems
 
 
 def test_describes_this_machine_even_before_the_cache_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,3 +35,15 @@ def test_env_names_the_sandbox_and_what_it_cannot_guarantee(monkeypatch: pytest.
     strong = sandbox.Isolation(drop_uid=True, namespaces=True, cgroup="v1")
     monkeypatch.setattr(sandbox, "isolation", lambda: strong)
     assert sandbox_lines()[1:] == ["  missing     nothing"]
+
+
+def test_device_choice_is_the_runtime_automatic_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "cuda_device", lambda: None)
+    assert choose_device() == ("cpu", "float32", "no CUDA device; fp32 is the safe and, for small models, the fast choice on CPU")
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Fake GPU", True))
+    assert choose_device() == ("cuda", "bfloat16", "Fake GPU supports bf16")
+    env = describe_environment()
+    assert (env.device, env.dtype, env.why) == ("cuda", "bfloat16", "Fake GPU supports bf16")
+    assert "device        cuda (dtype bfloat16): Fake GPU supports bf16" in env.long()
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Old GPU", False))
+    assert choose_device() == ("cuda", "float16", "Old GPU lacks bf16")

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from cascadekit.models import build_model, count_parameters
+from cascadekit.models import build_model, count_parameters, start_model
 from cascadekit.profiles import load_profile
+from cascadekit.runtime import save_checkpoint
 from cascadekit.tokenizer import train_tokenizer
 
 
@@ -44,3 +45,15 @@ def test_architectures_and_seed(tokenizer):
 def test_toy_model_is_about_a_million_parameters(tokenizer):
     model = build_model(load_profile("toy").model, tokenizer)
     assert 0.5e6 < count_parameters(model, embeddings=False) < 5e6
+
+
+def test_start_model_builds_from_scratch_or_loads_released_weights(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    smoke = load_profile("smoke", {"seed": 5})
+    fresh = start_model(smoke, tokenizer)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), build_model(smoke.model, tokenizer, seed=5).parameters()))
+    released = save_checkpoint(build_model(smoke.model, tokenizer, seed=9), tokenizer, tmp_path / "released")
+    loaded = start_model(load_profile("smoke", {"model.pretrained": str(released)}), tokenizer)
+    again = build_model(smoke.model, tokenizer, seed=9)
+    assert loaded.dtype == torch.float32
+    assert all(torch.equal(a, b) for a, b in zip(loaded.parameters(), again.parameters()))

@@ -1,0 +1,338 @@
+"""Where a model runs and how it is loaded, wrapped and saved: one place for every trainer and the sampler.
+
+- :func:`choose_device` picks the device and dtype, and says why: the profile's
+  ``device``/``dtype`` when it names them (falling back to the CPU, with a reason,
+  when it asks for CUDA on a machine without it), else CUDA in bf16 (fp16 where
+  the GPU lacks bf16), else the CPU in fp32.
+- :func:`load_model` and :func:`load_tokenizer` take a local checkpoint folder or
+  a Hugging Face Hub name (``Qwen/Qwen3-0.6B-Base``). A folder never touches the
+  network. A hub name is loaded from the local HF cache when it is there;
+  otherwise it is downloaded only when allowed (``allow_download=True``, or
+  ``CASCADEKIT_ALLOW_DOWNLOAD=1``), with one line naming the model and the cache
+  folder; when not allowed, :class:`DownloadNotAllowed` says what is missing and
+  how to allow it. Nothing at the smoke or toy scale downloads anything: their
+  models are built from scratch (:func:`cascadekit.models.build_model`) and their
+  checkpoints are local folders.
+- :func:`with_lora` wraps a model with LoRA (PEFT), :func:`lora_config` is the
+  kit's adapter (every linear layer), and :func:`save_checkpoint` writes a model
+  and its tokenizer to a temporary folder beside the destination and renames it
+  into place, so a checkpoint cut mid-save never sits under the real name.
+- :func:`base_model_source` is the profile's ``model.pretrained``: the released
+  weights a GPU profile starts from (empty at the CPU scales, which build from scratch).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+
+import torch
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import snapshot_download
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.integrations import is_deepspeed_zero3_enabled
+
+__all__ = [
+    "CPU", "DOWNLOAD_ENV", "DownloadNotAllowed", "Placement", "base_model_source", "checkpoint_folder",
+    "choose_device", "cuda_device", "download_allowed", "hub_cache_dir", "load_model", "load_tokenizer",
+    "lora_config", "save_checkpoint", "with_lora",
+]
+
+#: Set to ``1`` to let :func:`load_model` and :func:`load_tokenizer` download a hub model that is not cached.
+DOWNLOAD_ENV = "CASCADEKIT_ALLOW_DOWNLOAD"
+_TRUE = ("1", "true", "yes", "on")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Files a causal-LM checkpoint needs (weights, config, tokenizer, chat template), for hub snapshots.
+_CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
+
+
+# ---------------------------------------------------------------------------
+# Device and dtype
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model runs (``device``: ``cpu`` or ``cuda``), its compute precision (``dtype``) and why.
+
+    ``dtype`` is ``float32``, ``bfloat16`` or ``float16``. The weights are held in
+    :attr:`weights_dtype`: bf16 on a GPU with bf16, float32 everywhere else (fp16 and
+    CPU bf16 train with float32 master weights under autocast).
+    """
+
+    device: str
+    dtype: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device {self.device!r}; choose 'cpu' or 'cuda'")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(_DTYPES)}")
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device == "cuda"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The compute precision as a torch dtype."""
+        return _DTYPES[self.dtype]
+
+    @property
+    def weights_dtype(self) -> torch.dtype:
+        """The dtype :func:`load_model` holds the weights in (a float32 checkpoint on the CPU stays float32)."""
+        return torch.bfloat16 if self.on_gpu and self.dtype == "bfloat16" else torch.float32
+
+    def trainer_arguments(self) -> dict[str, bool]:
+        """``use_cpu``, ``bf16`` and ``fp16`` for ``TrainingArguments`` (and TRL's configs built on it)."""
+        return {"use_cpu": not self.on_gpu, "bf16": self.dtype == "bfloat16", "fp16": self.dtype == "float16"}
+
+    def __str__(self) -> str:
+        return f"{self.device} ({self.dtype}): {self.reason}"
+
+
+#: The placement :func:`load_model` uses when given none: the CPU in float32, as the toy scale trains.
+CPU = Placement("cpu", "float32", "the CPU in float32, the kit's default for loading a checkpoint")
+_CPU_REASON = "no CUDA device; fp32 is the safe and, for small models, the fast choice on CPU"
+
+
+def cuda_device() -> tuple[str, bool] | None:
+    """``(name, supports bf16)`` of the first CUDA device, or None without one (tests replace this)."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported()
+
+
+def choose_device(profile: Any = None) -> Placement:
+    """The device and dtype to run on, with the reason.
+
+    Without a profile (or one that names no device): CUDA with bf16 when the GPU
+    supports it, fp16 when it does not, else the CPU in float32. A profile's
+    ``device`` and ``dtype`` win over that automatic choice; a profile that asks
+    for CUDA on a machine without it runs on the CPU in float32 (the reason says so),
+    and one that asks for bf16 on a GPU without it gets fp16.
+    """
+    gpu = cuda_device()
+    device = getattr(profile, "device", None) if profile is not None else None
+    dtype = getattr(profile, "dtype", None) if profile is not None else None
+    name = f"profile {getattr(profile, 'name', '?')!r}"
+    if device is None:
+        if gpu is None:
+            return Placement("cpu", "float32", _CPU_REASON)
+        gpu_name, bf16 = gpu
+        if bf16:
+            return Placement("cuda", "bfloat16", f"{gpu_name} supports bf16")
+        return Placement("cuda", "float16", f"{gpu_name} lacks bf16")
+    if device == "cpu":
+        return Placement("cpu", dtype or "float32", f"{name} asks for the CPU in {dtype or 'float32'}")
+    if device != "cuda":
+        raise ValueError(f"{name} asks for device {device!r}; choose 'cpu' or 'cuda'")
+    if gpu is None:
+        return Placement("cpu", "float32", f"{name} asks for cuda but no CUDA device is visible: the CPU in float32")
+    gpu_name, bf16 = gpu
+    dtype = dtype or ("bfloat16" if bf16 else "float16")
+    if dtype == "bfloat16" and not bf16:
+        return Placement("cuda", "float16", f"{name} asks for bf16 but {gpu_name} lacks it: fp16")
+    return Placement("cuda", dtype, f"{name} asks for cuda in {dtype} ({gpu_name})")
+
+
+# ---------------------------------------------------------------------------
+# Loading by path or hub name
+# ---------------------------------------------------------------------------
+
+
+class DownloadNotAllowed(RuntimeError):
+    """A hub model that is neither a local folder nor cached, with downloading off."""
+
+
+def hub_cache_dir() -> str:
+    """The Hugging Face cache folder hub models are loaded from and downloaded into."""
+    return hub_constants.HF_HUB_CACHE
+
+
+def download_allowed(profile: Any = None, allow: bool | None = None) -> bool:
+    """Whether a hub model that is not cached may be downloaded.
+
+    ``allow`` wins when given; else ``CASCADEKIT_ALLOW_DOWNLOAD=1`` allows it; else the
+    profile's ``model.allow_download`` (False when the profile has no such field).
+    """
+    if allow is not None:
+        return bool(allow)
+    if os.environ.get(DOWNLOAD_ENV, "").strip().lower() in _TRUE:
+        return True
+    return bool(getattr(getattr(profile, "model", None), "allow_download", False))
+
+
+def _hub_offline() -> bool:
+    return bool(hub_constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def _local_folder(source: str | os.PathLike) -> Path | None:
+    """``source`` as a local folder, None for a hub name; FileNotFoundError for a path that does not exist."""
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    looks_like_path = (isinstance(source, os.PathLike) or os.path.isabs(text) or text.startswith((".", "~"))
+                       or text.count("/") > 1 or "\\" in text or not text)
+    if looks_like_path or path.exists():
+        raise FileNotFoundError(f"no checkpoint folder at {path}")
+    return None
+
+
+def _not_allowed(what: str, name: str) -> DownloadNotAllowed:
+    return DownloadNotAllowed(
+        f"{what} {name!r} is not a local folder and not in the Hugging Face cache ({hub_cache_dir()}), and "
+        f"downloading is off; allow it with {DOWNLOAD_ENV}=1 (or allow_download=True, or the profile's "
+        f"model.allow_download), or pass a local checkpoint folder"
+    )
+
+
+T = TypeVar("T")
+
+
+def _snapshot(name: str, local_files_only: bool) -> Path:
+    """The folder of hub model ``name`` in the HF cache (downloaded first unless ``local_files_only``)."""
+    try:
+        return Path(snapshot_download(name, allow_patterns=_CHECKPOINT_FILES, local_files_only=local_files_only))
+    except ValueError as err:  # not a valid repo id
+        raise OSError(str(err)) from err
+
+
+def _from_source(what: str, source: str | os.PathLike, load: Callable[..., T], allow_download: bool | None,
+                 **kwargs: Any) -> T:
+    """``load(folder, **kwargs)`` for a local folder, a hub model's cached snapshot, or (when allowed) a download.
+
+    A hub name is resolved to its snapshot folder in the cache first, so the
+    loader only ever sees a local folder: transformers' own hub look-ups reach for
+    the network even with ``local_files_only`` (the adapter check, the user agent).
+    """
+    folder = _local_folder(source)
+    if folder is not None:  # a folder never touches the network
+        return load(str(folder), **kwargs)
+    name = os.fspath(source)
+    try:
+        return load(str(_snapshot(name, local_files_only=True)), **kwargs)
+    except OSError as cached:  # not in the cache, or only partly
+        if not download_allowed(allow=allow_download):
+            raise _not_allowed(what, name) from cached
+        if _hub_offline():
+            raise DownloadNotAllowed(f"{what} {name!r} is not in the Hugging Face cache ({hub_cache_dir()}) "
+                                     f"and HF_HUB_OFFLINE is set, so it cannot be downloaded") from cached
+    print(f"cascadekit: downloading {what} {name} from the Hugging Face Hub into {hub_cache_dir()}",
+          file=sys.stderr, flush=True)
+    return load(str(_snapshot(name, local_files_only=False)), **kwargs)
+
+
+def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
+               allow_download: bool | None = None) -> PreTrainedModel:
+    """A causal LM from a checkpoint folder or a hub name, on ``placement``'s device in its :attr:`~Placement.weights_dtype`.
+
+    ``placement`` defaults to :data:`CPU` (float32 on the CPU, what the toy scale
+    trains in); pass ``choose_device(profile)`` to follow a profile. A folder holding
+    a LoRA adapter (``adapter_config.json``) loads its base model with the adapter.
+    ``allow_download`` None follows ``CASCADEKIT_ALLOW_DOWNLOAD`` (see :func:`download_allowed`).
+    """
+    placement = placement or CPU
+    kwargs: dict[str, Any] = {"dtype": placement.weights_dtype}
+    if placement.on_gpu and not is_deepspeed_zero3_enabled():  # ZeRO-3 shards the weights itself
+        kwargs["device_map"] = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return _from_source("model", source, AutoModelForCausalLM.from_pretrained, allow_download, **kwargs)
+
+
+def load_tokenizer(source: str | os.PathLike, *, allow_download: bool | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of a checkpoint folder (saved with ``save_pretrained``) or of a hub model."""
+    return _from_source("tokenizer", source, AutoTokenizer.from_pretrained, allow_download)
+
+
+def checkpoint_folder(source: str | os.PathLike, *, allow_download: bool | None = None) -> Path:
+    """A local folder holding ``source``: the folder itself, or a hub model's snapshot in the HF cache.
+
+    For engines that load a checkpoint themselves (vLLM): a hub name is resolved
+    here, under the same download rule as :func:`load_model`.
+    """
+    return _from_source("checkpoint", source, Path, allow_download)
+
+
+def base_model_source(profile: Any) -> str | None:
+    """The released weights the profile starts from (``model.pretrained``), or None to build from scratch."""
+    return getattr(getattr(profile, "model", None), "pretrained", "") or None
+
+
+# ---------------------------------------------------------------------------
+# LoRA and saving
+# ---------------------------------------------------------------------------
+
+
+def lora_config(rank: int = 16, alpha: int = 32, target_modules: str | list[str] = "all-linear",
+                dropout: float = 0.0) -> LoraConfig:
+    """The kit's LoRA adapter: every linear layer by default, no dropout, for a causal LM.
+
+    With LoRA and a KL penalty, TRL's reference model is the base model with the
+    adapter switched off, so no second copy of the weights is held.
+    """
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
+                      task_type="CAUSAL_LM")
+
+
+def with_lora(model: PreTrainedModel, rank: int = 16, alpha: int = 32,
+              target_modules: str | list[str] = "all-linear", dropout: float = 0.0) -> PeftModel:
+    """``model`` wrapped with a fresh LoRA adapter (:func:`lora_config`); only the adapter trains."""
+    return get_peft_model(model, lora_config(rank, alpha, target_modules, dropout))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: str | os.PathLike, *,
+                    merge_lora: bool = False, files: Mapping[str, str | bytes] | None = None) -> Path:
+    """Save ``model`` (and ``tokenizer``, and extra ``files`` by name) as the checkpoint folder ``dest``.
+
+    Everything is written to a temporary folder beside ``dest`` and renamed into
+    place; an existing ``dest`` is replaced as a whole. A LoRA (PEFT) model saves
+    its adapter, or with ``merge_lora`` a copy with the adapter merged into the
+    weights (a plain checkpoint any engine loads; the copy costs the model's memory
+    once more). Returns ``dest``.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if merge_lora and isinstance(model, PeftModel):
+        model = copy.deepcopy(model).merge_and_unload()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
+    try:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for name, data in (files or {}).items():
+            target = tmp / name
+            if target.parent != tmp:
+                raise ValueError(f"extra checkpoint file {name!r} must be a plain file name")
+            if isinstance(data, bytes):
+                target.write_bytes(data)
+            else:
+                target.write_text(data)
+        os.chmod(tmp, 0o755)
+        if dest.exists() or dest.is_symlink():
+            aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+            os.replace(dest, aside / "old")
+            os.replace(tmp, dest)
+            _remove(aside)
+        else:
+            os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _remove(tmp)
+        raise
+    return dest
