@@ -24,8 +24,9 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.domains import domains, draw_tasks, raw_text
-from cascadekit.models import build_model
+from cascadekit.models import start_model
 from cascadekit.profiles import Profile
+from cascadekit.runtime import base_model_source, choose_device, download_allowed, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer, train_tokenizer
 from cascadekit.training.pretrain import LOSS_LOG, pack, train_lm
 
@@ -41,8 +42,14 @@ def base_texts(profile: Profile, per_domain: int) -> list[str]:
 
 
 def build_chat_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
-    """BPE on the mixed raw corpus, plus the chat markers as special tokens and the chat template."""
-    tokenizer = train_tokenizer(base_texts(profile, TOKENIZER_TASKS_PER_DOMAIN), profile.tokenizer.vocab_size)
+    """BPE on the mixed raw corpus, plus the chat markers as special tokens and the chat template.
+
+    A profile that names released weights (``model.pretrained``) starts from their tokenizer instead.
+    """
+    if source := base_model_source(profile):
+        tokenizer = load_tokenizer(source, allow_download=download_allowed(profile))
+    else:
+        tokenizer = train_tokenizer(base_texts(profile, TOKENIZER_TASKS_PER_DOMAIN), profile.tokenizer.vocab_size)
     tokenizer.add_tokens(list(MARKUP_TOKENS), special_tokens=True)
     return install_chat_template(tokenizer)
 
@@ -60,18 +67,24 @@ def cached_chat_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
 
 def pretrain_base(profile: Profile, tokenizer: PreTrainedTokenizerBase, dest: Path, run_dir: Path,
                   callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
-    """Pretrain a fresh model on ``sft.base_tokens`` of raw domain text; save model, tokenizer, loss log."""
+    """Pretrain a fresh model on ``sft.base_tokens`` of raw domain text; save model, tokenizer, loss log.
+
+    A profile that names released weights (``model.pretrained``) starts from them;
+    with ``sft.base_tokens`` 0 they are the base as they are.
+    """
+    if base_model_source(profile) and not profile.sft.base_tokens:
+        model = start_model(profile, tokenizer, placement=choose_device(profile))
+        save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps([])})
+        return []
     sample = base_texts(profile, 20)
     mean_tokens = sum(len(ids) + 1 for ids in tokenizer(sample)["input_ids"]) / len(sample)
     per_domain = math.ceil(profile.sft.base_tokens / mean_tokens / len(domains()))
     texts = base_texts(profile, per_domain)
     cfg = dataclasses.replace(profile.pretrain, tokens=profile.sft.base_tokens)
     blocks = pack(tokenizer(texts)["input_ids"], cfg.seq_len, tokenizer.eos_token_id)
-    model = build_model(profile.model, tokenizer, seed=profile.seed)
+    model = start_model(profile, tokenizer, placement=choose_device(profile))
     log = train_lm(model, blocks, profile, run_dir, cfg.tokens, callbacks=callbacks, cfg=cfg)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    (dest / LOSS_LOG).write_text(json.dumps(log))
+    save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps(log)})
     return log
 
 

@@ -7,6 +7,7 @@ from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from cascadekit import runtime
 from cascadekit.profiles import load_profile
 from cascadekit.training import dynamic_sampling as ds
 from cascadekit.training import grpo
@@ -76,6 +77,7 @@ def test_gpu_config_uses_vllm_without_a_gpu(tmp_path, monkeypatch):
     import transformers.training_args as training_args
 
     monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Fake GPU", True))
     profile = load_profile("paper")
     one_node = grpo.build_grpo_config(profile, str(tmp_path))
     assert one_node.use_vllm and one_node.vllm_mode == "colocate"
@@ -86,6 +88,14 @@ def test_gpu_config_uses_vllm_without_a_gpu(tmp_path, monkeypatch):
     assert nodes.per_device_train_batch_size == profile.rl.prompts_per_step * 6 // 16
     full = grpo.build_grpo_config(load_profile("full"), str(tmp_path), num_processes=8, gradient_accumulation_steps=8)
     assert full.use_vllm and full.beta == 0.0 and full.steps_per_generation == 8
+
+
+def test_a_gpu_profile_without_a_gpu_runs_on_the_cpu(tmp_path, monkeypatch):
+    """The device comes from cascadekit.runtime.choose_device: no CUDA, no vLLM and no bf16."""
+    monkeypatch.setattr(runtime, "cuda_device", lambda: None)
+    cfg = grpo.build_grpo_config(load_profile("paper"), str(tmp_path))
+    assert cfg.use_cpu and not cfg.use_vllm and not cfg.bf16 and not cfg.gradient_checkpointing
+    assert grpo.lora_config is runtime.lora_config and grpo.lora_config().target_modules == "all-linear"
 
 
 # --- the notebook's math against the trainer -------------------------------------------------

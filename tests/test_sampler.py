@@ -1,4 +1,6 @@
 import dataclasses
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,3 +88,72 @@ def test_generation_benchmark_runs_at_smoke_scale(capsys):
 
     benchmark.main(["--scale", "smoke", "--prompts", "2", "evaluation.max_new_tokens=4"])
     assert "tokens/s" in capsys.readouterr().out
+
+
+def test_a_checkpoint_path_samples_like_the_loaded_model(model, tokenizer, problems, tmp_path):
+    from cascadekit.runtime import save_checkpoint
+
+    folder = save_checkpoint(model, tokenizer, tmp_path / "ck")
+    prompts = [p.rl_prompt for p in problems]
+    loaded = sample_completions(model, tokenizer, prompts, PROFILE.evaluation, seed=7, n=2)
+    assert sample_completions(folder, tokenizer, prompts, PROFILE.evaluation, seed=7, n=2) == loaded
+    assert sample_completions(str(folder), tokenizer, prompts, PROFILE.evaluation, seed=7, n=2) == loaded
+
+
+class FakeVLLM:
+    """Stands in for the ``vllm`` module (not installed here): records what the engine was given."""
+
+    def __init__(self):
+        self.module = types.ModuleType("vllm")
+        self.seen: dict = {}
+        fake = self
+
+        class LLM:
+            def __init__(self, model, seed):
+                folder = Path(model)
+                fake.seen.update(folder=folder, files=sorted(p.name for p in folder.iterdir()), seed=seed)
+
+            def generate(self, prompts, params):
+                fake.seen["prompts"] = prompts
+                out = types.SimpleNamespace(text=" 1 </answer> more")
+                return [types.SimpleNamespace(outputs=[out] * params.n) for _ in prompts]
+
+        class SamplingParams:
+            def __init__(self, **kwargs):
+                self.__dict__.update(kwargs)
+
+        self.module.LLM, self.module.SamplingParams = LLM, SamplingParams
+
+
+def test_vllm_backend_saves_an_in_memory_model_to_a_temporary_checkpoint(model, tokenizer, monkeypatch):
+    import sys
+
+    fake = FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    cfg = load_profile("smoke", {"evaluation.backend": "vllm"}).evaluation
+    out = sample_completions(model, tokenizer, ["<question> a", "<question> b"], cfg, seed=3, n=2)
+    assert out == [[" 1 </answer>"] * 2] * 2
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(fake.seen["files"])
+    assert fake.seen["seed"] == 3 and not fake.seen["folder"].exists()  # the temporary checkpoint is gone
+
+    from cascadekit.runtime import with_lora
+
+    sample_completions(with_lora(build_model(PROFILE.model, tokenizer), rank=2, alpha=4), tokenizer, ["<q>"], cfg, n=1)
+    assert "model.safetensors" in fake.seen["files"] and "adapter_config.json" not in fake.seen["files"]  # merged
+
+
+def test_vllm_backend_takes_folders_and_refuses_uncached_hub_names(model, tokenizer, tmp_path, monkeypatch):
+    import sys
+
+    from cascadekit.runtime import DownloadNotAllowed, save_checkpoint
+
+    fake = FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("CASCADEKIT_ALLOW_DOWNLOAD", raising=False)
+    cfg = load_profile("smoke", {"evaluation.backend": "vllm"}).evaluation
+    folder = save_checkpoint(model, tokenizer, tmp_path / "ck")
+    sample_completions(folder, tokenizer, ["<q>"], cfg, n=1)
+    assert fake.seen["folder"] == folder
+    with pytest.raises(DownloadNotAllowed, match="cascadekit-tests/no-such-model"):
+        sample_completions("cascadekit-tests/no-such-model", tokenizer, ["<q>"], cfg, n=1)

@@ -73,6 +73,15 @@ def test_sft_config_uses_assistant_only_loss(tmp_path) -> None:
     assert seq_len(PROFILE, 2) > seq_len(PROFILE, 1)
 
 
+
+def test_sft_config_takes_the_device_from_the_runtime(tmp_path, monkeypatch) -> None:
+    from cascadekit import runtime
+
+    monkeypatch.setattr(runtime, "cuda_device", lambda: None)  # a GPU profile on a CPU machine: CPU, float32
+    cfg = sft_config(load_profile("paper"), 1, tmp_path, steps_hint=10)
+    assert cfg.use_cpu and not cfg.bf16 and not cfg.fp16
+
+
 def test_one_sft_stage_trains(tokenizer, tmp_path) -> None:
     model = build_model(PROFILE.model, tokenizer, seed=0)
     info = train_stage(model, tokenizer, PROFILE, 1, tmp_path / "run")

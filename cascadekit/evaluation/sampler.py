@@ -5,9 +5,17 @@ prompts with left padding and a KV cache through ``model.generate`` (several
 prompts x ``num_return_sequences`` per call); ``vllm`` hands the whole list to
 a vLLM engine. Both stop at ``</answer>`` (a single token here) or EOS and
 return the completion text after the prompt, ``</answer>`` included.
+
+Either backend takes a loaded model or a checkpoint (a folder or a hub name,
+loaded through :mod:`cascadekit.runtime`). vLLM loads weights itself, so an
+in-memory model is first saved to a temporary checkpoint folder
+(:func:`cascadekit.runtime.save_checkpoint`, a LoRA adapter merged in) and that
+folder is handed to it. vLLM is imported only when the ``vllm`` backend runs.
 """
 from __future__ import annotations
 
+import gc
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -16,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.profiles import EvaluationConfig
+from cascadekit.runtime import Placement, checkpoint_folder, load_model, save_checkpoint
 from cascadekit.tokenizer import tag_id
 
 STOP = "</answer>"
@@ -23,21 +32,22 @@ STOP = "</answer>"
 
 def sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase,
                        prompts: Sequence[str], cfg: EvaluationConfig, seed: int = 0,
-                       n: int | None = None) -> list[list[str]]:
+                       n: int | None = None, *, placement: Placement | None = None,
+                       allow_download: bool | None = None) -> list[list[str]]:
     """``n`` (default ``cfg.samples``) sampled completions for each prompt, in prompt order.
 
-    ``model`` is a loaded model for the ``hf`` backend, or a checkpoint folder
-    (either backend; vLLM needs a folder).
+    ``model`` is a loaded model or a checkpoint (a folder or a hub name), for
+    either backend. A checkpoint for the ``hf`` backend is loaded by
+    :func:`cascadekit.runtime.load_model` on ``placement`` (default: the CPU in
+    float32); ``allow_download`` follows :func:`cascadekit.runtime.download_allowed`.
     """
     n = n or cfg.samples
     if cfg.backend == "vllm":
-        return _sample_vllm(model, prompts, cfg, n, seed)
+        return _sample_vllm(model, tokenizer, prompts, cfg, n, seed, allow_download)
     if cfg.backend != "hf":
         raise ValueError(f"unknown sampling backend {cfg.backend!r}; choose 'hf' or 'vllm'")
     if isinstance(model, (str, Path)):
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(str(model))
+        model = load_model(model, placement, allow_download=allow_download)
     return _sample_hf(model, tokenizer, prompts, cfg, n, seed)
 
 
@@ -76,18 +86,32 @@ def _sample_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, promp
     return out
 
 
-def _sample_vllm(model: PreTrainedModel | str | Path, prompts: Sequence[str], cfg: EvaluationConfig,
-                 n: int, seed: int) -> list[list[str]]:
+def _sample_vllm(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
+                 cfg: EvaluationConfig, n: int, seed: int, allow_download: bool | None) -> list[list[str]]:
+    """vLLM sampling from a checkpoint folder; an in-memory model is saved to a temporary one first."""
     try:
-        from vllm import LLM, SamplingParams
+        from vllm import LLM, SamplingParams  # lazy: vLLM is a GPU extra, absent from the CPU install
     except ImportError as err:
         raise RuntimeError(
             "the profile asks for the vllm sampling backend but vllm is not installed; "
             "install the gpu extra (pip install 'cascadekit[gpu]') or set evaluation.backend=hf"
         ) from err
-    if not isinstance(model, (str, Path)):
-        raise TypeError("the vllm backend loads the model itself: pass a checkpoint folder, not a model object")
-    llm = LLM(model=str(model), seed=seed)
     params = SamplingParams(n=n, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens,
                             stop=[STOP], include_stop_str_in_output=True, skip_special_tokens=False, seed=seed)
-    return [[_cut(c.text) for c in result.outputs] for result in llm.generate(list(prompts), params)]
+    if isinstance(model, (str, Path)):
+        return _generate_vllm(LLM, checkpoint_folder(model, allow_download=allow_download), prompts, params, seed)
+    with tempfile.TemporaryDirectory(prefix="cascadekit-vllm-") as tmp:
+        folder = save_checkpoint(model, tokenizer, Path(tmp) / "checkpoint", merge_lora=True)
+        return _generate_vllm(LLM, folder, prompts, params, seed)
+
+
+def _generate_vllm(llm_class: type, folder: Path, prompts: Sequence[str], params: object,
+                   seed: int) -> list[list[str]]:
+    llm = llm_class(model=str(folder), seed=seed)
+    try:
+        return [[_cut(c.text) for c in result.outputs] for result in llm.generate(list(prompts), params)]
+    finally:
+        del llm  # free the engine's GPU memory before training resumes
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

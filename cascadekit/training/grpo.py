@@ -25,9 +25,6 @@ At GPU scale the same :func:`build_grpo_config` turns on vLLM for rollouts:
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from collections import defaultdict
@@ -39,11 +36,11 @@ import pandas as pd
 import torch
 from datasets import Dataset
 from accelerate import PartialState
-from peft import LoraConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from cascadekit.profiles import Profile
+from cascadekit.runtime import choose_device, lora_config, save_checkpoint
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
@@ -68,9 +65,10 @@ def build_grpo_config(
     ``max_steps`` defaults to ``rl.samples / rl.prompts_per_step`` (``samples``
     counts prompts, each with ``group_size`` rollouts).
 
-    vLLM generates the rollouts when the profile runs on a GPU with the ``vllm``
-    backend: ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a
-    ``trl vllm-serve`` process started beside the trainer and found through the
+    Device and precision come from :func:`cascadekit.runtime.choose_device` (a GPU
+    profile on a machine without CUDA runs on the CPU in float32). vLLM generates
+    the rollouts when the profile runs on a GPU with the ``vllm`` backend:
+    ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a ``trl vllm-serve`` process started beside the trainer and found through the
     ``vllm_server_host``/``vllm_server_port`` (or ``vllm_server_base_url``)
     overrides. TRL then also recomputes the trainer's log-probabilities of the
     sampled tokens to correct vLLM's numerical mismatch (its
@@ -84,7 +82,8 @@ def build_grpo_config(
             f"{rl.prompts_per_step} prompts x {rl.group_size} rollouts = {completions_per_step} completions per step "
             f"do not split evenly over {num_processes} processes x {gradient_accumulation_steps} accumulation steps"
         )
-    on_gpu = profile.device != "cpu"
+    placement = choose_device(profile)
+    on_gpu = placement.on_gpu
     use_vllm = on_gpu and profile.evaluation.backend == "vllm"
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
@@ -108,8 +107,7 @@ def build_grpo_config(
         max_steps=max_steps if max_steps is not None else max(1, rl.samples // rl.prompts_per_step),
         seed=profile.seed,
         # hardware
-        use_cpu=not on_gpu,
-        bf16=profile.dtype == "bfloat16",
+        **placement.trainer_arguments(),
         gradient_checkpointing=on_gpu,
         use_vllm=use_vllm,
         # bookkeeping: a curve point per step, checkpoints left to the caller
@@ -121,15 +119,6 @@ def build_grpo_config(
         kwargs["vllm_mode"] = "colocate" if num_nodes == 1 else "server"
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
-
-
-def lora_config(rank: int = 16, alpha: int = 32) -> LoraConfig:
-    """LoRA on every linear layer, used when ``profile.rl.use_lora`` is set.
-
-    With LoRA and a KL penalty, TRL's reference model is the base model with the
-    adapter switched off, so no second copy of the weights is held.
-    """
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
 # ---------------------------------------------------------------------------
@@ -386,11 +375,7 @@ def ensure_reference_checkpoint(model: PreTrainedModel, output_dir: str) -> None
     state = PartialState()
     with state.main_process_first():
         if state.is_main_process:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".reference.", dir=path.parent))
-            model.save_pretrained(tmp)
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(tmp, path)  # a checkpoint cut mid-save never sits under the real name
+            save_checkpoint(model, None, path)  # a checkpoint cut mid-save never sits under the real name
     model.config._name_or_path = str(path)
 
 
@@ -418,7 +403,7 @@ def make_grpo_trainer(
         reward_funcs=list(reward_funcs) if isinstance(reward_funcs, Sequence) else reward_funcs,
         args=config,
         train_dataset=prompts_dataset,
-        peft_config=lora_config() if use_lora else None,
+        peft_config=lora_config() if use_lora else None,  # TRL wraps the model (cascadekit.runtime.with_lora's adapter)
         callbacks=list(callbacks),
     )
     if not config.disable_tqdm:

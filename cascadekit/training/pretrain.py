@@ -50,9 +50,11 @@ from transformers import (
 )
 
 from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.models import build_model, count_parameters
+from cascadekit.models import count_parameters, start_model
 from cascadekit.profiles import PretrainConfig, Profile
+from cascadekit.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
 from cascadekit.tokenizer import build_tokenizer, load_tokenizer
+from cascadekit.world import generate_problems
 
 PRETRAIN_MIXTURE = {"in_distribution": 1.0}
 MIDTRAIN_MIXTURE = {"in_distribution": 0.2, "edge": 0.8}
@@ -90,8 +92,6 @@ class BlockDataset(torch.utils.data.Dataset):
 def mixture_texts(profile: Profile, mixture: Mapping[str, float], n: int, split: str,
                   contexts: Sequence[str] | None = None) -> list[str]:
     """``n`` training texts from ``split``, a ``mixture`` weight per op range, shuffled."""
-    from cascadekit.world import generate_problems
-
     world = profile.world
     texts: list[str] = []
     for i, (range_name, weight) in enumerate(sorted(mixture.items())):
@@ -125,9 +125,11 @@ def training_blocks(profile: Profile, tokenizer: PreTrainedTokenizerBase, mixtur
 
 
 def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profile: Profile) -> TrainingArguments:
-    """Trainer settings: AdamW, warmup then cosine to ``min_lr_ratio * lr``, clip 1.0, bf16 if supported."""
-    on_gpu = profile.device == "cuda" and torch.cuda.is_available()
-    bf16 = profile.dtype == "bfloat16" and (torch.cuda.is_bf16_supported() if on_gpu else True)
+    """Trainer settings: AdamW, warmup then cosine to ``min_lr_ratio * lr``, clip 1.0.
+
+    Device and precision come from :func:`cascadekit.runtime.choose_device` (bf16
+    autocast when the profile asks for bf16 and the device has it).
+    """
     return TrainingArguments(
         output_dir=str(out_dir),
         max_steps=max_steps,
@@ -138,8 +140,7 @@ def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profi
         warmup_steps=cfg.warmup_ratio,  # a float below 1 is a fraction of max_steps
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
-        bf16=bf16,
-        use_cpu=not on_gpu,
+        **choose_device(profile).trainer_arguments(),
         save_steps=cfg.save_steps,
         save_total_limit=2,
         logging_steps=max(1, max_steps // 200),
@@ -315,9 +316,7 @@ def train_lm(model: PreTrainedModel, blocks: torch.Tensor, profile: Profile, run
 
 
 def _save_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, log: list, dest: Path) -> None:
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    (dest / LOSS_LOG).write_text(json.dumps(log))
+    save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps(log)})
 
 
 def run_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
@@ -334,8 +333,15 @@ def run_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTok
 
 def pretrain(profile: Profile, tokenizer: PreTrainedTokenizerBase, dest: Path, run_dir: Path,
              callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
-    """Pretrain a fresh model on the in-distribution ``pretrain`` split; save it to ``dest``."""
-    model = build_model(profile.model, tokenizer, seed=profile.seed)
+    """Pretrain a fresh model on the in-distribution ``pretrain`` split; save it to ``dest``.
+
+    A profile that names released weights (``model.pretrained``) starts from them;
+    with ``pretrain.tokens`` 0 they are saved as they are, untrained.
+    """
+    model = start_model(profile, tokenizer, placement=choose_device(profile))
+    if base_model_source(profile) and not profile.pretrain.tokens:
+        _save_stage(model, tokenizer, [], dest)
+        return []
     return run_stage(profile, model, tokenizer, dest, PRETRAIN_MIXTURE, "pretrain",
                      profile.pretrain.tokens, run_dir, callbacks)
 
@@ -356,10 +362,8 @@ def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, toke
              mixture: Mapping[str, float] = MIDTRAIN_MIXTURE,
              callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
     """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture``; save to ``dest``."""
-    from transformers import AutoModelForCausalLM
-
     tokenizer = load_tokenizer(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    model = load_model(checkpoint, choose_device(profile))
     return run_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
                      cfg=midtrain_config(profile.pretrain))
 
@@ -373,7 +377,12 @@ def pretrain_key(profile: Profile) -> str:
 
 
 def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
-    """The profile's tokenizer from the artifact cache, trained on first use."""
+    """The profile's tokenizer from the artifact cache, trained on first use.
+
+    A profile that names released weights (``model.pretrained``) uses their tokenizer.
+    """
+    if source := base_model_source(profile):
+        return load_tokenizer(source, allow_download=download_allowed(profile))
     path = get_or_build("tokenizer", tokenizer_key(profile), lambda d: build_tokenizer(profile).save_pretrained(d))
     return load_tokenizer(path)
 

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from tqdm.auto import tqdm
@@ -44,6 +43,7 @@ from cascadekit.codeversion import REPO_DIR, code_version, git_commit
 from cascadekit.domains import chat_records, domains, draw_tasks, prompt_of, stage_domains
 from cascadekit.domains.suites import evaluate, markdown_table, paper_vs_run, rows_to_dicts, suite_records
 from cascadekit.profiles import Profile
+from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
 
 STAGES = (1, 2)
@@ -88,9 +88,9 @@ def sft_dataset(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenize
 
 
 def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> SFTConfig:
-    """TRL settings: assistant-only loss, no packing, cosine schedule, CPU unless the profile asks for CUDA."""
+    """TRL settings: assistant-only loss, no packing, cosine schedule; device and precision from
+    :func:`cascadekit.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one)."""
     cfg = profile.sft
-    on_gpu = profile.device == "cuda" and torch.cuda.is_available()
     return SFTConfig(
         output_dir=str(out_dir),
         max_length=seq_len(profile, stage),
@@ -103,8 +103,7 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
         warmup_steps=0.05,
         weight_decay=0.0,
         max_grad_norm=1.0,
-        bf16=profile.dtype == "bfloat16" and on_gpu,
-        use_cpu=not on_gpu,
+        **choose_device(profile).trainer_arguments(),
         logging_steps=max(1, steps_hint // 50),
         save_strategy="no",
         report_to="none",
@@ -138,13 +137,11 @@ def cached_stage(profile: Profile, stage: int, callbacks: Sequence[TrainerCallba
 
     def build(dest: Path) -> None:
         tokenizer = load_tokenizer(start)
-        model = AutoModelForCausalLM.from_pretrained(start)
+        model = load_model(start, choose_device(profile))
         run_dir = cache_root() / "runs" / f"sft-{sft_key(profile, stage)}"
         info = train_stage(model, tokenizer, profile, stage, run_dir, callbacks)
         shutil.rmtree(run_dir, ignore_errors=True)
-        model.save_pretrained(dest)
-        tokenizer.save_pretrained(dest)
-        (dest / LOSS_LOG).write_text(json.dumps(info))
+        save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps(info)})
 
     return get_or_build("sft", sft_key(profile, stage), build)
 
