@@ -9,13 +9,15 @@ same folder, flushed to disk, and renamed over the target. A run killed mid-writ
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "same_file"]
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "atomic_write_jsonl_gz", "same_file"]
 
 
 @contextlib.contextmanager
@@ -52,6 +54,14 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int | None = 1) -> None:
     """Write ``data`` as JSON to ``path`` atomically."""
     atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def atomic_write_jsonl_gz(path: str | os.PathLike, records: Iterable[Any]) -> None:
+    """Write one JSON line per record, gzip-compressed (``.jsonl.gz``), atomically."""
+    with atomic_open(path, "wb") as raw, \
+            gzip.GzipFile(filename=Path(path).name.removesuffix(".gz"), mode="wb", fileobj=raw) as packed, \
+            io.TextIOWrapper(packed, encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run, book and env.
+"""The ``cascadekit`` command line: data, verify, run, experiment, book and env.
 
 Every argument is checked before any work starts: bad input (an unknown scale,
 context, split, style or chapter, an op range out of bounds, a count too large,
@@ -183,6 +183,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """One chapter's experiment, configured by its spec (``cascadekit/chapters.yaml``) and ``--set``.
+
+    Where the results go is checked before any work: the committed ``data/results``
+    takes only toy-scale runs from a clean tree (or ``--draft``).
+    """
+    import importlib
+
+    from cascadekit.chapters import resolve
+    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.results import ResultsWriter
+
+    config = resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed)
+    command = " ".join(["cascadekit experiment", *args.argv])
+    writer = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
+    set_threads(args.threads)
+    print(config.profile.summary(), file=sys.stderr, flush=True)
+    module = importlib.import_module(config.spec.experiment)
+    metrics = module.run(config, Path(args.work) if args.work else Path("runs") / config.spec.folder)
+    module.write(metrics, writer)
+    print(f"results: {writer.folder}")
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     from cascadekit.envinfo import describe_environment
 
@@ -238,6 +262,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override, repeatable")
     run.set_defaults(func=cmd_run)
 
+    experiment = sub.add_parser("experiment", help="run one chapter's experiment and write its results")
+    experiment.add_argument("chapter", help="chapter number, e.g. 04")
+    experiment.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
+    experiment.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
+    experiment.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="profile override on top of the chapter's settings, repeatable")
+    experiment.add_argument("--threads", type=_bounded_int(0, 256), default=0,
+                            help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+    experiment.add_argument("--out", default="",
+                            help="results root (default: data/results at toy scale, runs/results-<scale> otherwise)")
+    experiment.add_argument("--work", default="", help="scratch folder for trainer files (default: runs/<chapter>)")
+    experiment.add_argument("--draft", action="store_true",
+                            help="allow writing data/results from a tree with uncommitted changes")
+    experiment.set_defaults(func=cmd_experiment)
+
     book = sub.add_parser("book", help="build the HTML book from notebooks executed by `cascadekit run`")
     book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
     book.add_argument("--out", default="book/_build/html")
@@ -250,10 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # a usage error (already printed as one line), or --help
         return exit_.code if isinstance(exit_.code, int) else 2
+    args.argv = argv[1:]  # recorded with results: the command that regenerates them
     try:
         return args.func(args)
     except (ValueError, OSError) as err:  # ProfileError is a ValueError

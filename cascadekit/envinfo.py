@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from cascadekit.sandbox import isolation
+
 from cascadekit import runtime
 
 STACK = ("torch", "transformers", "trl", "peft", "datasets", "tokenizers", "accelerate", "papermill", "matplotlib")
@@ -63,8 +65,6 @@ def sandbox_lines() -> list[str]:
 
     Probing runs a tiny program in the sandbox, so only ``cascadekit env`` asks, not every notebook.
     """
-    from cascadekit.sandbox import isolation
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the lines below say the same
         iso = isolation()

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from cascadekit.atomic import atomic_open, atomic_write_text
 from cascadekit.codeversion import REPO_DIR, code_version, git_commit
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 RESULTS_DIR = REPO_DIR / "data" / "results"
 
@@ -29,6 +30,51 @@ def default_root(scale: str) -> Path:
     notebooks and the book read. Other scales write ``runs/results-<scale>``.
     """
     return RESULTS_DIR if scale == "toy" else Path("runs") / f"results-{scale}"
+
+
+class ResultsRefused(ValueError):
+    """A run that must not write where it was asked to (checked before the run starts)."""
+
+
+def uncommitted_changes() -> list[str]:
+    """Files changed or untracked outside ``data/results`` (what a committed result must not depend on)."""
+    try:
+        lines = subprocess.run(["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=all"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return ["(git status failed: cannot tell whether the tree is clean)"]
+    paths = [line[3:].split(" -> ")[-1].strip('"') for line in lines if line.strip()]
+    return [p for p in paths if not p.startswith("data/results/")]
+
+
+class ResultsWriter:
+    """Writes one chapter's results: checked once, before any work, then used at the end.
+
+    Committed results (``data/results``) come only from the toy scale and a clean
+    tree (changes under ``data/results`` itself are fine: that is what the run
+    rewrites), so every committed number names a commit that reproduces it. A
+    ``draft`` may write from a dirty tree; its provenance says ``-dirty``.
+    """
+
+    def __init__(self, chapter: str, scale: str, command: str, out: Path | None = None, draft: bool = False):
+        self.chapter, self.command = chapter, command
+        self.root = Path(out) if out else default_root(scale)
+        committed = self.root.resolve() == RESULTS_DIR.resolve()
+        if committed and scale != "toy":
+            raise ResultsRefused(f"only toy-scale runs write the committed {RESULTS_DIR}; pass --out for a {scale} run")
+        if committed and not draft and (changes := uncommitted_changes()):
+            shown = ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+            raise ResultsRefused(f"committed results need a clean tree, but these files have uncommitted changes: "
+                                 f"{shown}. Commit them first, or pass --draft (or --out elsewhere).")
+
+    @property
+    def folder(self) -> Path:
+        return results_dir(self.chapter, self.root)
+
+    def save(self, metrics: dict[str, Any], figures: Mapping[str, Figure], title: str,
+             rows: Sequence[dict[str, Any]], notes: str = "") -> None:
+        """``metrics.json``, each figure as PNG (then closed) and ``paper_vs_run.md``, each written atomically."""
+        save_chapter_results(self.chapter, metrics, figures, title, rows, self.command, notes, self.root)
 
 
 def results_dir(chapter: str, root: Path | None = None) -> Path:
@@ -108,8 +154,6 @@ def save_chapter_results(chapter: str, metrics: dict[str, Any], figures: Mapping
                          rows: Sequence[dict[str, Any]], command: str, notes: str = "",
                          root: Path | None = None) -> None:
     """Everything an experiment commits: ``metrics.json``, each figure as PNG (then closed), the table."""
-    import matplotlib.pyplot as plt
-
     save_metrics(chapter, metrics, command, root)
     for name, figure in figures.items():
         save_figure(chapter, name, figure, root)

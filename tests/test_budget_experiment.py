@@ -7,21 +7,26 @@ import pytest
 
 from cascadekit.compute import ARMS, rl_token_equivalent
 from cascadekit.experiments import budget as bx
-from cascadekit.profiles import load_profile
+from cascadekit.chapters import resolve, spec
+from cascadekit.evaluation.bands import Bands
 
 SCALES = ("smoke", "toy", "paper")
 
 
 def profile(scale: str, **overrides):
-    return bx.chapter_profile(load_profile(scale), overrides)
+    return resolve("06", scale, overrides).profile
+
+
+def units(scale: str) -> int:
+    return spec("06").budget_units[scale]
 
 
 @pytest.mark.parametrize("scale", SCALES)
 def test_every_arm_spends_exactly_the_same_budget(scale):
     p = profile(scale)
-    arms = bx.plan_budget(p)
+    arms = bx.plan_budget(p, units(scale))
     assert [a.arm for a in arms] == list(ARMS)
-    total = bx.BUDGET_UNITS[scale] * bx.step_unit(p)
+    total = units(scale) * bx.step_unit(p)
     for arm in arms:
         rl = rl_token_equivalent(arm.rl_prompts, p.rl.group_size, bx.rollout_tokens(p),
                                  reference_model=bx.uses_reference_model(p))
@@ -33,7 +38,7 @@ def test_every_arm_spends_exactly_the_same_budget(scale):
 @pytest.mark.parametrize("scale", SCALES)
 def test_every_arm_is_whole_trainer_steps(scale):
     p = profile(scale)
-    for arm in bx.plan_budget(p):
+    for arm in bx.plan_budget(p, units(scale)):
         assert arm.rl_prompts % p.rl.prompts_per_step == 0
         assert arm.midtrain_tokens % bx.midtrain_step_tokens(p) == 0
 
@@ -47,7 +52,7 @@ def test_step_unit_is_the_least_common_multiple(scale):
 
 
 def test_the_toy_plan():
-    arms = {a.arm: a for a in bx.plan_budget(profile("toy"))}
+    arms = {a.arm: a for a in bx.plan_budget(profile("toy"), units("toy"))}
     assert bx.step_unit(profile("toy")) == 131_072  # 16 mid-training steps = 3 RL steps of 8 prompts
     assert arms["full_midtrain"].midtrain_tokens == arms["full_rl"].total == 1_310_720
     assert arms["full_rl"].rl_prompts == 240 and arms["light_rl"].rl_prompts == 48
@@ -81,60 +86,41 @@ def test_measured_rl_spend_counts_prompts_and_completions():
     assert bx.actual_rl_spend(p, [], [], tokenizer)["rl_token_equivalents_measured"] == 0
 
 
-def test_stored_results_are_computed_once(tmp_path):
-    calls = []
-
-    def compute():
-        calls.append(1)
-        return {"pass@1": 0.5}
-
-    path = tmp_path / "arm" / "metrics.json"
-    assert bx.stored(path, compute) == bx.stored(path, compute) == {"pass@1": 0.5}
-    assert calls == [1]
+def _arm(name: str, edge_solved: int, hard_solved: int, n: int = 8, problems: int = 20) -> dict:
+    per_problem = [{"problem": i, "op": 4, "range": "edge", "context": "A", "n": n, "correct": n * (i < edge_solved),
+                    "n_dependency": 0, "n_missing": 0} for i in range(problems)]
+    per_problem += [{"problem": problems + i, "op": 6, "range": "hard", "context": "A", "n": n,
+                     "correct": n * (i < hard_solved), "n_dependency": 0, "n_missing": 0} for i in range(problems)]
+    return {"arm": name, "per_problem": per_problem,
+            "by_range": [{"range": "edge", "pass@1": edge_solved / problems, f"pass@{n}": edge_solved / problems},
+                         {"range": "hard", "pass@1": hard_solved / problems, f"pass@{n}": hard_solved / problems}]}
 
 
-def test_verdict_reads_the_numbers():
-    def arm(name, edge1, hard8):
-        return {"arm": name, "by_range": [{"range": "edge", "pass@1": edge1, "pass@8": 0.0},
-                                          {"range": "hard", "pass@1": 0.0, "pass@8": hard8}]}
+def test_claims_compare_the_best_arms_with_paired_intervals():
+    metrics = {"samples_per_problem": 8, "arms": [_arm("full_midtrain", 12, 0), _arm("light_rl", 10, 0),
+                                                  _arm("heavy_rl", 2, 9), _arm("full_rl", 0, 8)]}
+    edge, hard = bx.claim_rows(metrics)
+    assert "full_midtrain" in edge["claim"] and "heavy_rl" in edge["claim"] and edge["verdict"] == "reproduced"
+    assert hard["this run"] == pytest.approx(9 / 20) and hard["verdict"] == "reproduced"
+    metrics["arms"] = [_arm(a["arm"], 1, 1) for a in metrics["arms"]]
+    assert all(r["verdict"] == "cannot tell" for r in bx.claim_rows(metrics))  # equal arms: no difference
+    assert bx.claim_rows({"samples_per_problem": 8, "arms": metrics["arms"][:1]}) == []
 
-    metrics = {"samples_per_problem": 8, "arms": [arm("full_midtrain", 0.3, 0.0), arm("light_rl", 0.2, 0.0),
-                                                  arm("heavy_rl", 0.1, 0.2), arm("full_rl", 0.0, 0.1)]}
-    text = bx.verdict(metrics)
-    assert "edge pass@1: reproduced" in text and "hard pass@8: reproduced" in text
-    metrics["arms"] = [arm(a["arm"], 0.0, 0.0) for a in metrics["arms"]]
-    assert bx.verdict(metrics).count("cannot tell") == 2
-    assert bx.verdict({"samples_per_problem": 8, "arms": metrics["arms"][:1]}).startswith("Incomplete")
+
+def test_evaluation_covers_the_bands_edge_and_hard_ops():
+    p = profile("smoke")
+    problems = bx.budget_eval_problems(p, Bands((2, 2), (3, 4), (5, 5)))
+    assert {q.op for q in problems} == {3, 4, 5}
+    assert len(problems) == 3 * p.evaluation.problems_per_op
 
 
 @pytest.mark.slow
 def test_toy_reproduction_spends_the_plan(tmp_path):
     """The toy run end to end. It asserts the budgets (planned = trained, equal across arms),
     not the direction of the finding, which the committed results report."""
-    p = profile("toy")
-    metrics = bx.run(p, tmp_path)
+    metrics = bx.run(resolve("06", "toy"), tmp_path)
     totals = {a["planned"]["total"] for a in metrics["arms"]}
     assert len(totals) == 1
     for arm in metrics["arms"]:
         assert arm["actual"]["midtrain_tokens"] == arm["planned"]["midtrain_tokens"]
         assert arm["actual"]["rl_prompts"] == arm["planned"]["rl_prompts"]
-
-
-def test_arms_share_the_ranges_measured_once_on_the_base(tmp_path, monkeypatch):
-    """Arm processes read the stored bands; the base is evaluated for them only once."""
-    from cascadekit.experiments import competence
-    from cascadekit.experiments import edge_of_competence as eoc
-
-    calls = []
-
-    def fake_ladder(prof, base):
-        calls.append(base)
-        bands = {"in_distribution": (2, 2), "edge": (3, 4), "hard": (5, 5)}
-        return competence.with_bands(prof, bands), {"ranges": "measured", "evaluation": {"by_op": []}}
-
-    monkeypatch.setattr(eoc, "evaluate_base", fake_ladder)
-    smoke = profile("smoke")
-    for _ in range(2):
-        ranged, note = bx.arm_ranges(smoke, tmp_path / "base", tmp_path)
-        assert (ranged.world.ops_edge, ranged.world.ops_hard, note) == ((3, 4), (5, 5), "measured")
-    assert len(calls) == 1 and ranged.model == smoke.model

@@ -1,7 +1,7 @@
 import pytest
 
-from cascadekit.experiments import competence
-from cascadekit.experiments import edge_of_competence as eoc
+from cascadekit.evaluation.bands import Bands
+from cascadekit.experiments import common, competence
 from cascadekit.profiles import load_profile
 
 
@@ -34,41 +34,39 @@ def test_no_bands_when_one_would_be_empty(values):
     assert competence.competence_bands(ladder(values), 4) is None
 
 
-def test_calibrate_replaces_the_ranges_and_says_so():
+def test_measured_bands_come_apart_from_the_profile_and_say_so():
     profile = load_profile("toy")
-    ranged, note = competence.calibrate(profile, ladder(TOY_LIKE), 4, "measured")
-    assert (ranged.world.ops_in_distribution, ranged.world.ops_edge, ranged.world.ops_hard) == ((2, 2), (3, 5), (6, 8))
-    assert ranged.model == profile.model and "measured on the base" in note and "edge 3-5" in note
-    same, note = competence.calibrate(profile, ladder(TOY_LIKE), 4, "profile")
-    assert same == profile and "the profile's" in note
+    bands, note = competence.measure_bands(profile, ladder(TOY_LIKE), 4, "measured")
+    assert bands == Bands((2, 2), (3, 5), (6, 8)) and "measured on the base" in note and "edge 3-5" in note
+    fixed, note = competence.measure_bands(profile, ladder(TOY_LIKE), 4, "profile")
+    assert fixed == Bands.of_world(profile.world) and "the profile's" in note
 
 
-def test_calibrate_keeps_the_profile_and_gives_the_reason_without_bands():
+def test_the_profile_bands_and_the_reason_when_the_base_has_none():
     profile = load_profile("toy")
-    same, note = competence.calibrate(profile, ladder({op: (0.0, 0.0) for op in range(2, 11)}), 4, "measured")
-    assert same == profile and "no edge band" in note
+    fixed, note = competence.measure_bands(profile, ladder({op: (0.0, 0.0) for op in range(2, 11)}), 4, "measured")
+    assert fixed == Bands.of_world(profile.world) and "no edge band" in note
     with pytest.raises(ValueError, match="unknown range source"):
-        competence.calibrate(profile, [], 4, "guess")
+        competence.measure_bands(profile, [], 4, "guess")
 
 
-def test_evaluate_base_measures_the_bands_and_regroups_the_base(monkeypatch):
-    """The base's samples are judged once; its tables come out under the measured ranges."""
-    profile = eoc.chapter_profile(load_profile("smoke"), {"evaluation.samples": 4, "evaluation.problems_per_op": 1})
+def test_base_bands_measures_the_bands_and_regroups_the_base(monkeypatch):
+    """The base's samples are judged once; its tables come out under the measured bands."""
+    profile = load_profile("smoke", {"evaluation.samples": 4, "evaluation.problems_per_op": 1})
     solved = {2: 4, 3: 1}  # right samples of 4 per op; ops 4-5 none
 
-    def fake_evaluate(model, tokenizer, problems, prof):
+    def fake_evaluate(stage, problems, prof, bands=None):
         return [{"op": p.op, "range": "stale", "context": p.context, "problem": i, "sample": s,
                  "correct": s < solved.get(p.op, 0), "answer_correct": False, "process_accuracy": 0.0,
                  "n_missing": 0, "n_dependency": 0, "n_value": 0, "answer_mismatch": 0, "reason": "", "text": ""}
                 for i, p in enumerate(problems) for s in range(prof.evaluation.samples)]
 
-    monkeypatch.setattr(eoc, "evaluate", fake_evaluate)
-    monkeypatch.setattr(eoc, "load_model", lambda checkpoint: None)
-    monkeypatch.setattr(eoc, "load_tokenizer", lambda checkpoint: None)
-    ranged, base = eoc.evaluate_base(profile, "unused")
-    assert (ranged.world.ops_in_distribution, ranged.world.ops_edge, ranged.world.ops_hard) == ((2, 2), (3, 3), (4, 5))
+    monkeypatch.setattr(common, "evaluate_checkpoint", fake_evaluate)
+    bands, base = common.base_bands(profile, "unused", "measured")
+    assert bands == Bands((2, 2), (3, 3), (4, 5)) and base["bands"] == bands.to_dict()
     by_range = {r["range"]: r for r in base["evaluation"]["by_range"]}
     assert by_range["in_distribution"]["pass@1"] == 1.0 and by_range["edge"]["pass@1"] == 0.25
     assert by_range["hard"]["pass@4"] == 0.0 and "measured on the base" in base["ranges"]
-    fixed, base = eoc.evaluate_base(profile, "unused", ranges="profile")
-    assert fixed == profile and {r["range"] for r in base["evaluation"]["by_range"]} == {"in_distribution", "edge", "hard"}
+    fixed, base = common.base_bands(profile, "unused", "profile")
+    assert fixed == Bands.of_world(profile.world)
+    assert {r["range"] for r in base["evaluation"]["by_range"]} == {"in_distribution", "edge", "hard"}

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import pytest
 
+from cascadekit.chapters import resolve
 from cascadekit.experiments import context_transfer as ct
 from cascadekit.profiles import load_profile
+from cascadekit.results import ResultsWriter
+
+FOLDER = "05_context_transfer"
 
 LENGTHS = {"source": 114.0, "B": 91.0}
 
@@ -15,7 +19,7 @@ def length(context: str) -> float:
 
 @pytest.fixture(scope="module")
 def smoke():
-    return ct.chapter_profile(load_profile("smoke"))
+    return resolve("05", "smoke").profile
 
 
 @pytest.fixture(scope="module")
@@ -67,16 +71,22 @@ def test_rl_prompts_are_half_b_over_the_whole_range_and_identical_across_variant
 def test_variant_key_depends_on_exposure_and_pretraining_only(smoke):
     keys = {ct.variant_key(smoke, b) for b in ct.B_SHARES}
     assert len(keys) == len(ct.B_SHARES)
-    evaluation_changed = ct.chapter_profile(smoke, {"evaluation.samples": 8})
+    evaluation_changed = resolve("05", "smoke", {"evaluation.samples": 8}).profile
     assert ct.variant_key(evaluation_changed, 0.01) == ct.variant_key(smoke, 0.01)
-    assert ct.variant_key(ct.chapter_profile(smoke, {"pretrain.tokens": 123}), 0.01) != ct.variant_key(smoke, 0.01)
+    assert ct.variant_key(resolve("05", "smoke", {"pretrain.tokens": 123}).profile, 0.01) != ct.variant_key(smoke, 0.01)
 
 
 def test_toy_chapter_pretrains_each_variant_on_the_base_budget_and_user_overrides_win():
-    toy = ct.chapter_profile(load_profile("toy"))
-    assert toy.pretrain == load_profile("toy").pretrain  # half the budget showed nothing; see CHAPTER_OVERRIDES
-    assert toy.evaluation.samples == ct.CHAPTER_OVERRIDES["toy"]["evaluation.samples"]
-    assert ct.chapter_profile(load_profile("toy"), {"pretrain.tokens": 5}).pretrain.tokens == 5
+    toy = resolve("05", "toy")
+    assert toy.profile.pretrain == load_profile("toy").pretrain  # half the budget showed nothing: chapters.yaml
+    assert toy.profile.evaluation.samples == toy.settings["evaluation.samples"]
+    assert resolve("05", "toy", {"pretrain.tokens": 5}).profile.pretrain.tokens == 5
+
+
+def _samples(b_share: float, solved: int, problems: int = 10, n: int = 4) -> list[dict]:
+    """After-RL records of B at op 3: the first ``solved`` problems right in every sample."""
+    return [{"context": "B", "op": 3, "range": "in_distribution", "problem": i, "sample": s, "correct": i < solved,
+             "n_dependency": 0, "n_missing": 0} for i in range(problems) for s in range(n)]
 
 
 def _fake_metrics() -> dict:
@@ -85,41 +95,38 @@ def _fake_metrics() -> dict:
 
     return {"samples_per_problem": 4, "variants": [
         {"b_share": b, "corpus": {"actual_b_share": b}, "before": rows("B", 0.0),
-         "after": rows("A", 0.9) + rows("B", v), "rl_curves": [{"step": 1, "reward": 0.1}]}
-        for b, v in ((0.0, 0.0), (0.1, 0.5))]}
+         "after": rows("A", 0.9) + rows("B", v), "rl_curves": [{"step": 1, "reward": 0.1}],
+         "samples": _samples(b, solved)}
+        for b, v, solved in ((0.0, 0.0, 0), (0.001, 0.0, 0), (0.01, 0.5, 8), (0.1, 0.5, 9))]}
 
 
 def test_tables_and_figures_from_metrics(tmp_path):
     metrics = _fake_metrics()
     rows = ct.summary_rows(metrics)
-    assert [(r["b_share"], r["op"], r["pass@4 after"]) for r in rows] == [("0.0%", 2, 0.0), ("0.0%", 3, 0.0),
-                                                                            ("10.0%", 2, 0.5), ("10.0%", 3, 0.5)]
+    assert [(r["b_share"], r["op"], r["pass@4 after"]) for r in rows][-2:] == [("10.0%", 2, 0.5), ("10.0%", 3, 0.5)]
     paper = ct.paper_vs_run_rows(metrics)
-    assert paper[1]["op 3 pass@4 before/after"] == "0.00 / 0.50"
-    ct.write_results({**metrics, "variants": [{**v, "samples": []} for v in metrics["variants"]]},
-                     "test", root=tmp_path)
-    folder = tmp_path / ct.CHAPTER
+    assert paper[3]["op 3 pass@4 before/after"] == "0.00 / 0.50"
+    ct.write(metrics, ResultsWriter(FOLDER, "smoke", "test", out=tmp_path))
+    folder = tmp_path / FOLDER
     assert {p.name for p in folder.iterdir()} >= {"metrics.json", "paper_vs_run.md", "transfer_b.png",
                                                   "transfer_a.png", "rl_reward.png", "samples.jsonl.gz"}
 
 
-def test_verdict_reads_the_numbers():
-    metrics = _fake_metrics()  # 0% and 10%
-    assert ct.verdict(metrics).startswith("Reproduced")
-    metrics["variants"][0]["b_share"] = 0.01
-    assert ct.verdict(metrics).startswith("Incomplete")
-    metrics["variants"][0]["b_share"] = 0.0
-    for v in metrics["variants"]:
-        v["after"] = [{**r, "pass@4": 0.0} for r in v["after"]]
-    assert ct.verdict(metrics).startswith("Cannot tell")
+def test_claims_pair_the_exposures_on_the_same_problems():
+    rows = {r["claim"].split(": ")[1]: r["verdict"] for r in ct.claim_rows(_fake_metrics())}
+    assert rows == {"0.1% minus 0.0% exposure": "reproduced", "1.0% minus 0.1% exposure": "reproduced",
+                    "10.0% minus 0.1% exposure": "reproduced"}
+    partial = {**_fake_metrics(), "variants": _fake_metrics()["variants"][2:]}
+    assert ct.claim_rows(partial) == []  # no unexposed variant ran: nothing to compare
 
 
 @pytest.mark.slow
 def test_toy_reproduction_runs_and_measures_the_exposures(tmp_path):
     """The toy run end to end. It asserts what the design guarantees (the exposures and the
     identical RL), not the direction of the finding, which the committed results report."""
-    profile = ct.chapter_profile(load_profile("toy"))
-    metrics = ct.run(profile, tmp_path)
+    config = resolve("05", "toy")
+    profile = config.profile
+    metrics = ct.run(config, tmp_path)
     for variant in metrics["variants"]:
         corpus = variant["corpus"]
         assert corpus["b_ops"] == ([ct.B_OP] if corpus["b_share"] else [])

@@ -24,16 +24,16 @@ def test_warns_on_known_bad_combinations() -> None:
 
 
 def test_env_names_the_sandbox_and_what_it_cannot_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cascadekit import sandbox
+    from cascadekit import envinfo, sandbox
     from cascadekit.envinfo import sandbox_lines
 
     weak = sandbox.Isolation(drop_uid=False, namespaces=False)
-    monkeypatch.setattr(sandbox, "isolation", lambda: weak)
+    monkeypatch.setattr(envinfo, "isolation", lambda: weak)
     lines = sandbox_lines()
     assert lines[0].startswith("sandbox       rlimits")
     assert any("no separate uid" in line for line in lines) and any("no network" in line for line in lines)
     strong = sandbox.Isolation(drop_uid=True, namespaces=True, cgroup="v1")
-    monkeypatch.setattr(sandbox, "isolation", lambda: strong)
+    monkeypatch.setattr(envinfo, "isolation", lambda: strong)
     assert sandbox_lines()[1:] == ["  missing     nothing"]
 
 

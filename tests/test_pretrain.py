@@ -133,20 +133,6 @@ def test_training_benchmark_runs_at_smoke_scale(capsys):
     assert "ratio Trainer/plain" in capsys.readouterr().out
 
 
-def test_the_command_line_writes_metrics_and_figures(tmp_path, monkeypatch):
-    from cascadekit.training.pretrain import main
-
-    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
-    main(["--scale", "smoke", "--out", str(tmp_path / "out"), "evaluation.max_new_tokens=8"])
-    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    made = metrics["produced_by"]  # the provenance every chapter reads (chapter 03 prints it)
-    assert made["command"].startswith("python -m cascadekit.training.pretrain --scale smoke")
-    assert made["git_commit"] and made["code_version"] and made["date"]
-    assert metrics["pretrain_tokens"] == 20000 and metrics["vocab_size"] <= 400 and metrics["loss_log"]
-    assert {r["op"] for r in metrics["ladder"]} == {2, 3, 4, 5}
-    assert (tmp_path / "out" / "ladder.png").exists()
-
-
 def test_a_checkpoint_cut_mid_save_is_skipped_and_training_resumes_from_the_previous_one(tokenizer, tmp_path):
     """Weights but no trainer_state.json (a kill mid-save) used to crash every later resume."""
     short = load_profile("smoke", {"pretrain.tokens": 4 * 8 * 256, "pretrain.save_steps": 1})

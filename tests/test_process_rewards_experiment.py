@@ -1,17 +1,16 @@
 """Finding 4 (chapter 07): the hacking probe, the structural-error table, and a smoke run end to end."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from cascadekit.experiments import edge_of_competence as eoc
+from cascadekit.chapters import resolve
+from cascadekit.cli import main
 from cascadekit.experiments import process_rewards as pr
-from cascadekit.profiles import load_profile
 from cascadekit.results import RESULTS_DIR, load_metrics
 from cascadekit.verify.mutations import answer_only
 from cascadekit.world import generate_problems
 
+FOLDER = "07_process_rewards"
 SMOKE = {"rl.samples": 4, "rl.prompts_per_step": 2, "evaluation.problems_per_op": 1, "evaluation.samples": 2}
 
 
@@ -35,32 +34,32 @@ def test_error_rows_pick_the_structural_errors():
 
 
 def test_smoke_command_line_writes_under_runs_and_leaves_the_committed_results(tmp_path, monkeypatch):
-    committed = RESULTS_DIR / pr.CHAPTER / "metrics.json"
+    committed = RESULTS_DIR / FOLDER / "metrics.json"
     before = committed.read_bytes()
     monkeypatch.chdir(tmp_path)
-    pr.main(["--scale", "smoke", *(f"{key}={value}" for key, value in SMOKE.items())])
+    assert main(["experiment", "07", "--scale", "smoke", *[a for k, v in SMOKE.items() for a in ("--set", f"{k}={v}")]]) == 0
     assert committed.read_bytes() == before
-    metrics = load_metrics(pr.CHAPTER, root=tmp_path / "runs" / "results-smoke")
+    metrics = load_metrics(FOLDER, root=tmp_path / "runs" / "results-smoke")
     assert {name: run["reward"] for name, run in metrics["runs"].items()} == {
         "outcome": "outcome_reward", "mixed": "mixed_reward_0.2", "strict": "strict_reward"}
     assert all(run["range"] == "edge" for run in metrics["runs"].values())
     assert {r["model"] for r in metrics["errors"]} == {"base", "outcome", "mixed", "strict"}
-    assert metrics["produced_by"]["command"].startswith("python -m cascadekit.experiments.process_rewards --scale smoke")
-    assert metrics["paper_vs_run"]
-    folder = tmp_path / "runs" / "results-smoke" / pr.CHAPTER
+    assert metrics["produced_by"]["command"].startswith("cascadekit experiment 07 --scale smoke")
+    assert metrics["paper_vs_run"] and {r["verdict"] for r in metrics["paper_vs_run"]} <= {
+        "reproduced", "contradicted", "cannot tell"}
+    folder = tmp_path / "runs" / "results-smoke" / FOLDER
     assert all((folder / f"{name}.png").stat().st_size for name in ("passk", "errors", "curves"))
+
+
+def test_smoke_run_may_not_write_the_committed_results():
+    assert main(["experiment", "07", "--scale", "smoke", "--out", str(RESULTS_DIR)]) == 2
 
 
 @pytest.mark.slow
 def test_toy_reproduction_completes_and_writes_metrics(tmp_path):
     """The committed toy run's settings, end to end (tens of minutes on 2 cores; builds the toy base if absent)."""
-    committed = load_metrics(pr.CHAPTER)
-    overrides = committed["settings"].get("overrides", {}) if committed else {}
-    profile = eoc.chapter_profile(load_profile("toy"), overrides)
-    result = pr.run_process_rewards(profile, tmp_path / "runs")
-    pr.write_results(result, "pytest -m slow", root=tmp_path)
-    metrics = json.loads((tmp_path / pr.CHAPTER / "metrics.json").read_text())
-    assert set(metrics["runs"]) == {"outcome", "mixed", "strict"} and metrics["errors"]
+    result = pr.run(resolve("07", "toy"), tmp_path / "runs")
+    assert set(result["runs"]) == {"outcome", "mixed", "strict"} and result["errors"]
 
 
 def test_mixed_caveat_spots_a_process_term_that_never_paid():

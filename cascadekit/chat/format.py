@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from functools import cache
 from importlib import resources
 from typing import Any

@@ -12,52 +12,49 @@ like), one row per sample, per (op, k) or per (range, k).
 """
 from __future__ import annotations
 
-import gzip
-import io
-import json
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from cascadekit.atomic import atomic_open, atomic_write_text
+from cascadekit.evaluation.bands import RANGES, Bands
 from cascadekit.evaluation.passk import pass_at_k
 from cascadekit.evaluation.sampler import sample_completions
 from cascadekit.profiles import Profile, WorldConfig
+from cascadekit.training.pretrain import PRETRAIN_MIXTURE
+from cascadekit.verify.process import judge
+from cascadekit.world import generate_problems
 
-RANGES = ("in_distribution", "edge", "hard")
 ERRORS = ("n_missing", "n_dependency", "n_value", "answer_mismatch")
 
 
-def op_range(op: int, world: WorldConfig) -> str:
-    """``in_distribution``, ``edge``, ``hard`` or ``outside`` for an op count."""
-    return next((name for name in RANGES if op in world.ops(name)), "outside")
+def op_range(op: int, bands: Bands | WorldConfig) -> str:
+    """``in_distribution``, ``edge``, ``hard`` or ``outside`` for an op count (a profile's world or measured bands)."""
+    return next((name for name in RANGES if op in bands.ops(name)), "outside")
 
 
-def ladder_problems(profile: Profile) -> list:
-    """``problems_per_op`` held-out ``eval`` problems for every op from in-distribution to hard."""
-    from cascadekit.world import generate_problems
+def eval_problems(profile: Profile, ops: Iterable[int], contexts: Sequence[str]) -> list:
+    """``evaluation.problems_per_op`` held-out ``eval`` problems per op, cycling through ``contexts``.
 
-    world = profile.world
+    Call it once per context to get that many problems per (op, context); over the
+    profile's whole band ladder it is the evaluation ladder of chapters 03-07.
+    """
     return [
         p
-        for op in range(world.ops_in_distribution[0], world.ops_hard[1] + 1)
-        for p in generate_problems(ops=[op], contexts=tuple(world.contexts), n=profile.evaluation.problems_per_op,
-                                   seed=profile.seed, split="eval", style=world.rendering)
+        for op in ops
+        for p in generate_problems(ops=[op], contexts=tuple(contexts), n=profile.evaluation.problems_per_op,
+                                   seed=profile.seed, split="eval", style=profile.world.rendering)
     ]
 
 
-def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], world: WorldConfig) -> list[dict]:
+def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], bands: Bands | WorldConfig) -> list[dict]:
     """One record per sample: op, range, problem index, the text, the verdict's scores, error counts and reason."""
-    from cascadekit.verify.process import judge
-
     records = []
     for index, (problem, samples) in enumerate(zip(problems, completions)):
         for s, text in enumerate(samples):
             verdict = judge(text, problem)
             records.append({
-                "op": problem.op, "range": op_range(problem.op, world), "context": problem.context,
+                "op": problem.op, "range": op_range(problem.op, bands), "context": problem.context,
                 "problem": index, "sample": s,
                 "correct": bool(verdict.correct), "answer_correct": bool(verdict.answer_correct),
                 "process_accuracy": float(verdict.process_accuracy),
@@ -67,11 +64,11 @@ def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], worl
     return records
 
 
-def evaluate(model, tokenizer, problems: Sequence, profile: Profile) -> list[dict]:
-    """Sample ``evaluation.samples`` completions per problem and judge each one."""
+def evaluate(model, tokenizer, problems: Sequence, profile: Profile, bands: Bands | None = None) -> list[dict]:
+    """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``)."""
     prompts = [p.rl_prompt for p in problems]
     completions = sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seed)
-    return judge_samples(problems, completions, profile.world)
+    return judge_samples(problems, completions, bands or profile.world)
 
 
 def _order(group):
@@ -152,9 +149,6 @@ def ladder_table(records: Sequence[dict], chance: Sequence[dict], n: int, world:
 
 def training_answers(profile: Profile, n: int = 2000) -> list:
     """Answers of ``n`` pretraining problems: the distribution a guesser would copy."""
-    from cascadekit.training.pretrain import PRETRAIN_MIXTURE
-    from cascadekit.world import generate_problems
-
     world = profile.world
     ops = [op for name in PRETRAIN_MIXTURE for op in world.ops(name)]
     problems = generate_problems(ops=ops, contexts=tuple(world.contexts), n=n, seed=profile.seed,
@@ -176,7 +170,7 @@ def examples(records: Sequence[dict], problems: Sequence) -> list[dict]:
 
 def evaluate_ladder(model, tokenizer, profile: Profile) -> dict:
     """Evaluate every op of the profile: per-sample records and the op/range/error tables."""
-    problems = ladder_problems(profile)
+    problems = eval_problems(profile, Bands.of_world(profile.world).ladder(), profile.world.contexts)
     records = evaluate(model, tokenizer, problems, profile)
     n = profile.evaluation.samples
     ks = list(range(1, n + 1))
@@ -199,28 +193,3 @@ def format_ladder(rows: Sequence[dict], n: int) -> str:
     for r in rows:
         lines.append(f"{r['op']:<3} {r['range']:<16} " + " ".join(f"{r.get(c, float('nan')):>17.3f}" for c in cols))
     return "\n".join(lines)
-
-
-def write_results(results: dict, loss_log: Sequence, out: Path) -> None:
-    """Write ``metrics.json`` (per-sample records in ``samples.jsonl.gz``) and the PNG figures into ``out``."""
-    from cascadekit import plots
-
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_open(out / "samples.jsonl.gz", "wb") as raw, \
-            gzip.GzipFile(filename="samples.jsonl", mode="wb", fileobj=raw) as packed, \
-            io.TextIOWrapper(packed, encoding="utf-8") as fh:
-        fh.writelines(json.dumps(r) + "\n" for r in results["records"])
-    metrics = {k: v for k, v in results.items() if k != "records"}
-    metrics["loss_log"] = [list(row) for row in loss_log]
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1))
-    n = metrics["samples_per_problem"]
-    figures = {
-        "loss_curve.png": plots.loss_curve(loss_log),
-        "ladder.png": plots.ladder(metrics["ladder"], n),
-        "passk_curves.png": plots.passk_curves(metrics["passk_by_op"]),
-    }
-    for name, fig in figures.items():
-        with atomic_open(out / name, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")
-        plots.plt.close(fig)
-    print(format_ladder(results["ladder"], n))

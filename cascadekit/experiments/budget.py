@@ -25,54 +25,41 @@ Where the kit departs from the paper:
 - No reference model at toy scale (KL off), so ``g = 0``: RL costs
   ``4/3 N r L`` rather than the paper's ``5/3 N r L``.
 - At the CPU scales the in-distribution, edge and hard ranges are measured on
-  the base, as in chapter 04 (:func:`arm_ranges`): the toy model's edge lies
-  inside its pretraining range.
+  the base, as in chapter 04 (``ranges`` in ``cascadekit/chapters.yaml``): the
+  toy model's edge lies inside its pretraining range.
 - Mid-training peaks at the learning rate where pretraining ended
   (:func:`cascadekit.training.pretrain.midtrain_config`), the kit's choice: at
   toy scale a restart at pretraining's peak left every mixed arm below both
   pure arms (``data/results/06_fixed_budget/peak-lr/``).
 
-Run the toy reproduction (writes ``data/results/06_fixed_budget/``)::
+Every arm's mid-training and GRPO are cached stages (:mod:`cascadekit.pipeline`),
+so a rerun, or a second process, reuses the arms already trained. Run the toy
+reproduction (writes ``data/results/06_fixed_budget/``)::
 
-    python -m cascadekit.experiments.budget --scale toy --threads 1
+    cascadekit experiment 06 --scale toy --threads 1
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import shutil
-import sys
 import time
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 
-from cascadekit.atomic import atomic_write_text
+from cascadekit.chapters import ChapterConfig
 from cascadekit.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
-from cascadekit.evaluation.report import RANGES
-from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, passk_rows,
-                                        rl_problems, run_rl)
-from cascadekit.profiles import (Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides,
-                                 set_threads)
-from cascadekit.results import default_root, markdown_table
+from cascadekit.evaluation.bands import Bands
+from cascadekit.evaluation.report import eval_problems
+from cascadekit.experiments.common import RL_REWARD, band_problems, base_bands, change_row, summarize
+from cascadekit.pipeline import StageOutput, evaluate_checkpoint, grpo, midtrained, pretrained
+from cascadekit.profiles import Profile
+from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.tokenizer import load_tokenizer
 from cascadekit.world import Problem
 
-CHAPTER = "06_fixed_budget"
 EVAL_RANGES = ("edge", "hard")
-
-#: Per-scale settings of this chapter (a user's overrides win). Toy: twice the profile's
-#: RL learning rate, and 32 evaluation problems per op x 16 samples (pass@16 stands for
-#: the paper's pass@128), as in chapters 04 and 07.
-CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
-    "toy": {"rl.lr": 1e-4, "evaluation.problems_per_op": 32, "evaluation.samples": 16},
-}
-#: The budget in units of :func:`step_unit`. A multiple of 10 makes the 0.2/0.5/0.8
-#: splits whole units. Toy: a unit is 16 mid-training steps = 3 RL steps of 8 prompts
-#: (131,072 token-equivalents), so 10 units = 1,310,720: 160 mid-training steps or
-#: 240 RL prompts x 8 rollouts.
-BUDGET_UNITS = {"smoke": 10, "toy": 10, "paper": 1000, "full": 1000}
 
 PAPER = {
     "full_midtrain": "strong OOD-edge (near-distribution) pass@1",
@@ -82,11 +69,6 @@ PAPER = {
     "full_rl": "mixed arms beat it by +10.8 points OOD-hard pass@128 on average (Figure 1); "
                "wins OOD-hard pass@128 at budgets >= 8.4B (A.10)",
 }
-
-
-def chapter_profile(profile: Profile, overrides: Mapping[str, Any] | None = None) -> Profile:
-    """``profile`` with this chapter's per-scale settings, then the caller's ``overrides``, applied."""
-    return apply_overrides(apply_overrides(profile, CHAPTER_OVERRIDES.get(profile.name, {})), overrides or {})
 
 
 # ---------------------------------------------------------------------------
@@ -128,13 +110,12 @@ def step_unit(profile: Profile) -> int:
     return math.lcm(midtrain_step_tokens(profile), rl.numerator)
 
 
-def plan_budget(profile: Profile, units: int | None = None) -> list[BudgetSplit]:
-    """The five arms under ``units`` step units (default :data:`BUDGET_UNITS`), each spent exactly.
+def plan_budget(profile: Profile, units: int) -> list[BudgetSplit]:
+    """The five arms under ``units`` step units (``budget_units`` in the chapter spec), each spent exactly.
 
     Raises ``ValueError`` if an arm's split is not a whole number of steps of
     both trainers (choose ``units`` as a multiple of 10).
     """
-    units = units or BUDGET_UNITS[profile.name]
     arms = budget_arms(units * step_unit(profile), profile.rl.group_size, rollout_tokens(profile),
                        reference_model=uses_reference_model(profile), arms=ARMS)
     for arm in arms:
@@ -159,16 +140,9 @@ def planned_row(split: BudgetSplit) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def budget_rl_problems(profile: Profile, n: int) -> list[Problem]:
-    """``n`` RL prompts on the edge range, contexts in equal shares (arms take a prefix)."""
-    contexts = profile.world.contexts
-    share = 1 / len(contexts)
-    return rl_problems(profile, [(c, profile.world.ops_edge, share) for c in contexts], n)
-
-
-def budget_eval_problems(profile: Profile) -> list[Problem]:
+def budget_eval_problems(profile: Profile, bands: Bands) -> list[Problem]:
     """Held-out problems at every edge and hard op, contexts cycled."""
-    ops = [op for name in EVAL_RANGES for op in profile.world.ops(name)]
+    ops = [op for name in EVAL_RANGES for op in bands.ops(name)]
     return eval_problems(profile, ops, profile.world.contexts)
 
 
@@ -192,124 +166,61 @@ def actual_rl_spend(profile: Profile, curves: Sequence[Mapping[str, Any]], promp
     }
 
 
-def midtrain_arm(profile: Profile, base: Path, tokens: int, work_dir: Path) -> tuple[Path, int, float]:
-    """Mid-train ``base`` on ``tokens`` (20% in-distribution, 80% edge); return (checkpoint, tokens, seconds).
-
-    A finished mid-training already in ``work_dir`` (its wall time recorded
-    last) is reused, so a cut-short run resumes without redoing it.
-    """
-    from cascadekit.training.pretrain import MIDTRAIN_MIXTURE, midtrain
-
-    if not tokens:
-        return base, 0, 0.0
-    dest = work_dir / "midtrained"
-    timing = work_dir / "midtrain_wall_s.json"
-    if not timing.is_file():
-        shutil.rmtree(dest, ignore_errors=True)
-        started = time.perf_counter()
-        midtrain(profile, base, dest, work_dir / "midtrain-run", tokens, MIDTRAIN_MIXTURE)
-        atomic_write_text(timing, json.dumps(round(time.perf_counter() - started, 1)))
-    return dest, tokens // midtrain_step_tokens(profile) * midtrain_step_tokens(profile), json.loads(timing.read_text())
-
-
-def run_arm(profile: Profile, split: BudgetSplit, base: Path, prompts: Sequence[Problem],
+def run_arm(profile: Profile, split: BudgetSplit, base: StageOutput, bands: Bands, prompts: Sequence[Problem],
             problems: Sequence[Problem], work_dir: Path) -> dict[str, Any]:
-    """Mid-train, then RL, then evaluate one arm; its plan, its measured spend, pass@k and wall times."""
-    from cascadekit.tokenizer import load_tokenizer
-
-    work_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint, midtrain_tokens, midtrain_s = midtrain_arm(profile, base, split.midtrain_tokens, work_dir)
-    tokenizer = load_tokenizer(checkpoint)
-    model = load_model(checkpoint)
+    """Mid-train, then RL (each a cached stage), then evaluate one arm; its plan, measured spend, pass@k, times."""
+    stage = midtrained(base, profile, bands, split.midtrain_tokens)
+    midtrain_s = stage.metrics.get("wall_s", 0.0) if split.midtrain_tokens else 0.0
     curves: list[dict[str, Any]] = []
     rl_s = 0.0
     if split.rl_prompts:
-        rl = run_rl(model, tokenizer, prompts[: split.rl_prompts], profile, work_dir / "rl")
-        model, curves, rl_s = rl.model, rl.curves.to_dict(orient="records"), rl.train_seconds
+        stage = grpo(stage, prompts[: split.rl_prompts], RL_REWARD, profile, work_dir / split.arm)
+        curves, rl_s = stage.metrics["curves"], stage.metrics["train_s"]
     started = time.perf_counter()
-    by_op_records, by_op = evaluate_rows(model, tokenizer, problems, profile, by=("op",))
+    summary = summarize(evaluate_checkpoint(stage, problems, profile), bands, profile.evaluation.samples)
     return {
         "arm": split.arm,
         "planned": planned_row(split),
-        "actual": {"midtrain_tokens": midtrain_tokens,
-                   **actual_rl_spend(profile, curves, prompts[: split.rl_prompts], tokenizer)},
-        "by_op": by_op,
-        "by_range": passk_rows(by_op_records, profile.evaluation.samples, by=("range",)),
+        "actual": {"midtrain_tokens": split.midtrain_tokens // midtrain_step_tokens(profile)
+                   * midtrain_step_tokens(profile),
+                   **actual_rl_spend(profile, curves, prompts[: split.rl_prompts], load_tokenizer(stage.checkpoint))},
+        "by_op": summary["by_op"],
+        "by_range": summary["by_range"],
+        "per_problem": summary["per_problem"],
         "rl_curves": curves,
-        "midtrain_wall_s": round(midtrain_s, 1),
-        "rl_wall_s": round(rl_s, 1),
+        "stage": stage.key,
+        "midtrain_wall_s": midtrain_s,
+        "rl_wall_s": rl_s,
         "eval_wall_s": round(time.perf_counter() - started, 1),
     }
 
 
-def evaluate_base(profile: Profile, base: Path, problems: Sequence[Problem]) -> dict[str, Any]:
-    """The shared starting point's pass@k on the same problems, for reference."""
-    from cascadekit.tokenizer import load_tokenizer
-
-    records, by_op = evaluate_rows(load_model(base), load_tokenizer(base), problems, profile, by=("op",))
-    return {"by_op": by_op, "by_range": passk_rows(records, profile.evaluation.samples, by=("range",))}
-
-
-def arm_ranges(profile: Profile, base: Path, work_dir: Path) -> tuple[Profile, str]:
-    """The profile with the op ranges every arm uses, and where they came from.
-
-    As in chapter 04: measured on the base at the CPU scales
-    (:data:`cascadekit.experiments.edge_of_competence.RANGES_FROM`), so that
-    mid-training and RL target this base's real edge. Measured once and kept in
-    ``work_dir``, so arms run in separate processes share the same ranges.
-    """
-    from cascadekit.experiments.competence import with_bands
-    from cascadekit.experiments.edge_of_competence import evaluate_base as evaluate_ladder
-
-    def measure() -> dict[str, Any]:
-        ranged, ladder = evaluate_ladder(profile, base)
-        return {"ops": {name: list(getattr(ranged.world, f"ops_{name}")) for name in RANGES},
-                "note": ladder["ranges"]}
-
-    found = stored(work_dir / "ranges.json", measure)
-    return with_bands(profile, found["ops"]), found["note"]
-
-
-def stored(path: Path, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``compute()``'s result, kept as JSON at ``path``: read back instead of recomputed when present."""
-    if path.is_file():
-        return json.loads(path.read_text())
-    result = compute()
-    atomic_write_text(path, json.dumps(result, default=str))
-    return result
-
-
-def run(profile: Profile, work_dir: str | Path, units: int | None = None,
-        arms: Sequence[str] | None = None) -> dict[str, Any]:
-    """Every arm (or those named in ``arms``) from the profile's cached pretrained base; the chapter's metrics.
-
-    Each arm's metrics and the base's evaluation are kept under ``work_dir``
-    and reused, so arms can run in separate processes (``arms``) and a final
-    call gathers them. The base is evaluated only when every arm is asked for.
-    """
-    from cascadekit.training.pretrain import cached_pretrained, pretrain_key
-
-    work_dir = Path(work_dir)
-    full_plan = plan_budget(profile, units)
-    plan = [s for s in full_plan if arms is None or s.arm in arms]
-    base, base_key = cached_pretrained(profile), pretrain_key(profile)
-    profile, ranges_note = arm_ranges(profile, base, work_dir)  # new ranges, so keys come first
-    prompts = budget_rl_problems(profile, max(s.rl_prompts for s in full_plan) or 1)
-    problems = budget_eval_problems(profile)
-    arm_metrics = [stored(work_dir / s.arm / "metrics.json",
-                          lambda s=s: run_arm(profile, s, base, prompts, problems, work_dir / s.arm)) for s in plan]
+def run(config: ChapterConfig, work_dir: str | Path, units: int | None = None) -> dict[str, Any]:
+    """Every arm from the profile's cached pretrained base under one budget; the chapter's metrics."""
+    profile, work_dir = config.profile, Path(work_dir)
+    units = units or config.spec.budget_units.get(config.scale, 10)
+    plan = plan_budget(profile, units)
+    base = pretrained(profile)
+    bands, base_eval = base_bands(profile, base, config.range_source)
+    prompts = band_problems(profile, bands, "edge", max(s.rl_prompts for s in plan) or 1)
+    problems = budget_eval_problems(profile, bands)
+    started = time.perf_counter()
+    base_summary = summarize(evaluate_checkpoint(base, problems, profile), bands, profile.evaluation.samples)
+    base_summary["eval_wall_s"] = round(time.perf_counter() - started, 1)
+    arms = [run_arm(profile, split, base, bands, prompts, problems, work_dir) for split in plan]
     return {
         "profile": profile.to_dict(),
-        "chapter_overrides": CHAPTER_OVERRIDES.get(profile.name, {}),
-        "base_checkpoint_key": base_key,
+        "chapter_settings": dict(config.settings),
+        "overrides": dict(config.overrides),
+        "base_checkpoint_key": base.key,
         "samples_per_problem": profile.evaluation.samples,
         "step_unit": step_unit(profile),
-        "budget_units": units or BUDGET_UNITS[profile.name],
-        "ranges": ranges_note,
-        "base": stored(work_dir / "base.json", lambda: evaluate_base(profile, base, problems)) if arms is None else None,
-        "arms": arm_metrics,
-        # the arms' own compute, so a call that only gathers stored arms reports the run, not itself
-        "wall_s": round(sum(a["midtrain_wall_s"] + a["rl_wall_s"] + a["eval_wall_s"] for a in arm_metrics), 1),
+        "budget_units": units,
+        "ranges": base_eval["ranges"],
+        "bands": bands.to_dict(),
+        "base": base_summary,
+        "arms": arms,
+        "wall_s": round(sum(a["midtrain_wall_s"] + a["rl_wall_s"] + a["eval_wall_s"] for a in arms), 1),
     }
 
 
@@ -347,8 +258,6 @@ def score_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def plot_scores(metrics: Mapping[str, Any]):
     """Edge and hard pass@1 and pass@n per arm (the base as a dashed line)."""
-    import matplotlib.pyplot as plt
-
     n = metrics["samples_per_problem"]
     arms = metrics["arms"]
     fig, axes = plt.subplots(1, 4, figsize=(13, 3.4))
@@ -367,8 +276,6 @@ def plot_scores(metrics: Mapping[str, Any]):
 
 def plot_spend(metrics: Mapping[str, Any]):
     """Stacked token-equivalents per arm: mid-training and RL as planned (and RL as measured)."""
-    import matplotlib.pyplot as plt
-
     arms = metrics["arms"]
     x = range(len(arms))
     mid = [a["actual"]["midtrain_tokens"] for a in arms]
@@ -399,70 +306,41 @@ MIDTRAIN_HEAVY = ("full_midtrain", "light_rl")
 RL_HEAVY = ("heavy_rl", "full_rl")
 
 
-def verdict(metrics: Mapping[str, Any]) -> str:
-    """Did the direction reproduce? Mid-training-heavy arms ahead on edge pass@1, RL-heavy arms on hard pass@n.
+def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The finding's two claims, each the best arm of the favoured group against the best of the other.
 
-    Compares the best arm of each group; stated from the numbers alone
-    (including "cannot tell" when every score is 0).
+    The arms are scored on the same problems, so each interval is a paired
+    bootstrap over problems. "Best" is chosen by this run's point estimate, which
+    favours finding a difference; the intervals are read with that in mind.
     """
     n = metrics["samples_per_problem"]
-    scores = {a["arm"]: a["by_range"] for a in metrics["arms"]}
-    if not all(arm in scores for arm in MIDTRAIN_HEAVY + RL_HEAVY):
-        return f"Incomplete: only the arms {', '.join(scores)} were run."
-    lines = []
-    for range_name, k, favoured, other in (("edge", 1, MIDTRAIN_HEAVY, RL_HEAVY), ("hard", n, RL_HEAVY, MIDTRAIN_HEAVY)):
-        best = {group: max(_range_value(scores[a], range_name, f"pass@{k}") for a in group) for group in (favoured, other)}
-        label = f"{range_name} pass@{k}"
-        if best[favoured] == best[other] == 0:
-            lines.append(f"{label}: cannot tell, every arm scores 0.")
-        elif best[favoured] > best[other]:
-            lines.append(f"{label}: reproduced, {'/'.join(favoured)} best {best[favoured]:.3f} "
-                         f"against {best[other]:.3f}.")
-        else:
-            lines.append(f"{label}: not reproduced, {'/'.join(favoured)} best {best[favoured]:.3f} "
-                         f"against {'/'.join(other)} {best[other]:.3f}.")
-    return " ".join(lines)
+    arms = {a["arm"]: a for a in metrics["arms"]}
+    if not all(arm in arms for arm in MIDTRAIN_HEAVY + RL_HEAVY):
+        return []
+    rows = []
+    for band, k, favoured, other, paper in (
+            ("edge", 1, MIDTRAIN_HEAVY, RL_HEAVY, "mid-training-heavy arms lead near distribution (Figure 6)"),
+            ("hard", n, RL_HEAVY, MIDTRAIN_HEAVY, "RL-heavy arms lead on the hardest problems (Figure 6)")):
+        best = {group: max(group, key=lambda a: _range_value(arms[a]["by_range"], band, f"pass@{k}"))
+                for group in (favoured, other)}
+        rows.append(change_row(f"{band} pass@{k}: best of {'/'.join(favoured)} ({best[favoured]}) minus best of "
+                               f"{'/'.join(other)} ({best[other]})", paper, arms[best[other]], arms[best[favoured]],
+                               band, k, "up"))
+    return rows
 
 
 # ---------------------------------------------------------------------------
-# Command line: the committed toy run
+# The chapter's results
 # ---------------------------------------------------------------------------
 
 
-def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: Path | None = None) -> None:
-    """Metrics, figures and the paper-vs-run table under ``data/results/06_fixed_budget/``."""
-    from cascadekit.results import save_chapter_results
-
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """Metrics, figures, the claims with their intervals, and the per-arm table."""
+    n = metrics["samples_per_problem"]
+    per_arm = "### Every arm against the paper\n\n" + markdown_table(paper_vs_run_rows(metrics))
     spend = "### Budget spent per arm\n\n" + markdown_table(spend_rows(metrics))
-    save_chapter_results(CHAPTER, metrics, {"scores": plot_scores(metrics), "spend": plot_spend(metrics)},
-                         "Finding 3: one budget split between mid-training and RL", paper_vs_run_rows(metrics),
-                         command, f"{verdict(metrics)} {metrics.get('ranges', '')}\n\n{spend}\n\n{notes}", root)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run every arm at a scale and write the chapter's results."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    add_scale_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--units", type=int, default=0, help="budget in step units (a multiple of 10)")
-    parser.add_argument("--work", type=Path, default=Path("runs/06_fixed_budget"))
-    parser.add_argument("--notes", default="", help="text under the paper-vs-run table")
-    add_out_argument(parser)
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS),
-                        help="run only these arms, keeping their metrics in --work (a final call without it gathers them)")
-    args = parser.parse_args(argv)
-    set_threads(args.threads)
-    profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), parse_overrides(args.overrides))
-    print(profile.summary(), file=sys.stderr, flush=True)
-    metrics = run(profile, args.work, args.units or None, args.arms)
-    if args.arms:
-        print(f"arms {args.arms} done; their metrics are under {args.work}", file=sys.stderr)
-        return
-    command = " ".join(["python -m cascadekit.experiments.budget", *(sys.argv[1:] if argv is None else argv)])
-    write_results(metrics, command, args.notes, args.out or default_root(args.scale))
-    print(markdown_table(score_rows(metrics)))
-    print(markdown_table(spend_rows(metrics)))
-
-
-if __name__ == "__main__":
-    main()
+    rows = claim_rows(metrics)
+    writer.save({**metrics, "paper_vs_run": rows}, {"scores": plot_scores(metrics), "spend": plot_spend(metrics)},
+                "Finding 3: one budget split between mid-training and RL", rows,
+                f"{metrics.get('ranges', '')} Each claim compares two arms on the same {n}-sample evaluation "
+                f"problems (paired bootstrap over problems).\n\n{per_arm}\n\n{spend}")

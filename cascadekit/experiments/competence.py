@@ -18,13 +18,15 @@ the base before any RL and run the arms there:
 
 The bands reuse the profile's range names (``in_distribution``, ``edge``,
 ``hard``), so every table, figure and reward path reads them unchanged. The
-per-scale choice between measured and fixed ranges lives with each chapter.
+per-scale choice between measured and fixed ranges lives in each chapter's spec
+(``cascadekit/chapters.yaml``).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from cascadekit.profiles import Profile, apply_overrides
+from cascadekit.evaluation.bands import RANGES, Bands
+from cascadekit.profiles import Profile
 
 #: pass@1 at or above which an op counts as already solved ("too easy").
 EASY_PASS1 = 0.5
@@ -52,30 +54,26 @@ def competence_bands(by_op: Sequence[Mapping[str, Any]], n: int) -> dict[str, tu
             "hard": (ops[last_solved + 1], ops[-1])}
 
 
-def with_bands(profile: Profile, bands: Mapping[str, tuple[int, int]]) -> Profile:
-    """``profile`` with its three op ranges replaced by ``bands``."""
-    return apply_overrides(profile, {f"world.ops_{name}": ops for name, ops in bands.items()})
-
-
-def calibrate(profile: Profile, by_op: Sequence[Mapping[str, Any]], n: int, source: str) -> tuple[Profile, str]:
-    """The profile whose op ranges the RL arms use, and a sentence saying where those ranges came from.
+def measure_bands(profile: Profile, by_op: Sequence[Mapping[str, Any]], n: int, source: str) -> tuple[Bands, str]:
+    """The op bands the RL arms use, and a sentence saying where they came from.
 
     ``source`` is ``"measured"`` (the base's :func:`competence_bands`, or the
-    profile's ranges with the reason when the base has no three bands) or
-    ``"profile"`` (the profile's ranges as they are).
+    profile's bands with the reason when the base has no three bands) or
+    ``"profile"`` (the profile's bands as they are). The profile itself is left
+    alone: the bands are a separate value (:class:`~cascadekit.evaluation.bands.Bands`).
     """
     if source not in RANGE_SOURCES:
         raise ValueError(f"unknown range source {source!r}; choose one of {RANGE_SOURCES}")
-    fixed = ", ".join(f"{name} {lo}-{hi}" for name in ("in_distribution", "edge", "hard")
-                      for lo, hi in [getattr(profile.world, f"ops_{name}")])
+    fixed_bands = Bands.of_world(profile.world)
+    fixed = ", ".join(f"{name} {lo}-{hi}" for name in RANGES for lo, hi in [getattr(fixed_bands, name)])
     if source == "profile":
-        return profile, f"Op ranges: the profile's ({fixed})."
+        return fixed_bands, f"Op ranges: the profile's ({fixed})."
     bands = competence_bands(by_op, n)
     if bands is None:
-        return profile, (f"Op ranges: the profile's ({fixed}), because the base has no edge band to measure "
-                         f"(no op with pass@1 >= {EASY_PASS1} followed by ops with pass@{n} > 0 and ops without).")
+        return fixed_bands, (f"Op ranges: the profile's ({fixed}), because the base has no edge band to measure "
+                             f"(no op with pass@1 >= {EASY_PASS1} followed by ops with pass@{n} > 0 and ops without).")
     (e0, e1), (g0, g1), (h0, h1) = bands["in_distribution"], bands["edge"], bands["hard"]
-    return with_bands(profile, bands), (
+    return Bands(**bands), (
         f"Op ranges measured on the base: too easy {e0}-{e1} (pass@1 >= {EASY_PASS1}), edge {g0}-{g1} "
         f"(pass@1 below that, pass@{n} > 0), too hard {h0}-{h1} (pass@{n} = 0); the profile's fixed ranges "
         f"were {fixed}.")

@@ -18,35 +18,36 @@ paper's 2-20), B only op 2; RL and evaluation cover the same ops. Exposure is
 counted in **tokens**, as in the paper: ``b`` is B's share of the packed
 pretraining tokens, so the toy 16M-token corpus at 0.1% holds about 16,000 B tokens
 (some 260 op-2 B problems). Each variant gets the base's full pretraining budget;
-half of it was too little (:data:`CHAPTER_OVERRIDES`).
+half of it was too little (the chapter's settings in ``cascadekit/chapters.yaml``).
 
 Run the toy reproduction (writes ``data/results/05_context_transfer/``)::
 
-    python -m cascadekit.experiments.context_transfer --scale toy --threads 1
+    cascadekit experiment 05 --scale toy --threads 1
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 from transformers import PreTrainedTokenizerBase
 
 from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.atomic import atomic_open
-from cascadekit.experiments.common import (add_out_argument, eval_problems, evaluate_rows, load_model, rl_problems,
-                                        run_rl)
-from cascadekit.profiles import (Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides,
-                                 set_threads)
-from cascadekit.results import default_root, markdown_table
+from cascadekit.atomic import atomic_write_json, atomic_write_jsonl_gz
+from cascadekit.chapters import ChapterConfig
+from cascadekit.evaluation.report import eval_problems
+from cascadekit.experiments.common import RL_REWARD, change_row, passk_rows, per_problem, rl_problems
+from cascadekit.models import build_model
+from cascadekit.pipeline import StageOutput, evaluate_checkpoint, grpo
+from cascadekit.profiles import Profile
+from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.training.pretrain import LOSS_LOG, cached_tokenizer, pack, read_loss_log, train_lm
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
 
-CHAPTER = "05_context_transfer"
 TARGET = "B"  #: the long-tail context whose exposure varies
 #: The contexts pretrained over the whole op range. Where the kit departs from the paper (A
 #: alone): at toy scale a corpus of A alone did not teach the model to copy names from the
@@ -60,29 +61,12 @@ B_SHARES = (0.0, 0.001, 0.01, 0.1)  #: the paper's exposures, as shares of pretr
 RUN_ORDER = (0.0, 0.1, 0.01, 0.001)  #: the sharpest contrast first, so a cut-short run still says something
 RL_SHARE_B = 0.5  #: the RL mixture: half the sources, half B, over the whole op range
 
-#: Per-scale settings of this chapter, applied over the profile (a user's overrides win).
-#: Toy: the profile's pretraining budget (16M tokens, chapter 03's base) for each of the four
-#: variants, about 55 minutes each on one of 2 cores. Half that budget (8M) was tried first and
-#: showed no transfer for any exposure: the sources themselves were too weak beyond op 2 to give
-#: B a composition to borrow (kept in ``data/results/05_context_transfer/8M-tokens``). RL: 32
-#: steps of 8 prompts x 8 rollouts at twice the profile's learning rate, as in chapters 04 and
-#: 07; evaluation: 16 problems per op x 32 samples (pass@32 stands for the paper's pass@128).
-CHAPTER_OVERRIDES: dict[str, dict[str, Any]] = {
-    "toy": {"evaluation.problems_per_op": 16, "evaluation.samples": 32,
-            "rl.samples": 256, "rl.prompts_per_step": 8, "rl.lr": 1e-4},
-}
-
 PAPER = {
     0.0: "fails on long B problems (pass@128 near 0 beyond op 2)",
     0.001: "fails on long B problems",
     0.01: "substantial pass@128 up to op 20 after RL",
     0.1: "substantial pass@128 up to op 20 after RL",
 }
-
-
-def chapter_profile(profile: Profile, overrides: Mapping[str, Any] | None = None) -> Profile:
-    """``profile`` with this chapter's per-scale settings, then the caller's ``overrides``, applied."""
-    return apply_overrides(apply_overrides(profile, CHAPTER_OVERRIDES.get(profile.name, {})), overrides or {})
 
 
 # ---------------------------------------------------------------------------
@@ -179,9 +163,6 @@ def variant_key(profile: Profile, b_share: float) -> str:
 def pretrain_variant(profile: Profile, tokenizer: PreTrainedTokenizerBase, b_share: float, dest: Path,
                      run_dir: Path) -> None:
     """Pretrain a fresh model on the exposure corpus; save model, tokenizer, loss log, corpus stats and wall time."""
-    from cascadekit.models import build_model
-    from cascadekit.training.pretrain import LOSS_LOG, pack, train_lm
-
     started = time.perf_counter()
     problems = pretraining_corpus(profile, tokenizer, b_share)
     stats = corpus_stats(problems, tokenizer, b_share)
@@ -191,15 +172,13 @@ def pretrain_variant(profile: Profile, tokenizer: PreTrainedTokenizerBase, b_sha
     log = train_lm(model, blocks, profile, run_dir)
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
-    (dest / LOSS_LOG).write_text(json.dumps(log))
-    (dest / "corpus.json").write_text(json.dumps({**stats.__dict__, "actual_b_share": stats.actual_b_share,
-                                                  "build_wall_s": round(time.perf_counter() - started, 1)}))
+    atomic_write_json(dest / LOSS_LOG, log, indent=None)
+    atomic_write_json(dest / "corpus.json", {**stats.__dict__, "actual_b_share": stats.actual_b_share,
+                                             "build_wall_s": round(time.perf_counter() - started, 1)}, indent=None)
 
 
 def cached_variant(profile: Profile, b_share: float) -> Path:
     """The folder of the pretrained variant with B at ``b_share``, built on first use."""
-    from cascadekit.training.pretrain import cached_tokenizer
-
     tokenizer = cached_tokenizer(profile)
     key = variant_key(profile, b_share)
     run_dir = cache_root() / "runs" / f"pretrain-transfer-{key}"
@@ -225,7 +204,7 @@ def transfer_eval_problems(profile: Profile) -> list[Problem]:
 
 
 def run_variant(profile: Profile, b_share: float, work_dir: Path) -> dict[str, Any]:
-    """Pretrain (cached), evaluate B, RL, evaluate the sources and B; one variant's metrics and wall times.
+    """Pretrain (cached), evaluate B, RL (a cached stage), evaluate the sources and B; one variant's metrics.
 
     ``pretrain_wall_s`` is the time to get the checkpoint: the build when it ran
     here, about 0 when it came from the cache (the build's own time is then in
@@ -234,82 +213,49 @@ def run_variant(profile: Profile, b_share: float, work_dir: Path) -> dict[str, A
     The sources are only evaluated after RL (to show the composition that B could borrow);
     before RL only B is evaluated, which is what the finding is about.
     """
-    from cascadekit.training.pretrain import read_loss_log
-    from cascadekit.tokenizer import load_tokenizer
-
     started = time.perf_counter()
-    checkpoint = cached_variant(profile, b_share)
+    variant = StageOutput(cached_variant(profile, b_share), variant_key(profile, b_share))
     pretrain_s = time.perf_counter() - started
-    tokenizer = load_tokenizer(checkpoint)
-    model = load_model(checkpoint)
     problems = transfer_eval_problems(profile)
-
+    n = profile.evaluation.samples
     started = time.perf_counter()
-    _, before = evaluate_rows(model, tokenizer, [p for p in problems if p.context == TARGET], profile)
-    rl = run_rl(model, tokenizer, rl_mixture_problems(profile), profile, work_dir / f"rl-{b_share:g}")
-    records, after = evaluate_rows(rl.model, tokenizer, problems, profile)
+    before = passk_rows(evaluate_checkpoint(variant, [p for p in problems if p.context == TARGET], profile), n)
+    trained = grpo(variant, rl_mixture_problems(profile), RL_REWARD, profile, work_dir / f"rl-{b_share:g}")
+    records = evaluate_checkpoint(trained, problems, profile)
     return {
         "b_share": b_share,
-        "corpus": json.loads((checkpoint / "corpus.json").read_text()),
-        "loss_log": read_loss_log(checkpoint),
+        "corpus": json.loads((variant.checkpoint / "corpus.json").read_text()),
+        "loss_log": read_loss_log(variant.checkpoint),
         "before": before,
-        "after": after,
-        "rl_curves": rl.curves.to_dict(orient="records"),
-        "rl_steps": int(rl.config.max_steps),
+        "after": passk_rows(records, n),
+        "rl_curves": trained.metrics["curves"],
+        "rl_steps": trained.metrics["steps"],
+        "rl_stage": trained.key,
         "samples": records,
         "pretrain_wall_s": round(pretrain_s, 1),
-        "rl_wall_s": round(rl.train_seconds, 1),
+        "rl_wall_s": trained.metrics["train_s"],
         "rl_and_eval_wall_s": round(time.perf_counter() - started, 1),
     }
 
 
-def run(profile: Profile, work_dir: str | Path, shares: Sequence[float] = RUN_ORDER,
-        after_each: Callable[[dict[str, Any]], None] | None = None,
-        done: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def run(config: ChapterConfig, work_dir: str | Path, shares: Sequence[float] = RUN_ORDER) -> dict[str, Any]:
     """Every exposure variant in ``shares`` order; the chapter's metrics (per-sample records under ``samples``).
 
-    ``after_each`` gets the metrics so far after every variant (the command line
-    writes results each time, so a long run cut short keeps what it finished);
-    variants in ``done`` (from :func:`finished_variants`) are kept, not rerun.
+    Each variant's pretraining and RL are cached stages, so a run cut short resumes
+    where it stopped: finished variants cost only their evaluation.
     """
-    work_dir = Path(work_dir)
+    profile, work_dir = config.profile, Path(work_dir)
     started = time.perf_counter()
-    metrics: dict[str, Any] = {
+    variants = sorted((run_variant(profile, share, work_dir) for share in shares), key=lambda v: v["b_share"])
+    return {
         "profile": profile.to_dict(),
-        "chapter_overrides": CHAPTER_OVERRIDES.get(profile.name, {}),
+        "chapter_settings": dict(config.settings),
+        "overrides": dict(config.overrides),
         "samples_per_problem": profile.evaluation.samples,
         "shares_planned": list(shares),
-        "variants": list(done),
+        "variants": variants,
+        "wall_s": round(time.perf_counter() - started, 1),
     }
-    for share in shares:
-        if any(v["b_share"] == share for v in metrics["variants"]):
-            continue
-        metrics["variants"].append(run_variant(profile, share, work_dir))
-        metrics["variants"].sort(key=lambda v: v["b_share"])
-        metrics["wall_s"] = round(time.perf_counter() - started, 1)
-        if after_each:
-            after_each(metrics)
-    return metrics
-
-
-def finished_variants(profile: Profile, root: Path | None = None) -> list[dict[str, Any]]:
-    """The variants already written under ``root`` (``data/results``) by a run with the same profile (to resume)."""
-    import gzip
-
-    from cascadekit.results import RESULTS_DIR, load_metrics
-
-    metrics = load_metrics(CHAPTER, root)
-    if not metrics or metrics.get("profile") != json.loads(json.dumps(profile.to_dict())):
-        return []
-    with gzip.open((root or RESULTS_DIR) / CHAPTER / "samples.jsonl.gz", "rt") as fh:
-        samples = [json.loads(line) for line in fh]
-    return [{**v, "samples": [{k: x for k, x in r.items() if k != "b_share"} for r in samples
-                              if r["b_share"] == v["b_share"]]} for v in metrics["variants"]]
-
-
-# ---------------------------------------------------------------------------
-# Tables and figures
-# ---------------------------------------------------------------------------
 
 
 def summary_rows(metrics: Mapping[str, Any], context: str = TARGET) -> list[dict[str, Any]]:
@@ -328,8 +274,6 @@ def summary_rows(metrics: Mapping[str, Any], context: str = TARGET) -> list[dict
 
 def plot_transfer(metrics: Mapping[str, Any], context: str = TARGET):
     """pass@n per op of ``context`` after RL (solid) and before (dashed), one colour per exposure."""
-    import matplotlib.pyplot as plt
-
     n = metrics["samples_per_problem"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for i, v in enumerate(metrics["variants"]):
@@ -351,8 +295,6 @@ def plot_transfer(metrics: Mapping[str, Any], context: str = TARGET):
 
 def plot_rl_reward(metrics: Mapping[str, Any]):
     """The RL reward per step of each variant (the same prompts for all)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for i, v in enumerate(metrics["variants"]):
         curves = v["rl_curves"]
@@ -383,77 +325,43 @@ def paper_vs_run_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def verdict(metrics: Mapping[str, Any]) -> str:
-    """Did the direction reproduce? B's mean pass@n above op 2 after RL, exposed (>= 1%) against not (<= 0.1%).
+def long_b(variant: Mapping[str, Any]) -> dict[str, Any]:
+    """A variant's per-problem counts on B above op 2 after RL (the transfer the finding is about)."""
+    return {"per_problem": per_problem([{**r, "range": "long B"} for r in variant["samples"]
+                                        if r["context"] == TARGET and r["op"] > B_OP])}
 
-    Stated from the numbers alone, so a notebook reading committed results
-    says what they show, including "cannot tell" and "incomplete".
+
+def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The paper's split, exposed against unexposed, on B above op 2 after RL, each with a paired interval.
+
+    Every variant is scored on the same problems, so each row is a paired
+    bootstrap over those problems. Only variants that were run can be compared.
     """
     n = metrics["samples_per_problem"]
-
-    def long_b(v: Mapping[str, Any]) -> float:
-        rows = [r[f"pass@{n}"] for r in v["after"] if r["context"] == TARGET and r["op"] > B_OP]
-        return sum(rows) / len(rows) if rows else 0.0
-
-    groups = {name: [long_b(v) for v in metrics["variants"] if test(v["b_share"])]
-              for name, test in (("exposed", lambda b: b >= 0.01), ("unexposed", lambda b: b <= 0.001))}
-    if not all(groups.values()):
-        ran = ", ".join(f"{v['b_share']:.1%}" for v in metrics["variants"])
-        return f"Incomplete: only the exposures {ran} were run; the finding needs both >= 1% and <= 0.1%."
-    exposed, unexposed = max(groups["exposed"]), max(groups["unexposed"])
-    if exposed == unexposed == 0:
-        return (f"Cannot tell: no variant solved a B problem above op {B_OP} after RL (pass@{n} = 0), "
-                "so this budget shows no transfer for any exposure.")
-    if min(groups["exposed"]) > max(groups["unexposed"]):
-        return (f"Reproduced: after RL, B's mean pass@{n} above op {B_OP} is {min(groups['exposed']):.2f}-"
-                f"{max(groups['exposed']):.2f} with >= 1% exposure against at most {unexposed:.2f} with <= 0.1%.")
-    return (f"Not reproduced: B's mean pass@{n} above op {B_OP} after RL does not separate the exposures "
-            f"(>= 1%: {groups['exposed']}, <= 0.1%: {groups['unexposed']}).")
+    by_share = {v["b_share"]: long_b(v) for v in metrics["variants"] if v.get("samples")}
+    rows = []
+    for after, before, direction, paper in ((0.001, 0.0, "flat", "both fail"),
+                                            (0.01, 0.001, "up", "1% transfers, 0.1% does not"),
+                                            (0.1, 0.001, "up", "10% transfers, 0.1% does not")):
+        if after in by_share and before in by_share:
+            rows.append(change_row(f"B pass@{n} above op {B_OP} after RL: {after:.1%} minus {before:.1%} exposure",
+                                   paper, by_share[before], by_share[after], "long B", n, direction))
+    return rows
 
 
 # ---------------------------------------------------------------------------
-# Command line: the committed toy run
+# The chapter's results
 # ---------------------------------------------------------------------------
 
 
-def write_results(metrics: dict[str, Any], command: str, notes: str = "", root: Path | None = None) -> None:
-    """Metrics (per-sample records gzipped beside them), figures and the paper-vs-run table."""
-    import gzip
-
-    from cascadekit.results import results_dir, save_chapter_results
-
-    folder = results_dir(CHAPTER, root)
-    with atomic_open(folder / "samples.jsonl.gz", "wb") as raw, gzip.open(raw, "wt") as fh:
-        for v in metrics["variants"]:
-            fh.writelines(json.dumps({"b_share": v["b_share"], **r}) + "\n" for r in v["samples"])
-    slim = {**metrics, "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """Metrics (per-sample records gzipped beside them), figures, the claims and the per-exposure table."""
+    atomic_write_jsonl_gz(writer.folder / "samples.jsonl.gz",
+                          ({"b_share": v["b_share"], **r} for v in metrics["variants"] for r in v["samples"]))
+    rows = claim_rows(metrics)
+    slim = {**metrics, "paper_vs_run": rows,
+            "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}
     figures = {"transfer_b": plot_transfer(slim), **{f"transfer_{c.lower()}": plot_transfer(slim, c) for c in SOURCES},
                "rl_reward": plot_rl_reward(slim)}
-    save_chapter_results(CHAPTER, slim, figures, "Finding 2: context B exposure in pretraining, after identical RL",
-                         paper_vs_run_rows(slim), command, f"{verdict(slim)}\n\n{notes}", root)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run every exposure variant at a scale and write the chapter's results."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    add_scale_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", type=Path, default=Path("runs/05_context_transfer"))
-    parser.add_argument("--notes", default="", help="text under the paper-vs-run table")
-    add_out_argument(parser)
-    parser.add_argument("--resume", action="store_true", help="keep the variants already in the results folder")
-    parser.add_argument("--shares", type=float, nargs="+", default=list(RUN_ORDER), help="exposures to run, in order")
-    args = parser.parse_args(argv)
-    set_threads(args.threads)
-    profile = chapter_profile(load_profile(args.scale, {"seed": args.seed}), parse_overrides(args.overrides))
-    print(profile.summary(), file=sys.stderr, flush=True)
-    command = " ".join(["python -m cascadekit.experiments.context_transfer", *(sys.argv[1:] if argv is None else argv)])
-    root = args.out or default_root(args.scale)
-    done = finished_variants(profile, root) if args.resume else []
-    metrics = run(profile, args.work, args.shares, after_each=lambda m: write_results(m, command, args.notes, root),
-                  done=done)
-    print(markdown_table(summary_rows(metrics)))
-
-
-if __name__ == "__main__":
-    main()
+    writer.save(slim, figures, "Finding 2: context B exposure in pretraining, after identical RL", rows,
+                "### Every exposure against the paper\n\n" + markdown_table(paper_vs_run_rows(slim)))

@@ -13,11 +13,10 @@ hard range (op 15-20):
 The mixed reward lifts hard pass@1 from 5.6% to 9.9% and pass@128 from 23.2%
 to 27.7% over outcome-only, and cuts the base model's 92.3% dependency-mismatch
 rate by 10.5 points (outcome-only: 1.9). This module runs the same comparison
-with :func:`cascadekit.experiments.edge_of_competence.rl_run` and reports
-pass@k and the error taxonomy against the base. Regenerate the committed toy
-results with::
+with :func:`cascadekit.experiments.common.rl_arm` and reports pass@k and the
+error taxonomy against the base. Regenerate the committed toy results with::
 
-    python -m cascadekit.experiments.process_rewards --scale toy --threads 1
+    cascadekit experiment 07 --scale toy --threads 1
 
 Where the kit departs from the paper: the process score is the kit's
 ``process_reward`` (``max(0, 1 - penalty / |gold|)`` for a right answer, else 0;
@@ -32,32 +31,23 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 
-from cascadekit.experiments.common import run_from_command_line
-from cascadekit.experiments.edge_of_competence import (
-    base_caveat,
-    base_checkpoint,
-    chapter_profile,
-    deltas,
-    edge_caveat,
-    run_sizes,
-    evaluate_base,
-    pass_rows,
-    rl_run,
-)
-from cascadekit.profiles import Profile
-from cascadekit.rewards import mixed_reward, outcome_reward, strict_reward
+from cascadekit.chapters import ChapterConfig
+from cascadekit.experiments.common import (base_bands, base_caveat, change_row, deltas, edge_caveat, pass_rows,
+                                           plot_curves, plot_passk, rl_arm, run_sizes, settings)
+from cascadekit.pipeline import pretrained
+from cascadekit.results import ResultsWriter
+from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, strict_reward
 
-CHAPTER = "07_process_rewards"
 RL_RANGE = "edge"
-#: The error kinds the paper's Discussion 4 tracks, as :func:`error_taxonomy` names them.
+#: Structural errors the chapter tracks: per-sample flag, name in tables.
 STRUCTURAL_ERRORS = {"n_dependency": "dependency mismatch", "n_missing": "missing node"}
 
-RewardFunc = Callable[..., list[float]]
 
-
-def rewards() -> dict[str, RewardFunc]:
+def rewards() -> dict[str, RewardFn]:
     """The three rewards compared, by the chapter's names for them."""
     return {"outcome": outcome_reward, "mixed": mixed_reward(0.2), "strict": strict_reward}
 
@@ -90,44 +80,31 @@ def error_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             for label, ev in evaluations.items() for r in ev["errors_by_range"]]
 
 
-def run_process_rewards(profile: Profile, out_dir: str | Path) -> dict[str, Any]:
-    """Finding 4: evaluate the base, then RL on the edge range once per reward in :func:`rewards`.
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """Finding 4: evaluate the base, then RL on the edge band once per reward in :func:`rewards`.
 
     Every run starts from the same cached base with the same prompts and seed;
     only the reward differs. Returns the runs, the pass@k table per (model,
-    range), the changes against the base and the structural-error table.
+    band), the changes against the base and the structural-error table.
     """
-    out_dir = Path(out_dir)
+    profile, work_dir = config.profile, Path(work_dir)
     started = time.perf_counter()
-    checkpoint = base_checkpoint(profile)
-    profile, base = evaluate_base(profile, checkpoint)
-    runs = {name: rl_run(profile, checkpoint, RL_RANGE, fn, out_dir / name) for name, fn in rewards().items()}
-    evaluations = {"base": base["evaluation"], **{name: run["evaluation"] for name, run in runs.items()}}
+    base = pretrained(profile)
+    bands, base_eval = base_bands(profile, base, config.range_source)
+    runs = {name: rl_arm(profile, base, bands, RL_RANGE, fn, work_dir / name) for name, fn in rewards().items()}
+    evaluations = {"base": base_eval["evaluation"], **{name: r["evaluation"] for name, r in runs.items()}}
     table = pass_rows(evaluations)
-    rl = profile.rl
     return {
-        "settings": {"profile": profile.name, "seed": profile.seed, "rl_range": RL_RANGE,
-                     "base_checkpoint": checkpoint.name, "ranges": base["ranges"],
-                     "ops": {name: list(profile.world.ops(name)) for name in ("in_distribution", "edge", "hard")},
-                     "rl": {"prompts_per_run": rl.samples, "group_size": rl.group_size, "lr": rl.lr,
-                            "steps": max(1, rl.samples // rl.prompts_per_step)},
-                     "evaluation": {"problems_per_op": profile.evaluation.problems_per_op,
-                                    "samples": profile.evaluation.samples}},
-        "base": base, "runs": runs, "table": table, "deltas": deltas(table), "errors": error_rows(evaluations),
+        "settings": {**settings(profile, bands, strict_reward), "reward": "per run", "rl_range": RL_RANGE,
+                     "base_checkpoint": base.key, "ranges": base_eval["ranges"],
+                     "chapter_settings": dict(config.settings), "overrides": dict(config.overrides)},
+        "base": base_eval, "runs": runs, "table": table, "deltas": deltas(table), "errors": error_rows(evaluations),
         "wall_s": round(time.perf_counter() - started, 1),
     }
 
 
-# ---------------------------------------------------------------------------
-# Figures and the paper-vs-run table
-# ---------------------------------------------------------------------------
-
-
 def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> Figure:
     """Bars: the dependency-mismatch and missing-node rates on one eval range, one bar per model."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     rows = [r for r in errors if r["range"] == range_name]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     width = 0.8 / len(STRUCTURAL_ERRORS)
@@ -144,58 +121,35 @@ def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> F
 
 
 def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The paper's section 6 numbers (op 15-20) beside this run's hard range, and the RL's own (edge) range.
+    """The paper's section 6 numbers (op 15-20) beside this run's hard band, and the RL's own (edge) band.
 
-    Absolute numbers are not comparable (a 100M model on op 15-20 against a
-    toy model on the toy hard range); the comparison is the direction of each
-    difference, which ``direction as paper`` states by sign.
+    Absolute numbers are not comparable (a 100M model on op 15-20 against a toy
+    model on the toy hard band); each row is the change between two models scored
+    on the same problems, with a paired-bootstrap 95% interval and its verdict.
     """
-    n = result["base"]["evaluation"]["samples_per_problem"]
-    value = {(r["model"], r["range"]): r for r in result["table"]}
-    err = {(r["model"], r["range"]): r for r in result["errors"]}
+    ev = {"base": result["base"]["evaluation"], **{m: r["evaluation"] for m, r in result["runs"].items()}}
+    n = ev["base"]["samples_per_problem"]
+    dep = "n_dependency"
 
-    def gap(metric: str, model: str, other: str = "outcome", rng: str = "hard") -> float:
-        return value[model, rng][metric] - value[other, rng][metric]
-
-    def row(quantity: str, paper: str, this_run: str, diff: float | None, want_positive: bool = True) -> dict[str, Any]:
-        ok = "" if diff is None else "yes" if (diff > 0 if want_positive else diff < 0) else "no"
-        return {"quantity": quantity, "paper": paper, "this run": this_run, "direction as paper": ok}
-
-    def pair(metric: str, model: str) -> str:
-        a, b = value["outcome", "hard"][metric], value[model, "hard"][metric]
-        return f"{a:.3f} -> {b:.3f} ({b - a:+.3f})"
-
-    dep = STRUCTURAL_ERRORS["n_dependency"]
-    dep_base = err["base", "hard"][dep]
-
-    def dep_drop(model: str) -> float:
-        return err[model, "hard"][dep] - dep_base
-
-    def edge_errors(kind: str) -> dict[str, Any]:
-        """The structural-error rate on the RL's own range, outcome -> mixed (strict and base beside them)."""
-        rate = {m: err[m, "edge"][STRUCTURAL_ERRORS[kind]] for m in ("base", "outcome", "mixed", "strict")}
-        return row(f"edge {STRUCTURAL_ERRORS[kind]} rate: outcome -> mixed (the RL's own range)",
-                   "process reward cuts it (paper: on hard)",
-                   f"{rate['outcome']:.3f} -> {rate['mixed']:.3f} (base {rate['base']:.3f}, strict {rate['strict']:.3f})",
-                   rate["mixed"] - rate["outcome"], want_positive=False)
+    def gap(claim: str, paper: str, before: str, after: str, band: str, k: int | None, direction: str,
+            key: str = "correct") -> dict[str, Any]:
+        return change_row(claim, paper, ev[before], ev[after], band, k, direction, key)
 
     return [
-        row("hard pass@1: outcome -> mixed", "5.6% -> 9.9% (+4.3)", pair("pass@1", "mixed"), gap("pass@1", "mixed")),
-        row(f"hard pass@{n} (paper @128): outcome -> mixed", "23.2% -> 27.7% (+4.5)", pair("pass@n", "mixed"),
-            gap("pass@n", "mixed")),
-        row("hard pass@1: outcome -> strict", "+4.1", pair("pass@1", "strict"), gap("pass@1", "strict")),
-        row(f"hard pass@{n}: outcome -> strict", "+2.6", pair("pass@n", "strict"), gap("pass@n", "strict")),
-        row("hard dependency-mismatch rate, base", "92.3%", f"{dep_base:.3f}", None),
-        row("its change with the mixed reward", "-10.5", f"{dep_drop('mixed'):+.3f}", dep_drop("mixed"),
-            want_positive=False),
-        row("mixed cuts it more than outcome", "-10.5 vs -1.9",
-            f"{dep_drop('mixed'):+.3f} vs {dep_drop('outcome'):+.3f}", dep_drop("mixed") - dep_drop("outcome"),
-            want_positive=False),
-        row("edge pass@1: outcome -> mixed (paper: op 2-14)", "+4.6 to +5.2",
-            f"{gap('pass@1', 'mixed', rng='edge'):+.3f}",
-            gap("pass@1", "mixed", rng="edge")),
-        edge_errors("n_dependency"),
-        edge_errors("n_missing"),
+        gap("hard pass@1: outcome -> mixed", "5.6% -> 9.9% (+4.3)", "outcome", "mixed", "hard", 1, "up"),
+        gap(f"hard pass@{n} (paper @128): outcome -> mixed", "23.2% -> 27.7% (+4.5)", "outcome", "mixed", "hard", n,
+            "up"),
+        gap("hard pass@1: outcome -> strict", "+4.1", "outcome", "strict", "hard", 1, "up"),
+        gap(f"hard pass@{n}: outcome -> strict", "+2.6", "outcome", "strict", "hard", n, "up"),
+        gap("hard dependency-mismatch rate: base -> mixed", "92.3% at the base, -10.5", "base", "mixed", "hard", None,
+            "down", dep),
+        gap("hard dependency-mismatch rate: outcome -> mixed", "-10.5 vs -1.9 against the base", "outcome", "mixed",
+            "hard", None, "down", dep),
+        gap("edge pass@1: outcome -> mixed (paper: op 2-14)", "+4.6 to +5.2", "outcome", "mixed", "edge", 1, "up"),
+        gap("edge dependency-mismatch rate: outcome -> mixed (the RL's own band)", "process reward cuts it",
+            "outcome", "mixed", "edge", None, "down", dep),
+        gap("edge missing-node rate: outcome -> mixed (the RL's own band)", "process reward cuts it",
+            "outcome", "mixed", "edge", None, "down", "n_missing"),
     ]
 
 
@@ -219,27 +173,17 @@ def run_notes(result: dict[str, Any]) -> str:
     return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
             f"{s['ops']['hard']}; {run_sizes(s, 'reward')} (paper: ~200K RL prompts, pass@128 on op 15-20); "
             f"base: cached pretrained checkpoint {s['base_checkpoint']}. {s.get('ranges', '')} "
-            f"A change of a few points is within sampling noise at this evaluation size."
-            + base_caveat(result["table"]) + edge_caveat(result["table"]) + mixed_caveat(result))
+            f"Each row compares two models on the same evaluation problems, with a 95% interval from a paired "
+            f"bootstrap over problems." + base_caveat(result["table"]) + edge_caveat(result["table"])
+            + mixed_caveat(result))
 
 
-def write_results(result: dict[str, Any], command: str, root: Path | None = None) -> None:
-    """Metrics JSON, figures and ``paper_vs_run.md`` under ``data/results/07_process_rewards``."""
-    from cascadekit.experiments.edge_of_competence import plot_curves, plot_passk
-    from cascadekit.results import save_chapter_results
-
+def write(result: dict[str, Any], writer: ResultsWriter) -> None:
+    """Metrics JSON, figures and ``paper_vs_run.md``."""
     n = result["base"]["evaluation"]["samples_per_problem"]
+    rows = paper_vs_run(result)
     figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
                "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
                "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
-    save_chapter_results(CHAPTER, {**result, "paper_vs_run": paper_vs_run(result)}, figures,
-                         "Process rewards: paper vs this run", paper_vs_run(result), command, run_notes(result), root)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run finding 4 at a scale and write the committed results."""
-    run_from_command_line(argv, "cascadekit.experiments.process_rewards", main.__doc__, chapter_profile, run_process_rewards,
-                          write_results, lambda r: {"table": r["table"], "errors": r["errors"], "paper_vs_run": paper_vs_run(r), "wall_s": r["wall_s"]}, CHAPTER)
-
-if __name__ == "__main__":
-    main()
+    writer.save({**result, "paper_vs_run": rows}, figures, "Process rewards: paper vs this run", rows,
+                run_notes(result))

@@ -16,15 +16,12 @@ cut mid-save (weights but no ``trainer_state.json``, a truncated safetensors
 file) is skipped with a warning and moved aside as ``damaged-checkpoint-N``, and
 the previous good one is used; with none good, training starts afresh.
 
-Run the toy measurement with::
-
-    python -m cascadekit.training.pretrain --scale toy --out runs/pretrain
-
-Chapter 03 shows the committed toy run under ``data/results/03_pretraining/``.
+Chapter 03's experiment (``cascadekit experiment 03 --scale toy``) builds the
+profile's base through :func:`cached_pretrained` and commits its ladder under
+``data/results/03_pretraining/``.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -50,7 +47,8 @@ from transformers import (
 )
 
 from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.models import count_parameters, start_model
+from cascadekit.evaluation.bands import Bands
+from cascadekit.models import start_model
 from cascadekit.profiles import PretrainConfig, Profile
 from cascadekit.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
 from cascadekit.tokenizer import build_tokenizer, load_tokenizer
@@ -90,15 +88,19 @@ class BlockDataset(torch.utils.data.Dataset):
 
 
 def mixture_texts(profile: Profile, mixture: Mapping[str, float], n: int, split: str,
-                  contexts: Sequence[str] | None = None) -> list[str]:
-    """``n`` training texts from ``split``, a ``mixture`` weight per op range, shuffled."""
+                  contexts: Sequence[str] | None = None, bands: Bands | None = None) -> list[str]:
+    """``n`` training texts from ``split``, a ``mixture`` weight per op band, shuffled.
+
+    The bands are the profile's unless ``bands`` (measured on a base) are given.
+    """
     world = profile.world
+    bands = bands or Bands.of_world(world)
     texts: list[str] = []
     for i, (range_name, weight) in enumerate(sorted(mixture.items())):
         count = round(n * weight)
         if count:
             problems = generate_problems(
-                ops=world.ops(range_name), contexts=tuple(contexts or world.contexts), n=count,
+                ops=bands.ops(range_name), contexts=tuple(contexts or world.contexts), n=count,
                 seed=profile.seed * 1000 + i, split=split, style=world.rendering,
             )
             texts.extend(p.training_text for p in problems)
@@ -107,9 +109,9 @@ def mixture_texts(profile: Profile, mixture: Mapping[str, float], n: int, split:
 
 
 def problems_for_budget(profile: Profile, tokenizer: PreTrainedTokenizerBase, mixture: Mapping[str, float],
-                        tokens: int, split: str) -> int:
+                        tokens: int, split: str, bands: Bands | None = None) -> int:
     """How many distinct problems fill ``tokens`` once (``pretrain.problems`` caps it when set)."""
-    sample = mixture_texts(profile, mixture, 200, split)
+    sample = mixture_texts(profile, mixture, 200, split, bands=bands)
     mean = sum(len(ids) + 1 for ids in tokenizer(sample)["input_ids"]) / len(sample)
     needed = math.ceil(tokens / mean)
     cap = profile.pretrain.problems
@@ -117,10 +119,10 @@ def problems_for_budget(profile: Profile, tokenizer: PreTrainedTokenizerBase, mi
 
 
 def training_blocks(profile: Profile, tokenizer: PreTrainedTokenizerBase, mixture: Mapping[str, float],
-                    split: str, tokens: int) -> torch.Tensor:
+                    split: str, tokens: int, bands: Bands | None = None) -> torch.Tensor:
     """Tokenized, packed blocks for one stage (repeated by the Trainer if fewer than the budget)."""
-    n = problems_for_budget(profile, tokenizer, mixture, tokens, split)
-    texts = mixture_texts(profile, mixture, n, split)
+    n = problems_for_budget(profile, tokenizer, mixture, tokens, split, bands)
+    texts = mixture_texts(profile, mixture, n, split, bands=bands)
     return pack(tokenizer(texts)["input_ids"], profile.pretrain.seq_len, tokenizer.eos_token_id)
 
 
@@ -322,9 +324,9 @@ def _save_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, log:
 def run_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
               mixture: Mapping[str, float], split: str, tokens: int, run_dir: Path,
               callbacks: Sequence[TrainerCallback] = (),
-              cfg: PretrainConfig | None = None) -> list[tuple[int, int, float]]:
+              cfg: PretrainConfig | None = None, bands: Bands | None = None) -> list[tuple[int, int, float]]:
     """Build one stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``."""
-    blocks = training_blocks(profile, tokenizer, mixture, split, tokens)
+    blocks = training_blocks(profile, tokenizer, mixture, split, tokens, bands)
     log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks, cfg=cfg)
     _save_stage(model, tokenizer, log, dest)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -360,12 +362,12 @@ def midtrain_config(cfg: PretrainConfig) -> PretrainConfig:
 
 def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, tokens: int,
              mixture: Mapping[str, float] = MIDTRAIN_MIXTURE,
-             callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
-    """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture``; save to ``dest``."""
+             callbacks: Sequence[TrainerCallback] = (), bands: Bands | None = None) -> list[tuple[int, int, float]]:
+    """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture`` over ``bands``; save to ``dest``."""
     tokenizer = load_tokenizer(checkpoint)
     model = load_model(checkpoint, choose_device(profile))
     return run_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
-                     cfg=midtrain_config(profile.pretrain))
+                     cfg=midtrain_config(profile.pretrain), bands=bands)
 
 
 def tokenizer_key(profile: Profile) -> str:
@@ -401,41 +403,3 @@ def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (
 
 def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:
     return [tuple(row) for row in json.loads((Path(checkpoint) / LOSS_LOG).read_text())]
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Train the profile's tokenizer and model (cached), evaluate the op ladder, write metrics and figures."""
-    from cascadekit.results import provenance
-    from cascadekit.evaluation.report import evaluate_ladder, write_results
-    from cascadekit.profiles import add_scale_arguments, profile_from_arguments
-    from transformers import AutoModelForCausalLM
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    add_scale_arguments(parser)
-    parser.add_argument("--out", type=Path, default=Path("runs/pretrain"))
-    parser.add_argument("--checkpoint", type=Path, help="evaluate this checkpoint instead of the profile's own")
-    parser.add_argument("--note", default="", help="how --checkpoint was made, kept in metrics.json")
-    profile = profile_from_arguments(args := parser.parse_args(argv))
-    print(profile.summary(), file=sys.stderr, flush=True)
-
-    started = time.perf_counter()
-    tokens_per_step = profile.pretrain.batch_size * profile.pretrain.seq_len
-    checkpoint = args.checkpoint or cached_pretrained(profile, callbacks=[ProgressCallback(tokens_per_step)])
-    train_s = time.perf_counter() - started
-    tokenizer = load_tokenizer(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint)
-    started = time.perf_counter()
-    results = evaluate_ladder(model, tokenizer, profile)
-    eval_s = time.perf_counter() - started
-    command = " ".join(["python -m cascadekit.training.pretrain", *(argv if argv is not None else sys.argv[1:])])
-    results.update(
-        produced_by=provenance(command), profile=profile.to_dict(), pretrain_tokens=profile.pretrain.tokens,
-        checkpoint=str(args.checkpoint or pretrain_key(profile)), note=args.note, vocab_size=len(tokenizer),
-        parameters=count_parameters(model), parameters_without_embeddings=count_parameters(model, embeddings=False),
-        train_wall_s=round(train_s, 1), eval_wall_s=round(eval_s, 1),
-    )
-    write_results(results, read_loss_log(checkpoint), args.out)
-
-
-if __name__ == "__main__":
-    main()

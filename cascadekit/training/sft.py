@@ -16,16 +16,12 @@ Departures from the paper, at toy scale: the responses are written by rule, not
 by teacher models (DeepSeek-R1/V3); stage 2 redraws the stage-1 domains with
 harder math and code (edge ops) rather than curating longer teacher traces.
 
-Run the toy measurement with::
-
-    python -m cascadekit.training.sft --scale toy --out data/results/08_unified_thinking_model
+Chapter 08's experiment runs it: ``cascadekit experiment 08 --scale toy``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,19 +32,16 @@ from tqdm.auto import tqdm
 from trl import SFTConfig, SFTTrainer
 
 from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.atomic import atomic_open, atomic_write_text
 from cascadekit.base_model import base_key, cached_base
 from cascadekit.chat import render
-from cascadekit.codeversion import REPO_DIR, code_version, git_commit
 from cascadekit.domains import chat_records, domains, draw_tasks, prompt_of, stage_domains
-from cascadekit.domains.suites import evaluate, markdown_table, paper_vs_run, rows_to_dicts, suite_records
+from cascadekit.domains.suites import evaluate, rows_to_dicts, suite_records
 from cascadekit.profiles import Profile
 from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
 
 STAGES = (1, 2)
 LOSS_LOG = "sft_loss_log.json"
-RESULTS = "data/results/08_unified_thinking_model"
 
 
 def stage_ops(profile: Profile, stage: int) -> range:
@@ -171,78 +164,3 @@ def run_chapter(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> 
         rows += rows_to_dicts(stage_rows)
         samples += stage_samples
     return {"rows": rows, "stages": stages, "timings": timings, "samples": samples}
-
-
-def committed_results(folder: Path = REPO_DIR / RESULTS) -> dict[str, Any] | None:
-    """The toy-scale metrics committed under ``data/results`` (None if absent), for readers without time to train."""
-    path = Path(folder) / "metrics.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def write_results(results: dict[str, Any], profile: Profile, out: Path, command: str) -> None:
-    """metrics.json, samples.jsonl, the stage figure and ``paper_vs_run.md`` under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"command": command, "code_version": code_version(), "git_commit": git_commit(),
-            "profile": profile.to_dict()}
-    metrics = {k: v for k, v in results.items() if k != "samples"} | meta
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=1))
-    with atomic_open(out / "samples.jsonl", "w") as fh:
-        for s in results["samples"][:: max(1, len(results["samples"]) // 96)]:
-            fh.write(json.dumps(s) + "\n")
-    figure = plot_stage_table(results["rows"])
-    with atomic_open(out / "sft_stages.png", "wb") as fh:
-        figure.savefig(fh, format="png", dpi=110, bbox_inches="tight")
-    last = f"SFT stage {STAGES[-1]}"
-    atomic_write_text(
-        out / "paper_vs_run.md",
-        f"# Chapter 08: a unified thinking model — paper vs this run\n\n"
-        f"Produced by `{command}` at code version `{meta['code_version']}` (git {meta['git_commit']}), "
-        f"scale `{profile.name}`, seed {profile.seed}.\n\n"
-        f"## Paper (Nemotron-Cascade-8B unified) vs this run after {last}\n\n"
-        f"{paper_vs_run(results['rows'], last)}\n\n"
-        f"Paper numbers are percent on the real benchmarks; this run's are percent of the toy suite "
-        f"that stands in for each ({profile.sft.eval_tasks} prompts per domain and mode, greedy).\n\n"
-        f"## Evaluation table after each SFT stage\n\n{markdown_table(results['rows'])}\n\n"
-        f"Timings (s): {json.dumps(results['timings'])}\n")
-
-
-def plot_stage_table(rows: Sequence[dict[str, Any]]):
-    """Score and mode following per domain, bars per (stage, mode)."""
-    import matplotlib.pyplot as plt
-
-    names = list(dict.fromkeys(r["domain"] for r in rows))
-    cells = list(dict.fromkeys((r["stage"], r["mode"]) for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
-    width = 0.8 / max(1, len(cells))
-    for ax, metric in zip(axes, ("score", "mode_following")):
-        for k, (stage, mode) in enumerate(cells):
-            values = [next((r[metric] for r in rows if r["domain"] == n and r["stage"] == stage and r["mode"] == mode), 0)
-                      for n in names]
-            ax.bar([i + k * width for i in range(len(names))], values, width, label=f"{stage}, {mode}")
-        ax.set_xticks([i + width * (len(cells) - 1) / 2 for i in range(len(names))], names)
-        ax.set_ylim(0, 1.05)
-        ax.set_title(metric.replace("_", " "))
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Build the base, run both SFT stages, evaluate after each, write results."""
-    from cascadekit.profiles import add_scale_arguments, profile_from_arguments
-    from cascadekit.training.pretrain import ProgressCallback
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    add_scale_arguments(parser)
-    parser.add_argument("--out", type=Path, default=Path(RESULTS))
-    profile = profile_from_arguments(args := parser.parse_args(argv))
-    print(profile.summary(), f"code version {code_version()}", file=sys.stderr, flush=True)  # fixed at start
-    tokens_per_step = profile.pretrain.batch_size * profile.pretrain.seq_len
-    results = run_chapter(profile, callbacks=[ProgressCallback(tokens_per_step)])
-    command = " ".join(["python -m cascadekit.training.sft", *(argv if argv is not None else sys.argv[1:])])
-    write_results(results, profile, args.out, command)
-    print(json.dumps(results["timings"]), file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

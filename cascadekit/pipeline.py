@@ -1,0 +1,153 @@
+"""The stage runner: every training step a chapter takes is a cached stage.
+
+A stage is (input checkpoint, data, trainer settings) -> output checkpoint +
+metrics. Its cache key hashes exactly those inputs, so a chapter rerun with the
+same settings reuses every stage it already ran (minutes of GRPO, hours of
+pretraining), and changing one setting rebuilds only the stages downstream of it.
+An experiment arm is a short list of stages (pretrain -> mid-train -> GRPO) plus
+one evaluation. There is one GRPO path (:func:`grpo`) and one evaluation path
+(:func:`evaluate_checkpoint`).
+
+Stages live in the artifact cache (:mod:`cascadekit.artifacts`): a builder fills a
+temporary folder, the folder's manifest is written last, and it is renamed into
+place, so an interrupted stage is rebuilt, never half-used. The pretraining stage
+keeps the key it had before this runner existed (``pretrain_key``), so the bases
+already cached on a machine stay valid.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from datasets import Dataset
+
+from cascadekit.artifacts import cache_root, get_or_build
+from cascadekit.atomic import atomic_write_json
+from cascadekit.evaluation.bands import Bands
+from cascadekit.evaluation.report import evaluate
+from cascadekit.profiles import Profile
+from cascadekit.rewards import RewardFn
+from cascadekit.runtime import load_model, save_checkpoint
+from cascadekit.tokenizer import load_tokenizer
+from cascadekit.training.grpo import train_grpo
+from cascadekit.training.pretrain import MIDTRAIN_MIXTURE, cached_pretrained, midtrain, pretrain_key
+from cascadekit.world import Problem
+
+STAGE_FILE = "stage.json"  # the stage's inputs and metrics, beside its checkpoint
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """A finished stage: its checkpoint folder, cache key and metrics."""
+
+    checkpoint: Path
+    key: str
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of training, cached by a key of exactly its ``inputs``.
+
+    ``build(folder)`` writes the output checkpoint into ``folder`` and returns the
+    stage's metrics (JSON values).
+    """
+
+    kind: str
+    inputs: Mapping[str, Any]
+    build: Callable[[Path], Mapping[str, Any]]
+
+    @property
+    def key(self) -> str:
+        return stage_key(self.kind, self.inputs)
+
+
+def stage_key(kind: str, inputs: Mapping[str, Any]) -> str:
+    """12 hex digits of the sha256 of a stage's kind and inputs (as sorted JSON)."""
+    text = json.dumps({"kind": kind, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_stage(stage: Stage) -> StageOutput:
+    """The stage's output, built once per key (concurrent callers wait for one build)."""
+    def build(folder: Path) -> None:
+        metrics = dict(stage.build(folder))
+        atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "metrics": metrics})
+
+    path = get_or_build(stage.kind, stage.key, build)
+    return StageOutput(path, stage.key, json.loads((path / STAGE_FILE).read_text())["metrics"])
+
+
+def rl_dataset(problems: Sequence[Problem]) -> Dataset:
+    """A GRPO prompt set: ``prompt`` (the problem up to ``<solution>``) and ``gold`` (the problem as JSON).
+
+    ``gold`` is a JSON string because a problem's seed can exceed Arrow's int64.
+    """
+    return Dataset.from_dict({
+        "prompt": [p.rl_prompt for p in problems],
+        "gold": [json.dumps(p.to_dict()) for p in problems],
+        "op": [p.op for p in problems],
+        "context": [p.context for p in problems],
+    })
+
+
+def problems_digest(problems: Sequence[Problem]) -> str:
+    """A short hash of a prompt set (its problems' texts and answers, in order)."""
+    digest = hashlib.sha256()
+    for p in problems:
+        digest.update(json.dumps([p.rl_prompt, p.answer], default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def pretrained(profile: Profile) -> StageOutput:
+    """The profile's pretrained base (the world, tokenizer, model and pretraining sections decide it)."""
+    return StageOutput(cached_pretrained(profile), pretrain_key(profile))
+
+
+def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int,
+               mixture: Mapping[str, float] = MIDTRAIN_MIXTURE) -> StageOutput:
+    """``start`` continued on ``tokens`` of the mid-training mixture over ``bands`` (0 tokens: ``start`` itself)."""
+    if not tokens:
+        return start
+    inputs = {"start": start.key, "tokens": tokens, "mixture": dict(mixture), "bands": bands.to_dict(),
+              "pretrain": profile.to_dict()["pretrain"], "world": profile.to_dict()["world"], "seed": profile.seed}
+    run_dir = cache_root() / "runs" / f"midtrain-{stage_key('midtrain', inputs)}"  # Trainer checkpoints, to resume
+
+    def build(folder: Path) -> Mapping[str, Any]:
+        started = time.perf_counter()
+        log = midtrain(profile, start.checkpoint, folder, run_dir, tokens, mixture, bands=bands)
+        return {"tokens": tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
+
+    return run_stage(Stage("midtrain", inputs, build))
+
+
+def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, profile: Profile,
+         work_dir: Path, steps: int | None = None) -> StageOutput:
+    """GRPO from ``start`` over ``problems`` with ``reward``: one pass of ``len(problems) / prompts_per_step`` steps.
+
+    The metrics hold the training curves (one row per step), the step count and
+    the wall time; TRL's own files go to ``work_dir``, the checkpoint to the cache.
+    """
+    steps = steps or max(1, len(problems) // profile.rl.prompts_per_step)
+
+    def build(folder: Path) -> Mapping[str, Any]:
+        tokenizer = load_tokenizer(start.checkpoint)
+        result = train_grpo(load_model(start.checkpoint), tokenizer, rl_dataset(problems), reward, profile,
+                            str(work_dir), max_steps=steps)
+        save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
+        return {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
+                "train_s": round(result.train_seconds, 1), "prompts": len(problems)}
+
+    inputs = {"start": start.key, "prompts": problems_digest(problems), "n_prompts": len(problems),
+              "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
+    return run_stage(Stage("grpo", inputs, build))
+
+
+def evaluate_checkpoint(stage: StageOutput, problems: Sequence[Problem], profile: Profile,
+                        bands: Bands | None = None) -> list[dict[str, Any]]:
+    """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band."""
+    return evaluate(load_model(stage.checkpoint), load_tokenizer(stage.checkpoint), problems, profile, bands)

@@ -1,0 +1,49 @@
+"""Chapter specs: one resolve function, the chapter's settings between the profile and the caller's."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from cascadekit.chapters import resolve, spec, specs
+from cascadekit.profiles import ProfileError, load_profile
+
+
+def test_every_chapter_with_an_experiment_names_a_module_with_run_and_write():
+    for chapter in specs().values():
+        module = importlib.import_module(chapter.experiment)
+        assert callable(module.run) and callable(module.write), chapter.experiment
+
+
+def test_settings_come_between_the_profile_and_the_callers_overrides():
+    toy = resolve("04", "toy", {"rl.lr": 3e-4})
+    assert toy.profile.rl.samples == toy.settings["rl.samples"] == 384
+    assert toy.profile.rl.lr == 3e-4 and toy.overrides == {"rl.lr": 3e-4}
+    assert resolve("04", "paper").profile == load_profile("paper")
+    assert resolve("07", "toy").profile == resolve("04", "toy").profile  # chapters 04 and 07 share their runs
+
+
+def test_band_source_is_data_and_never_touches_the_profile():
+    toy = resolve("06", "toy")
+    assert toy.range_source == "measured" and resolve("06", "paper").range_source == "profile"
+    assert toy.profile.world == load_profile("toy").world  # measured bands never enter the profile
+
+
+def test_a_chapter_keeps_the_base_it_shares():
+    """RL and evaluation settings do not change the pretraining key: every Part I chapter shares one base."""
+    from cascadekit.training.pretrain import pretrain_key
+
+    keys = {pretrain_key(resolve(c, "toy").profile) for c in ("03", "04", "06", "07")}
+    assert keys == {pretrain_key(load_profile("toy"))}
+
+
+@pytest.mark.parametrize("name", ["4", "04", "04_edge_of_competence"])
+def test_chapter_names(name):
+    assert spec(name).folder == "04_edge_of_competence"
+
+
+def test_unknown_chapter_or_bad_setting_is_one_clear_error():
+    with pytest.raises(ProfileError, match="unknown chapter '99'"):
+        resolve("99", "toy")
+    with pytest.raises(ProfileError, match="rl.lr"):
+        resolve("04", "toy", {"rl.lr": float("nan")})

@@ -1,0 +1,72 @@
+"""The stage runner: stages are cached by exactly their inputs, and a finished stage is never rebuilt."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cascadekit import pipeline
+from cascadekit.evaluation.bands import Bands
+from cascadekit.profiles import load_profile
+from cascadekit.rewards import strict_reward
+from cascadekit.world import generate_problems
+
+SMOKE = load_profile("smoke", {"rl.samples": 4, "rl.prompts_per_step": 2, "evaluation.problems_per_op": 1,
+                               "evaluation.samples": 2})
+
+
+def test_a_stage_builds_once_per_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    built = []
+
+    def build(folder):
+        built.append(folder)
+        (folder / "weights.txt").write_text("w")
+        return {"loss": 0.5}
+
+    first = pipeline.run_stage(pipeline.Stage("demo", {"lr": 0.1}, build))
+    again = pipeline.run_stage(pipeline.Stage("demo", {"lr": 0.1}, build))
+    other = pipeline.run_stage(pipeline.Stage("demo", {"lr": 0.2}, build))
+    assert len(built) == 2 and first == again and first.key != other.key
+    assert first.metrics == {"loss": 0.5} and (first.checkpoint / "weights.txt").read_text() == "w"
+    recorded = json.loads((first.checkpoint / pipeline.STAGE_FILE).read_text())
+    assert recorded == {"kind": "demo", "inputs": {"lr": 0.1}, "metrics": {"loss": 0.5}}
+
+
+def test_a_failed_build_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+
+    def broken(folder):
+        (folder / "half.bin").write_bytes(b"x")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        pipeline.run_stage(pipeline.Stage("demo", {"x": 1}, broken))
+    assert not list((tmp_path / "demo").glob("[!.]*"))
+
+
+def test_problems_digest_follows_the_prompts():
+    a = generate_problems(ops=[2], contexts=("A",), n=3, seed=0, split="rl", style="minimal")
+    b = generate_problems(ops=[2], contexts=("A",), n=3, seed=1, split="rl", style="minimal")
+    assert pipeline.problems_digest(a) == pipeline.problems_digest(list(a)) != pipeline.problems_digest(b)
+
+
+def test_grpo_stage_is_cached_and_its_key_follows_its_inputs(tmp_path, monkeypatch):
+    base = pipeline.pretrained(SMOKE)
+    prompts = generate_problems(ops=[2, 3], contexts=("A",), n=4, seed=0, split="rl", style=SMOKE.world.rendering)
+    trained = pipeline.grpo(base, prompts, strict_reward, SMOKE, tmp_path)
+    assert trained.metrics["steps"] == 2 and len(trained.metrics["curves"]) == 2
+    monkeypatch.setattr(pipeline, "train_grpo", lambda *a, **k: pytest.fail("a cached stage trained again"))
+    assert pipeline.grpo(base, prompts, strict_reward, SMOKE, tmp_path) == trained
+    monkeypatch.undo()
+    faster = load_profile("smoke", {"rl.samples": 4, "rl.prompts_per_step": 2, "rl.lr": 0.002})
+    assert pipeline.grpo(base, prompts, strict_reward, faster, tmp_path).key != trained.key
+
+
+def test_evaluation_labels_samples_with_the_bands_it_is_given():
+    base = pipeline.pretrained(SMOKE)
+    problems = generate_problems(ops=[2, 4], contexts=("A",), n=2, seed=0, split="eval", style=SMOKE.world.rendering)
+    bands = Bands((2, 2), (3, 4), (5, 5))
+    records = pipeline.evaluate_checkpoint(base, problems, SMOKE, bands)
+    assert {(r["op"], r["range"]) for r in records} == {(2, "in_distribution"), (4, "edge")}
+    assert len(records) == len(problems) * SMOKE.evaluation.samples
