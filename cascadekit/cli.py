@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run, experiment, book and env.
+"""The ``cascadekit`` command line: data, verify, run, experiment, probe, book and env.
 
 Every argument is checked before any work starts: bad input (an unknown scale,
 context, split, style or chapter, an op range out of bounds, a count too large,
@@ -207,6 +207,37 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    """One of chapter 04's probes (:mod:`cascadekit.experiments.probes`): print its table, write JSON and text.
+
+    The name and settings are checked before any work; the files go to ``--out``
+    (default ``runs/probes/<name>``), never into ``data/`` unless asked.
+    """
+    from cascadekit.atomic import atomic_write_json, atomic_write_text
+    from cascadekit.chapters import resolve
+    from cascadekit.experiments.probes import PROBES
+    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.results import provenance
+
+    if args.name not in PROBES:
+        raise ValueError(f"unknown probe {args.name[:40]!r}; choose one of {', '.join(PROBES)}")
+    probe = PROBES[args.name]
+    config = resolve("04", args.scale, parse_overrides(args.set), args.seed)
+    out = Path(args.out) if args.out else Path("runs") / "probes" / args.name
+    set_threads(args.threads)
+    print(f"probe {args.name}: {probe.question}", file=sys.stderr)
+    print(config.profile.summary(), file=sys.stderr, flush=True)
+    result = probe.run(config)
+    table = probe.format(result)
+    print(table)
+    atomic_write_json(out / "result.json", {"probe": args.name,
+                                            "produced_by": provenance(" ".join(["cascadekit probe", *args.argv])),
+                                            **result})
+    atomic_write_text(out / "output.txt", table + "\n")
+    print(f"results: {out}")
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     from cascadekit.envinfo import describe_environment
 
@@ -276,6 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--draft", action="store_true",
                             help="allow writing data/results from a tree with uncommitted changes")
     experiment.set_defaults(func=cmd_experiment)
+
+    probe = sub.add_parser("probe", help="run one of chapter 04's probes and write its JSON and text table")
+    probe.add_argument("name", help="edge-heldout, edge-samples, edge-unseen or hard-pass128")
+    probe.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
+    probe.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
+    probe.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="profile override on top of chapter 04's settings, repeatable")
+    probe.add_argument("--threads", type=_bounded_int(0, 256), default=0,
+                       help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+    probe.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
+    probe.set_defaults(func=cmd_probe)
 
     book = sub.add_parser("book", help="build the HTML book from notebooks executed by `cascadekit run`")
     book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
