@@ -91,3 +91,17 @@ def test_io_tests():
     assert crash.passed == 0 and crash.reason == "error on test 0: ValueError: nope"
     slow = verify_code(answer("while True:\n    pass\n"), IOTests([("", "")]), Limits(cpu_s=1))
     assert slow.reason.startswith("cpu time on test 0")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400), st.integers(min_value=0, max_value=5))
+def test_forged_or_garbled_harness_output_never_raises(stdout, calls):
+    """Whatever the program prints, reading the reports gives plain values or nothing, never an exception."""
+    from cascadekit.verify.code import read_reports, same_value
+
+    lines = [stdout, "@@cascadekit " + stdout, '@@cascadekit {"i": 0, "value": ' + stdout + "}",
+             "@@cascadekit " + "[" * 5000, '@@cascadekit {"i": 0, "value": NaN}', '@@cascadekit {"i": 1e400}']
+    reports = read_reports("\n".join(lines), calls)
+    for i, (kind, detail) in reports.items():
+        assert 0 <= i < calls and kind in ("value", "error", "load")
+        same_value(detail, 3)
