@@ -35,6 +35,11 @@ checkpoints in ``<root>/runs/<stage>-<key>`` (see
 receives only the final save, written after training ends. So deleting them,
 rather than reusing the newest, loses no progress.
 
+Shipped entries: a stage committed under ``data/checkpoints/<stage>/<key>/`` (the
+same files and manifest as a cache entry) is copied into the cache instead of
+being built, after every file is checked against its manifest's sha256. The toy
+base of Part I ships this way, so no chapter pretrains it again.
+
 ``stage`` and ``key`` must each be one safe path component (no slash, no
 backslash, not empty, not starting with a dot, at most 200 characters):
 anything else is a :class:`ValueError` before the disk is touched. Keys are not
@@ -225,6 +230,30 @@ def _remove_stale_temps(folder: Path, key: str) -> None:
             _remove(path)
 
 
+def shipped_root() -> Path:
+    """``data/checkpoints`` of the repository: small finished stages committed so nobody retrains them."""
+    return Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+
+
+def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
+    """Fill ``dest`` from the shipped entry ``stage/key`` if there is one and every file matches its manifest.
+
+    A shipped entry that fails its manifest is reported and ignored: the stage is built instead.
+    """
+    shipped = shipped_root() / stage / key
+    if not shipped.is_dir():
+        return False
+    try:
+        verify(shipped, stage, key)
+    except CorruptArtifact as err:
+        warnings.warn(f"ignoring a damaged shipped checkpoint, building instead: {err}", stacklevel=4)
+        return False
+    for name in read_manifest(shipped, stage, key):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped / name, dest / name)
+    return True
+
+
 def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Path | None = None) -> Path:
     """The folder of artifact ``stage/key``, building it with ``builder(folder)`` if absent or corrupt."""
     target = artifact_path(stage, key, root)
@@ -256,7 +285,8 @@ def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], 
                 raise CorruptArtifact(f"{target} is corrupt and cannot be removed: {rm_err}") from rm_err
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder))
     try:
-        builder(tmp)
+        if not _copy_shipped(stage, key, tmp):
+            builder(tmp)
         write_manifest(tmp, stage, key)
         try:
             tmp.rename(target)

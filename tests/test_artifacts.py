@@ -88,3 +88,36 @@ def test_the_manifest_is_written_through_a_temporary_name(tmp_path, monkeypatch)
     path = get_or_build("pretrain", "k", _builder([]), root=tmp_path)
     assert [p.name for p in written] == ["manifest.json"]
     verify(path, "pretrain", "k")
+
+
+def test_a_shipped_entry_seeds_the_cache_instead_of_a_build(tmp_path, monkeypatch):
+    from cascadekit import artifacts
+
+    shipped = tmp_path / "shipped"
+    entry = shipped / "pretrain" / "k1"
+    entry.mkdir(parents=True)
+    (entry / "model.bin").write_bytes(b"weights")
+    artifacts.write_manifest(entry, "pretrain", "k1")
+    monkeypatch.setattr(artifacts, "shipped_root", lambda: shipped)
+
+    def never(folder):
+        raise AssertionError("a shipped stage was built again")
+
+    got = artifacts.get_or_build("pretrain", "k1", never, root=tmp_path / "cache")
+    assert (got / "model.bin").read_bytes() == b"weights"
+    (entry / "model.bin").write_bytes(b"tampered")  # a damaged shipped entry is ignored, with a warning
+    built = []
+    with pytest.warns(UserWarning, match="damaged shipped checkpoint"):
+        artifacts.get_or_build("pretrain", "k1", lambda f: built.append((f / "model.bin").write_bytes(b"w")),
+                               root=tmp_path / "other-cache")
+    assert built
+
+
+def test_the_shipped_toy_base_is_the_toy_profiles_base():
+    """The committed checkpoint verifies against its manifest, under the key the toy profile asks for."""
+    from cascadekit.artifacts import shipped_root, verify
+    from cascadekit.profiles import load_profile
+    from cascadekit.training.pretrain import pretrain_key
+
+    key = pretrain_key(load_profile("toy"))
+    verify(shipped_root() / "pretrain" / key, "pretrain", key)
