@@ -9,6 +9,7 @@ built it once (about 40 minutes on 2 cores at toy scale) this only evaluates.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -40,12 +41,15 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     model, tokenizer = load_model(base.checkpoint), load_tokenizer(base.checkpoint)
     started = time.perf_counter()
     results = evaluate_ladder(model, tokenizer, profile)
+    shipped = base.checkpoint / "provenance.json"  # a shipped base says how long its build took
+    build_s = json.loads(shipped.read_text())["wall_s"] if shipped.is_file() else round(train_s, 1)
     return {
         **results, "profile": profile.to_dict(), "pretrain_tokens": profile.pretrain.tokens,
         "checkpoint": base.key, "vocab_size": len(tokenizer), "parameters": count_parameters(model),
         "parameters_without_embeddings": count_parameters(model, embeddings=False),
         "loss_log": [list(row) for row in read_loss_log(base.checkpoint)],
-        "train_wall_s": round(train_s, 1), "eval_wall_s": round(time.perf_counter() - started, 1),
+        "train_wall_s": round(train_s, 1), "base_build_wall_s": build_s,
+        "eval_wall_s": round(time.perf_counter() - started, 1),
     }
 
 
