@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cascadekit import plots
+from cascadekit.artifacts import shipped_root
 from cascadekit.atomic import atomic_write_jsonl_gz
 from cascadekit.chapters import ChapterConfig
 from cascadekit.claims import bootstrap_interval
@@ -41,8 +42,8 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     model, tokenizer = load_model(base.checkpoint), load_tokenizer(base.checkpoint)
     started = time.perf_counter()
     results = evaluate_ladder(model, tokenizer, profile)
-    shipped = base.checkpoint / "provenance.json"  # a shipped base says how long its build took
-    build_s = json.loads(shipped.read_text())["wall_s"] if shipped.is_file() else round(train_s, 1)
+    provenance = shipped_root() / "pretrain" / base.key / "provenance.json"  # a shipped base says how long it took
+    build_s = json.loads(provenance.read_text())["wall_s"] if provenance.is_file() else round(train_s, 1)
     return {
         **results, "profile": profile.to_dict(), "pretrain_tokens": profile.pretrain.tokens,
         "checkpoint": base.key, "vocab_size": len(tokenizer), "parameters": count_parameters(model),
