@@ -261,6 +261,16 @@ def cmd_book(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> None:
+    """``--scale``, ``--seed``, ``--set`` and ``--threads``: what every command that trains takes."""
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
+    parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"profile override on top of {settings}, repeatable")
+    parser.add_argument("--threads", type=_bounded_int(0, 256), default=0,
+                        help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from cascadekit.world import SPLITS, STYLES
 
@@ -295,12 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     experiment = sub.add_parser("experiment", help="run one chapter's experiment and write its results")
     experiment.add_argument("chapter", help="chapter number, e.g. 04")
-    experiment.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
-    experiment.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
-    experiment.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                            help="profile override on top of the chapter's settings, repeatable")
-    experiment.add_argument("--threads", type=_bounded_int(0, 256), default=0,
-                            help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+    _add_training_arguments(experiment, "the chapter's settings")
     experiment.add_argument("--out", default="",
                             help="results root (default: data/results at toy scale, runs/results-<scale> otherwise)")
     experiment.add_argument("--work", default="", help="scratch folder for trainer files (default: runs/<chapter>)")
@@ -310,12 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = sub.add_parser("probe", help="run one of chapter 04's probes and write its JSON and text table")
     probe.add_argument("name", help="edge-heldout, edge-samples, edge-unseen or hard-pass128")
-    probe.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
-    probe.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
-    probe.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="profile override on top of chapter 04's settings, repeatable")
-    probe.add_argument("--threads", type=_bounded_int(0, 256), default=0,
-                       help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+    _add_training_arguments(probe, "chapter 04's settings")
     probe.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
     probe.set_defaults(func=cmd_probe)
 
