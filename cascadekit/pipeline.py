@@ -31,7 +31,7 @@ from cascadekit.evaluation.bands import Bands
 from cascadekit.evaluation.report import evaluate
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn
-from cascadekit.runtime import load_model, save_checkpoint
+from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
 from cascadekit.training.grpo import train_grpo
 from cascadekit.training.pretrain import MIDTRAIN_MIXTURE, cached_pretrained, midtrain, pretrain_key
@@ -131,13 +131,15 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 
     The metrics hold the training curves (one row per step), the step count and
     the wall time; TRL's own files go to ``work_dir``, the checkpoint to the cache.
+    A reward enters the key by its ``__name__`` (the kit's rewards name their
+    settings, e.g. ``mixed_reward_0.2``): give a reward of your own a name of its own.
     """
     steps = steps or max(1, len(problems) // profile.rl.prompts_per_step)
 
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        result = train_grpo(load_model(start.checkpoint), tokenizer, rl_dataset(problems), reward, profile,
-                            str(work_dir), max_steps=steps)
+        result = train_grpo(load_model(start.checkpoint, choose_device(profile)), tokenizer, rl_dataset(problems),
+                            reward, profile, str(work_dir), max_steps=steps)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         return {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
                 "train_s": round(result.train_seconds, 1), "prompts": len(problems)}
@@ -150,4 +152,5 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 def evaluate_checkpoint(stage: StageOutput, problems: Sequence[Problem], profile: Profile,
                         bands: Bands | None = None) -> list[dict[str, Any]]:
     """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band."""
-    return evaluate(load_model(stage.checkpoint), load_tokenizer(stage.checkpoint), problems, profile, bands)
+    model = load_model(stage.checkpoint, choose_device(profile))
+    return evaluate(model, load_tokenizer(stage.checkpoint), problems, profile, bands)
