@@ -108,25 +108,24 @@ def pretrained(profile: Profile) -> StageOutput:
     return StageOutput(cached_pretrained(profile), pretrain_key(profile))
 
 
-def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int,
-               mixture: Mapping[str, float] = MIDTRAIN_MIXTURE) -> StageOutput:
+def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) -> StageOutput:
     """``start`` continued on ``tokens`` of the mid-training mixture over ``bands`` (0 tokens: ``start`` itself)."""
     if not tokens:
         return start
-    inputs = {"start": start.key, "tokens": tokens, "mixture": dict(mixture), "bands": bands.to_dict(),
+    inputs = {"start": start.key, "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
               "pretrain": profile.to_dict()["pretrain"], "world": profile.to_dict()["world"], "seed": profile.seed}
     run_dir = cache_root() / "runs" / f"midtrain-{stage_key('midtrain', inputs)}"  # Trainer checkpoints, to resume
 
     def build(folder: Path) -> Mapping[str, Any]:
         started = time.perf_counter()
-        log = midtrain(profile, start.checkpoint, folder, run_dir, tokens, mixture, bands=bands)
+        log = midtrain(profile, start.checkpoint, folder, run_dir, tokens, MIDTRAIN_MIXTURE, bands=bands)
         return {"tokens": tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
 
     return run_stage(Stage("midtrain", inputs, build))
 
 
 def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, profile: Profile,
-         work_dir: Path, steps: int | None = None) -> StageOutput:
+         work_dir: Path) -> StageOutput:
     """GRPO from ``start`` over ``problems`` with ``reward``: one pass of ``len(problems) / prompts_per_step`` steps.
 
     The metrics hold the training curves (one row per step), the step count and
@@ -134,7 +133,7 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
     A reward enters the key by its ``__name__`` (the kit's rewards name their
     settings, e.g. ``mixed_reward_0.2``): give a reward of your own a name of its own.
     """
-    steps = steps or max(1, len(problems) // profile.rl.prompts_per_step)
+    steps = max(1, len(problems) // profile.rl.prompts_per_step)
 
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)

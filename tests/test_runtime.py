@@ -15,7 +15,7 @@ from cascadekit import runtime
 from cascadekit.models import build_model
 from cascadekit.profiles import load_profile
 from cascadekit.runtime import (
-    CPU, DownloadNotAllowed, Placement, base_model_source, checkpoint_folder, choose_device, download_allowed,
+    DownloadNotAllowed, Placement, base_model_source, checkpoint_folder, choose_device, download_allowed,
     load_model, load_tokenizer, save_checkpoint, with_lora,
 )
 from cascadekit.tokenizer import train_tokenizer

@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import tempfile
-import threading
 import time
 import uuid
 from typing import Callable
