@@ -235,6 +235,36 @@ def shipped_root() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 
 
+#: Beside a shipped entry's files: who built it, how, and from which commit (not in its manifest).
+PROVENANCE = "provenance.json"
+#: The most a shipped entry may weigh: the repository carries it.
+MAX_SHIPPED_BYTES = 10 << 20
+
+
+def ship(stage: str, key: str, provenance: dict[str, Any], root: Path | None = None) -> Path:
+    """Copy the verified cache entry ``stage/key`` to ``data/checkpoints/<stage>/<key>/`` with its provenance.
+
+    The copy carries the entry's manifest, so :func:`get_or_build` checks every
+    file's sha256 before it uses the shipped entry. Refuses an entry over
+    :data:`MAX_SHIPPED_BYTES`.
+    """
+    source = artifact_path(stage, key, root)
+    verify(source, stage, key)
+    files = [*read_manifest(source, stage, key), MANIFEST]
+    size = sum((source / name).stat().st_size for name in files)
+    if size > MAX_SHIPPED_BYTES:
+        raise ValueError(f"{stage}/{key} is {size / 2**20:.1f} MiB: over the {MAX_SHIPPED_BYTES >> 20} MiB a "
+                         f"shipped checkpoint may weigh")
+    dest = shipped_root() / stage / key
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, dest / name)
+    atomic_write_json(dest / PROVENANCE, {"stage": stage, "key": key, **provenance})
+    verify(dest, stage, key)
+    return dest
+
+
 def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
     """Fill ``dest`` from the shipped entry ``stage/key`` if there is one and every file matches its manifest.
 
@@ -254,8 +284,12 @@ def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
     return True
 
 
-def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Path | None = None) -> Path:
-    """The folder of artifact ``stage/key``, building it with ``builder(folder)`` if absent or corrupt."""
+def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Path | None = None,
+                 rebuild: bool = False) -> Path:
+    """The folder of artifact ``stage/key``, building it with ``builder(folder)`` if absent or corrupt.
+
+    ``rebuild`` discards a cached entry and ignores a shipped one: the builder runs.
+    """
     target = artifact_path(stage, key, root)
     folder = _stage_folder(target.parent.parent, stage)
     lock = _lock(folder, key)
@@ -266,12 +300,15 @@ def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Pa
               file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        return _get_or_build_locked(stage, key, builder, target, folder)
+        if rebuild and (target.is_symlink() or target.exists()):
+            _remove(target)
+        return _get_or_build_locked(stage, key, builder, target, folder, use_shipped=not rebuild)
     finally:
         lock.release()
 
 
-def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], target: Path, folder: Path) -> Path:
+def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], target: Path, folder: Path,
+                         use_shipped: bool = True) -> Path:
     _remove_stale_temps(folder, key)
     if target.is_symlink() or target.exists():
         try:
@@ -285,7 +322,7 @@ def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], 
                 raise CorruptArtifact(f"{target} is corrupt and cannot be removed: {rm_err}") from rm_err
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder))
     try:
-        if not _copy_shipped(stage, key, tmp):
+        if not (use_shipped and _copy_shipped(stage, key, tmp)):
             builder(tmp)
         write_manifest(tmp, stage, key)
         try:

@@ -20,6 +20,10 @@ import yaml
 from cascadekit.profiles import Profile, ProfileError, load_profile
 
 
+#: The chapters whose experiment builds a base model (Part I's and Part II's).
+REBUILDS_BASE = ("03", "08")
+
+
 @dataclass(frozen=True)
 class ChapterSpec:
     """One chapter's entry in ``chapters.yaml``."""
@@ -40,6 +44,7 @@ class ChapterConfig:
     spec: ChapterSpec
     profile: Profile
     overrides: Mapping[str, Any]  # the caller's, recorded with the results
+    rebuild_base: bool = False  # pretrain the chapter's base again even if it is cached or shipped
 
     @property
     def scale(self) -> str:
@@ -71,8 +76,16 @@ def spec(chapter: str) -> ChapterSpec:
     return specs()[key]
 
 
-def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None, seed: int = 0) -> ChapterConfig:
-    """The one config of ``chapter`` at ``scale``: profile, then the chapter's settings, then ``overrides``."""
+def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None, seed: int = 0,
+            rebuild_base: bool = False) -> ChapterConfig:
+    """The one config of ``chapter`` at ``scale``: profile, then the chapter's settings, then ``overrides``.
+
+    ``rebuild_base`` asks a chapter that builds a base model (03 for Part I, 08 for
+    Part II) to pretrain it again; other chapters reject it.
+    """
     found = spec(chapter)
+    if rebuild_base and found.id not in REBUILDS_BASE:
+        raise ValueError(f"--rebuild-base applies to the chapters that build a base ({', '.join(REBUILDS_BASE)}), "
+                         f"not {found.id}")
     settings = {"seed": seed, **found.settings.get(scale, {}), **dict(overrides or {})}
-    return ChapterConfig(found, load_profile(scale, settings), dict(overrides or {}))
+    return ChapterConfig(found, load_profile(scale, settings), dict(overrides or {}), rebuild_base)

@@ -195,7 +195,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import ResultsWriter
 
-    config = resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed)
+    config = resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed, args.rebuild_base)
     command = " ".join(["cascadekit experiment", *args.argv])
     writer = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
     set_threads(args.threads)
@@ -235,6 +235,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
                                             **result})
     atomic_write_text(out / "output.txt", table + "\n")
     print(f"results: {out}")
+    return 0
+
+
+def cmd_ship(args: argparse.Namespace) -> int:
+    """Copy a finished cache entry into ``data/checkpoints/`` with its provenance, for committing."""
+    from cascadekit.artifacts import ship
+    from cascadekit.results import provenance
+
+    info = {"what": args.what, **provenance(args.built_by)}
+    print(f"shipped: {ship(args.stage, args.key, info)}")
     return 0
 
 
@@ -309,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--out", default="",
                             help="results root (default: data/results at toy scale, runs/results-<scale> otherwise)")
     experiment.add_argument("--work", default="", help="scratch folder for trainer files (default: runs/<chapter>)")
+    experiment.add_argument("--rebuild-base", action="store_true",
+                            help="pretrain the chapter's base again instead of using the cached or shipped one "
+                                 "(chapters 03 and 08)")
     experiment.add_argument("--draft", action="store_true",
                             help="allow writing data/results from a tree with uncommitted changes")
     experiment.set_defaults(func=cmd_experiment)
@@ -323,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
     book.add_argument("--out", default="book/_build/html")
     book.set_defaults(func=cmd_book)
+
+    ship = sub.add_parser("ship", help="copy a finished cache entry into data/checkpoints/ to commit it")
+    ship.add_argument("stage", help="the cache stage, e.g. chat-base")
+    ship.add_argument("key", help="the entry's key (the folder name under the stage)")
+    ship.add_argument("--what", required=True, help="one line: what the checkpoint is")
+    ship.add_argument("--built-by", required=True, help="the command that built it (kept in provenance.json)")
+    ship.set_defaults(func=cmd_ship)
 
     env = sub.add_parser("env", help="stack versions, device, dtype, memory and known problems")
     env.add_argument("--short", action="store_true")

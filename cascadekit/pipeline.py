@@ -72,13 +72,16 @@ def stage_key(kind: str, inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def run_stage(stage: Stage) -> StageOutput:
-    """The stage's output, built once per key (concurrent callers wait for one build)."""
+def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
+    """The stage's output, built once per key (concurrent callers wait for one build).
+
+    ``rebuild`` builds it again even if it is cached or shipped under ``data/checkpoints/``.
+    """
     def build(folder: Path) -> None:
         metrics = dict(stage.build(folder))
         atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "metrics": metrics})
 
-    path = get_or_build(stage.kind, stage.key, build)
+    path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild)
     return StageOutput(path, stage.key, json.loads((path / STAGE_FILE).read_text())["metrics"])
 
 
@@ -103,9 +106,12 @@ def problems_digest(problems: Sequence[Problem]) -> str:
     return digest.hexdigest()[:16]
 
 
-def pretrained(profile: Profile) -> StageOutput:
-    """The profile's pretrained base (the world, tokenizer, model and pretraining sections decide it)."""
-    return StageOutput(cached_pretrained(profile), pretrain_key(profile))
+def pretrained(profile: Profile, rebuild: bool = False) -> StageOutput:
+    """The profile's pretrained base (the world, tokenizer, model and pretraining sections decide it).
+
+    ``rebuild`` pretrains it again even when it is cached or shipped.
+    """
+    return StageOutput(cached_pretrained(profile, rebuild=rebuild), pretrain_key(profile))
 
 
 def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) -> StageOutput:

@@ -111,6 +111,7 @@ class SFTConfig:
     """
 
     base_tokens: int
+    ops: tuple[int, int]  # op range of the DAG world every Part II surface is drawn from
     stage1_seq_len: int
     stage2_seq_len: int
     stage1_tasks: int
@@ -120,6 +121,7 @@ class SFTConfig:
     batch_size: int
     eval_tasks: int
     max_new_tokens: int
+    use_lora: bool  # LoRA (PEFT) adapters instead of full fine-tuning, merged into each stage's checkpoint
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{f"rl.{k}": _POSITIVE for k in ("samples", "group_size", "temperature", "lr", "prompts_per_step",
                                       "max_completion_length")},
     "rl.kl_beta": _NON_NEGATIVE,
-    "sft.base_tokens": _NON_NEGATIVE, "sft.stage1_tasks": _NON_NEGATIVE, "sft.stage2_tasks": _NON_NEGATIVE,
+    "sft.base_tokens": _NON_NEGATIVE, "sft.ops": _OPS, "sft.stage1_tasks": _NON_NEGATIVE, "sft.stage2_tasks": _NON_NEGATIVE,
     **{f"sft.{k}": _POSITIVE for k in ("stage1_seq_len", "stage2_seq_len", "epochs", "lr", "batch_size",
                                        "eval_tasks", "max_new_tokens")},
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +27,15 @@ def test_extract_code_variants():
     assert extract_code("I cannot solve this.") is None
     assert extract_code("<think>```python\nx=1\n```</think>no code here") is None
     assert extract_code(None) is None  # type: ignore[arg-type]
+    assert extract_code("``` python3 main.py\nx = 1\n```\n```text\ny\n```") == "x = 1\n"  # info string read
+
+
+def test_extraction_stays_linear_in_hostile_text():
+    """Long runs of backticks or of an unterminated info string once took quadratic time."""
+    for text in ("`" * 10**6, "```" + "a" * 10**6, "```python\n" + "x" * 10**6, "``` ```\n" * 10**5):
+        start = time.perf_counter()
+        extract_code(text)
+        assert time.perf_counter() - start < 5.0
 
 
 def test_correct_solution_passes_all():

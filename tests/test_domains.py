@@ -1,26 +1,42 @@
-"""Toy domains: deterministic tasks, parallel /think and /no_think records, verifiers that
-accept the gold answers, reject wrong ones and never raise, disjoint splits."""
+"""Part II's domains as surfaces of one world: deterministic tasks in disjoint splits, parallel
+/think and /no_think records whose gold answers pass their verifiers, multi-turn tool records,
+and task records checked field by field."""
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cascadekit.chat import render, thinking_mode
-from cascadekit.domains import chat_records, domains, draw_tasks, prompt_of, raw_text, split_of, stage_domains
-from cascadekit.domains import general
-from cascadekit.domains.instructions import judge as if_judge
-from cascadekit.domains.suites import follows_mode, generation_prompt
+from cascadekit.domains import (check_record, chat_records, domains, draw_tasks, prompt_of, raw_text, split_of,
+                                stage_domains, surfaces_fingerprint)
+from cascadekit.domains.tools import transcript
+from cascadekit.evaluation.stage_table import follows_mode
 
-OPS = range(2, 6)
+OPS = range(2, 5)
 NAMES = list(domains())
 
 
-def gold_completion(record: dict) -> str:
-    """The gold assistant turn as a completion after the generation prompt."""
+def gold_turns(record: dict) -> tuple[list[str], list[list[str]]]:
+    """The gold assistant turns as completions after each generation prompt, and the tool results between."""
     messages, tools = prompt_of(record)
-    full = render(record["messages"], tools)
-    return full[len(render(messages, tools, add_generation_prompt=True)):]
+    turns, results = [], []
+    rest = record["messages"][len(messages):]
+    for i, m in enumerate(rest):
+        if m["role"] == "assistant":
+            full = render(messages + [m], tools)
+            turns.append(full[len(render(messages, tools, add_generation_prompt=True, prefill_empty_think=False)):]
+                         .removesuffix("\n").removesuffix("<|im_end|>"))
+        else:
+            results.append([m["content"]])
+        messages = messages + [m]
+    return turns, results
+
+
+def gold_text(record: dict) -> str:
+    turns, results = gold_turns(record)
+    return transcript(turns, results) if results else turns[0]
 
 
 def test_domains_cover_the_cascade() -> None:
@@ -32,8 +48,7 @@ def test_domains_cover_the_cascade() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_tasks_are_deterministic_and_in_their_split(name: str) -> None:
     a = draw_tasks(domains()[name], 5, 3, "sft", OPS)
-    b = draw_tasks(domains()[name], 5, 3, "sft", OPS)
-    assert a == b
+    assert a == draw_tasks(domains()[name], 5, 3, "sft", OPS)
     assert all(split_of(t) == "sft" for t in a)
     assert len({t.key for t in a}) == 5
 
@@ -41,87 +56,81 @@ def test_tasks_are_deterministic_and_in_their_split(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_splits_are_disjoint(name: str) -> None:
     sft = {t.key for t in draw_tasks(domains()[name], 20, 0, "sft", OPS)}
-    evaluation = {t.key for t in draw_tasks(domains()[name], 20, 0, "eval", OPS)}
-    assert not sft & evaluation
+    assert not sft & {t.key for t in draw_tasks(domains()[name], 20, 0, "eval", OPS)}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_parallel_records_and_gold_answers_pass(name: str) -> None:
     task = draw_tasks(domains()[name], 1, 0, "sft", OPS)[0]
     think, no_think = chat_records(task)
-    assert thinking_mode(think["messages"][-2]["content"]) and not thinking_mode(no_think["messages"][-2]["content"])
-    assert think["messages"][-2]["content"].endswith("/think")
-    assert think["messages"][-1]["reasoning_content"] and no_think["messages"][-1]["reasoning_content"] == ""
+    user = [m for m in think["messages"] if m["role"] == "user"][-1]["content"]
+    assert user.endswith("/think") and thinking_mode(user)
+    assert not thinking_mode([m for m in no_think["messages"] if m["role"] == "user"][-1]["content"])
+    assert all(check_record(r) is r for r in (think, no_think))
     for record in (think, no_think):
-        completion = gold_completion(record)
-        assert follows_mode(completion, record["think"])
-        verdict = domains()[name].judge(record["gold"], completion)
+        turns, _ = gold_turns(record)
+        assert follows_mode(turns[0], record["think"])
+        verdict = domains()[name].judge(record["gold"], gold_text(record))
         assert verdict.score == 1.0, verdict.reason
-    assert "<|im_start|>" not in raw_text(task) and "<think>" not in raw_text(task)
+    text = raw_text(task)
+    assert "<|im_start|>" not in text and "<think>" not in text
+
+
+def test_tool_records_take_one_assistant_turn_per_call() -> None:
+    task = draw_tasks(domains()["tools"], 1, 0, "sft", OPS)[0]
+    record = chat_records(task)[0]
+    roles = [m["role"] for m in record["messages"]]
+    calls = len(task.tool_calls)
+    assert roles == ["user"] + ["assistant", "tool"] * calls + ["assistant"]
+    assert record["messages"][1]["reasoning_content"] == task.thinking
+    assert all(m.get("reasoning_content") == "" for m in record["messages"][3::2])
+    rendered = render(record["messages"], prompt_of(record)[1])
+    turns = rendered.split("<|im_end|>", 1)[1]  # after the system turn that lists the tools
+    assert turns.count("<tool_call>") == calls and turns.count("<tool_response>") == calls
+    assert prompt_of(record)[0] == record["messages"][:1]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_wrong_answers_fail(name: str) -> None:
-    task = draw_tasks(domains()[name], 1, 1, "eval", OPS)[0]
-    record = chat_records(task)[1]
+    record = chat_records(draw_tasks(domains()[name], 1, 1, "eval", OPS)[0])[1]
     for wrong in ("", "I do not know.", "<think>\nhmm\n</think>\n\n\\boxed{-999}", "```python\nx = 1\n```"):
-        assert domains()[name].judge(record["gold"], wrong).score == 0.0
+        verdict = domains()[name].judge(record["gold"], wrong)
+        assert verdict.score < 0.5, (wrong, verdict)
 
 
-@settings(max_examples=25, deadline=None)
-@given(text=st.text(max_size=200))
-def test_cheap_verifiers_never_raise(text: str) -> None:
-    for name in ("general", "instructions", "math", "tools"):
-        task = draw_tasks(domains()[name], 1, 0, "eval", OPS)[0]
-        verdict = domains()[name].judge(task.gold, text)
-        assert 0.0 <= verdict.score <= 1.0 and isinstance(verdict.reason, str)
+def _broken(field: str, value) -> dict:
+    record = copy.deepcopy(chat_records(draw_tasks(domains()["math"], 1, 0, "eval", OPS)[0])[0])
+    if value is KeyError:
+        del record[field]
+    else:
+        record[field] = value
+    return record
 
 
-def test_oracle_prefers_correct_concise_non_repetitive() -> None:
-    record = chat_records(draw_tasks(domains()["general"], 1, 0, "eval", OPS)[0])[0]
-    gold, wrong = record["gold"]["answer"], record["gold"]["distractors"][0] if record["gold"]["distractors"] else "nobody"
-    concise = f"It is {gold}."
-    verbose = f"It is {gold}. " + "Let me add some more words about many different unrelated things here now. " * 2
-    repetitive = f"It is {gold}. " + "the answer is the answer is the answer is " * 3
-    hedged = f"It is {gold} or {wrong}." if wrong != "nobody" else "It is nobody."
-    scores = [general.oracle_score(record, a) for a in (concise, verbose, repetitive, hedged)]
-    assert scores[0] == 1.0 and 0 < scores[1] < 1 and 0 < scores[2] < scores[1] and scores[3] == 0.0
-    assert general.preference_pair(record, verbose, concise) == (concise, verbose)
-    assert general.preference_pair(record, concise, concise) is None
-    assert general.oracle_score(record, f"<think>\n{wrong} {wrong}\n</think>\n\n{gold}") == 1.0
+@pytest.mark.parametrize("field,value,needle", [
+    ("domain", "poetry", "'domain'"), ("domain", KeyError, "'domain'"), ("think", "yes", "'think'"),
+    ("messages", [], "'messages'"), ("messages", [{"role": "wizard", "content": "x"}], "messages[0]"),
+    ("messages", [{"role": "assistant", "content": "x"}], "no user turn"), ("tools", "{not json", "'tools'"),
+    ("gold", None, "gold"), ("gold", {"answer": "many"}, "answer"),
+])
+def test_malformed_records_name_the_field(field: str, value, needle: str) -> None:
+    with pytest.raises(ValueError, match=None) as err:
+        check_record(_broken(field, value))
+    assert needle in str(err.value)
 
 
-def test_instruction_judge_reports_strict_and_loose() -> None:
-    gold = {"constraints": '[{"kind": "starts_with", "phrase": "Here is"}]'}
-    assert if_judge(gold, "Here is the harbor.").score == 1.0
-    loose = if_judge(gold, "Sure!\nHere is the harbor.")
-    assert loose.score == 0.0 and loose.details["loose"] == 1.0
-    assert if_judge({"constraints": "not json"}, "x").score == 0.0
+def test_a_record_that_is_not_an_object_is_refused() -> None:
+    for bad in (None, [], "record", 3):
+        with pytest.raises(ValueError, match="JSON object"):
+            check_record(bad)
 
 
-def test_mode_following() -> None:
-    assert follows_mode("<think>\nsteps\n</think>\n\nanswer", True)
-    assert not follows_mode("<think>\n\n</think>\n\nanswer", True)
-    assert not follows_mode("answer", True)
-    assert follows_mode("answer", False)
-    assert not follows_mode("<think>\nsteps\n</think>\n\nanswer", False)
+def test_surfaces_fingerprint_is_stable_and_follows_ops() -> None:
+    assert surfaces_fingerprint(OPS) == surfaces_fingerprint(OPS)
+    assert surfaces_fingerprint(OPS) != surfaces_fingerprint(range(2, 4))
 
 
-def test_no_think_generation_prompt_prefills_empty_think_block() -> None:
-    task = draw_tasks(domains()["math"], 1, 0, "eval", OPS)[0]
-    think, no_think = chat_records(task)
-    assert generation_prompt(think).endswith("<|im_start|>assistant\n")
-    assert generation_prompt(no_think).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-
-
-def test_tool_tasks_offer_the_gold_tool() -> None:
-    for task in draw_tasks(domains()["tools"], 10, 0, "sft", OPS):
-        offered = [t["function"]["name"] for t in task.tools]
-        assert task.gold["calls"][0]["name"] in offered and len(offered) == 2
-
-
-def test_swe_bug_is_visible_and_gold_diff_fixes_it() -> None:
-    task = draw_tasks(domains()["swe"], 1, 2, "sft", OPS)[0]
-    assert domains()["swe"].judge(task.gold, f"```diff\n{task.gold['gold_diff']}```").score == 1.0
-    empty_fix = "```diff\n--- a/calc.py\n+++ b/calc.py\n```"
-    assert domains()["swe"].judge(task.gold, empty_fix).score == 0.0
+def test_records_are_json() -> None:
+    for name in NAMES:
+        for record in chat_records(draw_tasks(domains()[name], 1, 0, "eval", OPS)[0]):
+            assert json.loads(json.dumps(record)) == record

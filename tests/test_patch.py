@@ -1,4 +1,5 @@
-"""Patch verifier: diff parsing, the strict applier, gold diffs, and hidden tests in the sandbox."""
+"""Patch verifier: SEARCH/REPLACE and diff parsing, the strict appliers, gold diffs, hidden tests in the
+sandbox, and the execution-free similarity reward."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from hypothesis import strategies as st
 
 from cascadekit.verify.code import FunctionTests
 from cascadekit.verify.patch import (
-    PatchError, apply_patch, diff_similarity, extract_diff, make_diff, parse_diff, verify_patch,
+    MAX_SIMILARITY_CHARS, Edit, PatchError, apply_patch, extract_diff, make_diff, normalize_patch, parse_diff,
+    parse_patch, parse_search_replace, patch_similarity, verify_patch,
 )
 
 BUGGY = {
@@ -84,7 +86,7 @@ def test_verify_patch_passes_gold_and_reports_failures():
     syntax = {**BUGGY, "calc.py": "def add(a, b)\n"}
     assert "could not load 'add' from calc: SyntaxError" in verify_patch(
         fenced(make_diff(BUGGY, syntax)), BUGGY, TESTS).reason
-    assert verify_patch("I would change add.", BUGGY, TESTS).reason == "no diff found"
+    assert verify_patch("I would change add.", BUGGY, TESTS).reason == "no patch found"
     missing = verify_patch(fenced(make_diff({"nope.py": "a\n"}, {"nope.py": "b\n"})), BUGGY, TESTS)
     assert not missing.applied and missing.reason == "file not found: nope.py"
 
@@ -95,11 +97,81 @@ def test_patch_cannot_replace_the_harness():
     assert not verdict.all_passed and "harness" in verdict.reason
 
 
-def test_diff_similarity():
-    gold = make_diff(BUGGY, FIXED)
-    assert diff_similarity(gold, gold) == 1.0
-    other = make_diff(BUGGY, {**BUGGY, "README.md": "calculator\n"})
-    assert diff_similarity(other, gold) < 0.5
+SR_FIX = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE"
+
+
+def test_search_replace_parses_in_every_house_style():
+    want = [Edit("calc.py", "    return a - b\n", "    return a + b\n")]
+    body = SR_FIX.split("\n", 1)[1]
+    for text in (SR_FIX, f"<think>\nadd subtracts\n</think>\n\n{SR_FIX}<|im_end|>",
+                 f"Fix:\ncalc.py\n```python\n{body}\n```",  # Aider: file line, then a fence
+                 f"```python\n### calc.py\n{body}\n```",  # Agentless: the file line inside the fence
+                 f"./calc.py\n{body}"):
+        assert parse_patch(text) == want, text
+    two = SR_FIX + "\n" + SR_FIX.replace("a - b", "a * b").replace("a + b", "a ** b")
+    assert [e.search for e in parse_search_replace(two)] == ["    return a - b\n", "    return a * b\n"]
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE", "names no file"),
+    ("calc.py\n<<<<<<< SEARCH\nx\n>>>>>>> REPLACE", "'>>>>>>> REPLACE' where its '=======' line belongs"),
+    ("calc.py\n<<<<<<< SEARCH\nx\n=======\ny", "ends without its '>>>>>>> REPLACE' line"),
+    ("calc.py\n<<<<<<< SEARCH\n=======\ny\n>>>>>>> REPLACE", "empty SEARCH part"),
+])
+def test_malformed_search_replace(text, reason):
+    with pytest.raises(PatchError, match=reason):
+        parse_patch(text)
+
+
+def test_search_text_must_occur_exactly_once_as_whole_lines():
+    assert apply_patch(BUGGY, parse_patch(SR_FIX)) == FIXED
+    missing = SR_FIX.replace("a - b\n===", "a - c\n===")
+    with pytest.raises(PatchError, match="block 1: its SEARCH lines are not in calc.py"):
+        apply_patch(BUGGY, parse_patch(missing))
+    partial = SR_FIX.replace("    return a - b", "return a - b")  # not a whole line of the file
+    with pytest.raises(PatchError, match="not in calc.py"):
+        apply_patch(BUGGY, parse_patch(partial))
+    with pytest.raises(PatchError, match="block 1: its SEARCH lines occur more than once in calc.py"):
+        apply_patch({"calc.py": BUGGY["calc.py"] * 2}, parse_patch(SR_FIX))
+    with pytest.raises(PatchError, match="block 1: file not found: 'nope.py'"):
+        apply_patch(BUGGY, parse_patch(SR_FIX.replace("calc.py", "nope.py")))
+    # blocks apply in order, each to the file as the blocks before it left it
+    chained = SR_FIX + "\n" + SR_FIX.replace("a - b", "a + b").replace("a + b\n>>>", "b + a\n>>>")
+    assert apply_patch(BUGGY, parse_patch(chained))["calc.py"].startswith("def add(a, b):\n    return b + a\n")
+    unended = {"calc.py": "x = 1\ny = 2"}
+    edit = [Edit("calc.py", "y = 2\n", "y = 3\n")]
+    assert apply_patch(unended, edit) == {"calc.py": "x = 1\ny = 3"}
+
+
+def test_verify_patch_judges_search_replace():
+    gold = verify_patch(f"<think>\nThe bug is in add.\n</think>\n\n{SR_FIX}", BUGGY, TESTS)
+    assert gold.applied and gold.all_passed and gold.reason == "all 2 tests passed"
+    wrong = verify_patch(SR_FIX.replace("a + b", "a * b"), BUGGY, TESTS)
+    assert wrong.applied and not wrong.all_passed and wrong.reason.startswith("tests fail: wrong answer on test 0")
+    missing = verify_patch(SR_FIX.replace("a - b\n===", "a - c\n==="), BUGGY, TESTS)
+    assert not missing.applied and missing.reason == "block 1: its SEARCH lines are not in calc.py"
+    harness = verify_patch("main.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE", BUGGY, TESTS)
+    assert not harness.applied and "file not found" in harness.reason  # blocks never create files
+
+
+def test_patch_similarity():
+    assert patch_similarity(SR_FIX, SR_FIX) == 1.0
+    assert patch_similarity(f"<think>\nhm\n</think>\n\n{SR_FIX}  \n", SR_FIX) == 1.0  # normalised
+    assert patch_similarity(make_diff(BUGGY, FIXED, context=0), SR_FIX) == 1.0  # a diff hunk is the same edit
+    near = patch_similarity(SR_FIX.replace("a + b", "a * b"), SR_FIX)
+    far = patch_similarity(SR_FIX.replace("a + b", "max(a, b) if a else b"), SR_FIX)
+    assert 1.0 > near > far > 0.0
+    for junk in ("", "no patch", SR_FIX.split(">>>")[0], None, 7, "<think>\n" + SR_FIX):
+        assert patch_similarity(junk, SR_FIX) == 0.0  # type: ignore[arg-type]
+    assert patch_similarity(SR_FIX, "not a patch") == 0.0
+    huge = SR_FIX.replace("a + b", "a + b\n" * MAX_SIMILARITY_CHARS)
+    assert patch_similarity(huge, SR_FIX) == 0.0
+
+
+def test_normalize_patch_renders_both_formats_alike():
+    text = normalize_patch(parse_patch(SR_FIX + "   "))
+    assert text == SR_FIX
+    assert normalize_patch(parse_patch(make_diff(BUGGY, FIXED, context=0))) == SR_FIX
 
 
 files = st.dictionaries(st.sampled_from(["a.py", "b/c.py", "d.txt"]),
@@ -124,3 +196,18 @@ def test_parsing_garbage_raises_only_patch_error(text):
         apply_patch(BUGGY, parse_diff(text))
     except PatchError:
         pass
+
+
+markers = st.lists(st.sampled_from(["calc.py", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE", "```python",
+                                    "    return a - b", "    return a + b", "", "x"]), max_size=14)
+
+
+@settings(max_examples=150, deadline=None)
+@given(markers)
+def test_search_replace_garbage_raises_only_patch_error(lines):
+    text = "\n".join(lines)
+    try:
+        apply_patch(BUGGY, parse_patch(text))
+    except PatchError:
+        pass
+    assert 0.0 <= patch_similarity(text, SR_FIX) <= 1.0

@@ -23,7 +23,8 @@ file with jinja2, so nothing needs a tokenizer):
 * **Generation prompt.** ``add_generation_prompt`` appends ``<|im_start|>assistant\\n``;
   after a ``/no_think`` user turn it also pre-fills the empty think block (as
   Qwen3's ``enable_thinking=False``), so a non-thinking completion is just the
-  answer. :func:`parse_assistant` accepts such completions.
+  answer; ``prefill_empty_think=False`` turns that off (the stage table measures
+  mode following that way). :func:`parse_assistant` accepts both completions.
 * **Tools** are JSON schemas listed in the system turn inside ``<tools></tools>``;
   the assistant calls them as ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``
   after its answer text; results are messages with role ``"tool"``, rendered
@@ -100,10 +101,15 @@ def _compiled() -> jinja2.Template:
 
 
 def render(messages: list[dict], tools: list[dict] | None = None,
-           add_generation_prompt: bool = False) -> str:
-    """Render a chat as text, exactly as ``tokenizer.apply_chat_template`` would."""
-    return _compiled().render(messages=messages, tools=tools or None,
-                              add_generation_prompt=add_generation_prompt)
+           add_generation_prompt: bool = False, prefill_empty_think: bool = True) -> str:
+    """Render a chat as text, exactly as ``tokenizer.apply_chat_template`` would.
+
+    ``prefill_empty_think=False`` leaves a ``/no_think`` generation prompt bare, so
+    the model itself must write the empty think block: how the stage table measures
+    whether a model follows the flag rather than the template.
+    """
+    return _compiled().render(messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+                              prefill_empty_think=prefill_empty_think)
 
 
 def thinking_mode(user_text: str) -> bool:

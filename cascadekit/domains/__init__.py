@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 from cascadekit.chat import with_flag
 
 SPLITS = ("pretrain", "sft", "rl", "eval")
+ROLES = ("system", "user", "assistant", "tool")
 MAX_DRAWS_PER_TASK = 200
 
 
@@ -36,8 +37,10 @@ class Task:
     """One prompt of a domain with its gold reasoning, answers and verifier fields.
 
     ``answer`` ends the thinking response; ``no_think_answer`` (when set) is the
-    non-thinking one, e.g. only ``\\boxed{n}`` for math. Tool-calling tasks answer
-    with ``tool_calls`` (``{"name", "arguments"}`` dicts) and offer ``tools``.
+    non-thinking one, e.g. only ``\\boxed{n}`` for math. Tool-calling tasks offer
+    ``tools`` and make ``tool_calls`` (``{"name", "arguments"}`` dicts) one per
+    assistant turn, each answered by the matching ``tool_results`` entry in a tool
+    turn; ``answer`` is then the final turn after the last result.
     """
 
     domain: str
@@ -48,6 +51,7 @@ class Task:
     no_think_answer: str | None = None
     tools: list[dict] | None = None
     tool_calls: list[dict] | None = None
+    tool_results: list[str] | None = None
     system: str = ""
 
     @property
@@ -77,6 +81,8 @@ class Domain:
     benchmark: str  # the paper's benchmark this toy suite stands in for
     make_task: Callable[[random.Random, Sequence[int]], Task | None]
     judge: Callable[[dict, str], Judgement]
+    check_gold: Callable[[Any], None]  # raises ValueError naming the bad field
+    respond: Callable[[dict], str] | None = None  # a tool's answer to one call, for tool-using domains
 
 
 def split_of(task: Task) -> str:
@@ -104,18 +110,24 @@ def draw_tasks(domain: Domain, n: int, seed: int, split: str, ops: Sequence[int]
 
 
 def chat_record(task: Task, think: bool) -> dict[str, Any]:
-    """One training/evaluation record: ``messages`` (ending in the gold assistant turn), ``tools``, gold fields.
+    """One training/evaluation record: ``messages`` (ending in the gold assistant turns), ``tools``, gold fields.
 
-    Tool-call arguments are kept as JSON strings and ``tools`` as one JSON string,
-    so records of every domain fit one Arrow table (TRL decodes a string ``tools``).
+    A tool-using task becomes one assistant turn per call, each followed by a
+    tool turn with its result, then the final answer; the reasoning goes in the
+    first assistant turn (Qwen3 keeps reasoning for every turn after the user's,
+    the toy writes it once). Tool-call arguments are kept as JSON strings and
+    ``tools`` as one JSON string, so records of every domain fit one Arrow table
+    (TRL decodes a string ``tools``).
     """
-    assistant: dict[str, Any] = {"role": "assistant", "content": task.response(think),
-                                 "reasoning_content": task.thinking if think else ""}
-    if task.tool_calls:
-        assistant["tool_calls"] = [{"name": c["name"], "arguments": json.dumps(c["arguments"])}
-                                   for c in task.tool_calls]
+    reasoning = task.thinking if think else ""
     messages = ([{"role": "system", "content": task.system}] if task.system else [])
-    messages += [{"role": "user", "content": with_flag(task.prompt, think)}, assistant]
+    messages.append({"role": "user", "content": with_flag(task.prompt, think)})
+    for call, result in zip(task.tool_calls or [], task.tool_results or []):
+        messages.append({"role": "assistant", "content": "", "reasoning_content": reasoning,
+                         "tool_calls": [{"name": call["name"], "arguments": json.dumps(call["arguments"])}]})
+        messages.append({"role": "tool", "content": result})
+        reasoning = ""
+    messages.append({"role": "assistant", "content": task.response(think), "reasoning_content": reasoning})
     return {"domain": task.domain, "think": think, "messages": messages,
             "tools": json.dumps(task.tools) if task.tools else None, "gold": task.gold}
 
@@ -126,9 +138,41 @@ def chat_records(task: Task) -> list[dict[str, Any]]:
 
 
 def prompt_of(record: dict[str, Any]) -> tuple[list[dict], list[dict] | None]:
-    """The messages before the gold assistant turn, and the tools, for generation."""
+    """The messages before the first gold assistant turn, and the tools, for generation."""
+    messages = record["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     tools = record.get("tools")
-    return record["messages"][:-1], (json.loads(tools) if isinstance(tools, str) else tools)
+    return messages[:last_user + 1], (json.loads(tools) if isinstance(tools, str) else tools)
+
+
+def check_record(record: Any) -> dict[str, Any]:
+    """``record`` if it is a well-formed chat record of a known domain, else one ValueError naming the field."""
+    if not isinstance(record, dict):
+        raise ValueError(f"task record must be a JSON object, got {type(record).__name__}")
+    name = record.get("domain")
+    if name not in domains():
+        raise ValueError(f"task record field 'domain': unknown domain {name!r} (known: {', '.join(domains())})")
+    if not isinstance(record.get("think"), bool):
+        raise ValueError(f"task record field 'think' must be true or false, got {record.get('think')!r}")
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("task record field 'messages' must be a non-empty list of chat messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ValueError(f"task record field 'messages[{i}]' must have a role in {ROLES} and string content, "
+                             f"got {str(m)[:80]!r}")
+    if not any(m["role"] == "user" for m in messages):
+        raise ValueError("task record field 'messages' has no user turn")
+    tools = record.get("tools")
+    if tools is not None:
+        try:
+            tools = json.loads(tools) if isinstance(tools, str) else tools
+        except json.JSONDecodeError as err:
+            raise ValueError(f"task record field 'tools' is not JSON: {err}") from None
+        if not isinstance(tools, list):
+            raise ValueError("task record field 'tools' must be a list of tool schemas")
+    domains()[name].check_gold(record.get("gold"))
+    return record
 
 
 def raw_text(task: Task) -> str:
@@ -137,9 +181,24 @@ def raw_text(task: Task) -> str:
     A base model has read documents like these (problems, code, diffs, tool
     schemas) but never the chat format or the think/no_think switch.
     """
-    parts = [task.system, json.dumps(task.tools) if task.tools else "", task.prompt, task.thinking, task.answer]
-    parts += [json.dumps(c) for c in task.tool_calls or []]
-    return "\n".join(p for p in parts if p)
+    parts = [task.system, json.dumps(task.tools) if task.tools else "", task.prompt, task.thinking]
+    for call, result in zip(task.tool_calls or [], task.tool_results or []):
+        parts += [json.dumps(call), result]
+    return "\n".join(p for p in [*parts, task.answer] if p)
+
+
+def surfaces_fingerprint(ops: Sequence[int]) -> str:
+    """A short hash of a few tasks' raw text per domain: changes whenever any surface's wording does.
+
+    Part of the cache key of everything trained on the surfaces (the Part II
+    tokenizer and base), as :func:`cascadekit.world.corpus.rendering_fingerprint` is for Part I.
+    """
+    digest = hashlib.sha256()
+    for domain in domains().values():
+        for task in draw_tasks(domain, 3, 0, "pretrain", ops):
+            digest.update(raw_text(task).encode())
+            digest.update(json.dumps(chat_records(task), sort_keys=True).encode())
+    return digest.hexdigest()[:12]
 
 
 @cache
@@ -148,12 +207,13 @@ def domains() -> dict[str, Domain]:
     from cascadekit.domains import code, general, instructions, math, swe, tools
 
     return {
-        "general": Domain("general", 1, "ArenaHard", general.make_task, general.judge),
-        "instructions": Domain("instructions", 1, "IFEval", instructions.make_task, instructions.judge),
-        "math": Domain("math", 1, "AIME 2025", math.make_task, math.judge),
-        "code": Domain("code", 1, "LiveCodeBench v6", code.make_task, code.judge),
-        "tools": Domain("tools", 2, "BFCL v3", tools.make_task, tools.judge),
-        "swe": Domain("swe", 2, "SWE-bench Verified", swe.make_task, swe.judge),
+        "general": Domain("general", 1, "ArenaHard", general.make_task, general.judge, general.check_gold),
+        "instructions": Domain("instructions", 1, "IFEval", instructions.make_task, instructions.judge,
+                               instructions.check_gold),
+        "math": Domain("math", 1, "AIME 2025", math.make_task, math.judge, math.check_gold),
+        "code": Domain("code", 1, "LiveCodeBench v6", code.make_task, code.judge, code.check_gold),
+        "tools": Domain("tools", 2, "BFCL v3", tools.make_task, tools.judge, tools.check_gold, tools.respond),
+        "swe": Domain("swe", 2, "SWE-bench Verified", swe.make_task, swe.judge, swe.check_gold),
     }
 
 
@@ -164,5 +224,5 @@ def stage_domains(stage: int) -> list[str]:
 
 __all__ = [
     "SPLITS", "Task", "Judgement", "Domain", "split_of", "draw_tasks", "chat_record", "chat_records",
-    "prompt_of", "raw_text", "domains", "stage_domains",
+    "prompt_of", "check_record", "raw_text", "surfaces_fingerprint", "domains", "stage_domains",
 ]

@@ -1,117 +1,138 @@
-"""Code: a DAG rendered as a Python function to write, judged by hidden tests.
+"""Code: the DAG problem as a Python function to write, judged by hidden tests.
 
-Stands in for LiveCodeBench. A graph from the DAG world becomes a function:
-its leaves are the arguments, every other node one line of arithmetic, the
-query node the return value. The prompt states the steps in words; hidden tests
-call the function on fresh argument values in the sandbox
-(:func:`cascadekit.verify.code.verify_code`), all-or-nothing as in the paper.
+Stands in for LiveCodeBench v6. The world's DAG (:mod:`cascadekit.domains.dag`)
+becomes a function of its leaves: the prompt keeps the problem's own sentences
+for the computed quantities and drops the leaf values, which become parameters::
+
+    Write count_sharks(tigers, eagles). Sharks equals 3 more than the sum of tigers and eagles.
+
+The thinking is one symbolic step per computed node (``sharks = tigers + eagles + 3.``),
+the same steps the math surface writes with numbers; the answer (in both modes)
+is :meth:`~cascadekit.domains.dag.Dag.source` in a ```python block. Hidden tests
+call the function on fresh leaf values in the sandbox
+(:func:`cascadekit.verify.code.verify_code`); the reward is all-or-nothing as in
+the paper, with the pass fraction in the details.
+
+Departures from the paper: one short function of a few arithmetic lines instead
+of a competitive-programming problem read from stdin, and a spec that is the DAG's
+own English (a total, like the math problem's, is left for the solver to know:
+"all horror movies" sums the horror movies). A ~1M-parameter model can learn this
+surface because it copies few names and always reads the same way.
 """
 from __future__ import annotations
 
+import keyword
 import random
-import string
-from dataclasses import dataclass
-from typing import Any, Sequence
+import re
+from typing import Any, Callable, Sequence
 
 from cascadekit.domains import Judgement, Task
+from cascadekit.domains.dag import Dag, draw_dag
 from cascadekit.verify.code import FunctionTests, verify_code
-from cascadekit.world.graph import Node, compute, sample_graph
 
-FUNCTIONS = ("solve", "compute", "combine", "measure", "score", "tally")
 TEST_CASES = 4
-_WORDS = {
-    "plus": "{0} plus {c}", "times": "{c} times {0}", "difference": "{0} minus {1}",
-    "product": "{0} times {1}", "sum": "the sum of {all}", "total": "the sum of {all}",
-    "scaled_sum": "{c} times the sum of {all}", "shifted_sum": "the sum of {all} plus {c}",
-}
-_PYTHON = {
-    "plus": "{0} + {c}", "times": "{c} * {0}", "difference": "{0} - {1}", "product": "{0} * {1}",
-    "sum": "{plus}", "total": "{plus}", "scaled_sum": "{c} * ({plus})", "shifted_sum": "{plus} + {c}",
-}
+LEAF_VALUES = (1, 20)
+_LEAF_SENTENCE = re.compile(r".+ equals \d+\.")
 
 
-@dataclass(frozen=True)
-class Program:
-    """A graph as a function: argument names, one ``(name, expression, words)`` per computed node."""
-
-    function: str
-    nodes: tuple[Node, ...]
-    args: tuple[str, ...]
-    steps: tuple[tuple[str, str, str], ...]
-
-    def source(self) -> str:
-        body = [f"    {name} = {expr}" for name, expr, _ in self.steps[:-1]]
-        body.append(f"    return {self.steps[-1][1]}")
-        return f"def {self.function}({', '.join(self.args)}):\n" + "\n".join(body) + "\n"
-
-    def spec(self) -> str:
-        lines = [f"{name} is {words}" for name, _, words in self.steps[:-1]]
-        lines.append(f"return {self.steps[-1][2]}")
-        return "; ".join(lines)
-
-    def run(self, leaf_values: Sequence[int]) -> int:
-        """The function's value on ``leaf_values`` (the arguments, in order)."""
-        values: list[int] = []
-        leaves = iter(leaf_values)
-        for node in self.nodes:
-            parents = [values[p] for p in node.parents]
-            values.append(next(leaves) if node.kind == "leaf" else compute(node.kind, parents, node.const))
-        return values[-1]
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        shown = repr(value)
+    except Exception:  # a hostile object's __repr__
+        shown = f"<{type(value).__name__}>"
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-def _fill(template: str, names: list[str], const: int | None, joiner: str) -> str:
-    return template.format(*names, c=const, all=joiner.join(names), plus=" + ".join(names))
+def gold_field(gold: Any, domain: str, name: str, valid: Callable[[Any], bool], want: str) -> Any:
+    """``gold[name]`` when ``valid`` accepts it, else :class:`ValueError` naming the domain and the field."""
+    if not isinstance(gold, dict):
+        raise ValueError(f"{domain} gold: must be a dict of fields, got {_short(gold)}")
+    if name not in gold:
+        raise ValueError(f"{domain} gold: field {name!r} is missing")
+    value = gold[name]
+    if not valid(value):
+        raise ValueError(f"{domain} gold: field {name!r} must be {want}, got {_short(value)}")
+    return value
 
 
-def program(op: int, rng: random.Random) -> Program:
-    """A DAG with ``op`` edges as a :class:`Program` (leaves ``a, b, ...``; other nodes ``p, q, ...``)."""
-    function = rng.choice(FUNCTIONS)
-    graph = sample_graph(op, rng)
-    leaf_names = iter(string.ascii_lowercase[:8])
-    inner_names = iter("pqrstuvwxyz")
-    names, args, steps = [], [], []
-    for node in graph.nodes:
-        if node.kind == "leaf":
-            names.append(next(leaf_names))
-            args.append(names[-1])
-            continue
-        parents = [names[p] for p in node.parents]
-        names.append(next(inner_names))
-        steps.append((names[-1], _fill(_PYTHON[node.kind], parents, node.const, " + "),
-                      _fill(_WORDS[node.kind], parents, node.const, " and ")))
-    return Program(function, graph.nodes, tuple(args), tuple(steps))
+def is_identifier(value: Any) -> bool:
+    """A usable Python name: an identifier that is not a keyword."""
+    return isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
 
 
-def hidden_cases(prog: Program, rng: random.Random, n: int = TEST_CASES) -> list[list]:
-    """``[[args, expected], ...]`` on fresh argument values."""
+def is_cases(value: Any) -> bool:
+    """A non-empty list of ``[arguments, expected]`` pairs, the arguments a list."""
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[0], (list, tuple)) for c in value))
+
+
+CASES_WANT = "a non-empty list of [arguments, expected] pairs"
+
+
+def writable(dag: Dag) -> bool:
+    """Whether every quantity's identifier is a distinct, usable Python name."""
+    ids = dag.identifiers
+    return len(set(ids)) == len(ids) and all(map(is_identifier, ids))
+
+
+def signature(dag: Dag) -> str:
+    """``count_sharks(tigers, eagles)``: the function and its parameters (the leaves)."""
+    return f"{dag.function_name()}({', '.join(dag.identifiers[i] for i in dag.leaves)})"
+
+
+def spec(dag: Dag) -> str | None:
+    """The problem's sentences without the leaf values, in the problem's order; None if they do not split cleanly."""
+    sentences = re.split(r"(?<=\.) (?=\S)", dag.problem.problem_text)
+    kept = [s for s in sentences if not _LEAF_SENTENCE.fullmatch(s)]
+    if len(sentences) - len(kept) != len(dag.leaves):
+        return None
+    return " ".join(kept)
+
+
+def symbolic_steps(dag: Dag) -> str:
+    """One ``name = expression.`` per computed node, over the Python identifiers, in solution order."""
+    ids = dag.identifiers
+    return " ".join(f"{ids[i]} = {dag.expression(i, ids)}." for i in dag.computed)
+
+
+def hidden_cases(dag: Dag, rng: random.Random, n: int = TEST_CASES) -> list[list]:
+    """``[[arguments, expected], ...]`` on fresh leaf values."""
     cases = []
     for _ in range(n):
-        args = [rng.randint(1, 20) for _ in prog.args]
-        cases.append([args, prog.run(args)])
+        args = [rng.randint(*LEAF_VALUES) for _ in dag.leaves]
+        cases.append([args, dag.run(args)])
     return cases
 
 
 def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
-    """Write the function from a spoken spec; None for a graph with no computed node."""
-    prog = program(rng.choice(list(ops)), rng)
-    if not prog.steps or len(prog.args) > 8:
+    """Write the DAG's function from its sentences; None when its names are no Python names."""
+    dag = draw_dag(rng, ops)
+    text = spec(dag)
+    if text is None or not writable(dag):
         return None
-    plan = " ".join(f"{name} = {expr}." for name, expr, _ in prog.steps[:-1])
-    code = f"```python\n{prog.source()}```"
+    block = f"```python\n{dag.source()}```"
     return Task(
         domain="code",
-        prompt=f"Write a Python function {prog.function}({', '.join(prog.args)}) where {prog.spec()}.",
-        thinking=f"{plan} The function returns {prog.steps[-1][1]}.".strip(),
-        answer=code,
-        gold={"function": prog.function, "cases": hidden_cases(prog, rng)},
+        prompt=f"Write {signature(dag)}. {text}".strip(),
+        thinking=symbolic_steps(dag),
+        answer=block,
+        no_think_answer=block,
+        gold={"function": dag.function_name(), "cases": hidden_cases(dag, rng)},
     )
+
+
+def check_gold(gold: Any) -> None:
+    """Raise :class:`ValueError` naming the field when ``gold`` is no code gold record."""
+    gold_field(gold, "code", "function", is_identifier, "a Python function name")
+    gold_field(gold, "code", "cases", is_cases, CASES_WANT)
 
 
 def judge(gold: dict[str, Any], completion: str) -> Judgement:
     """1 when every hidden test passes (the pass fraction in the details); never raises."""
     try:
-        tests = FunctionTests(gold["function"], [(args, want) for args, want in gold["cases"]])
-    except (KeyError, TypeError, ValueError) as err:
-        return Judgement(0.0, f"unreadable gold tests: {err}", {"pass_fraction": 0.0})
+        check_gold(gold)
+    except ValueError as err:
+        return Judgement(0.0, str(err), {"pass_fraction": 0.0})
+    tests = FunctionTests(gold["function"], [(list(args), want) for args, want in gold["cases"]])
     verdict = verify_code(completion, tests)
     return Judgement(float(verdict.all_passed), verdict.reason, {"pass_fraction": verdict.pass_fraction})

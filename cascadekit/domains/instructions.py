@@ -1,64 +1,72 @@
-"""Instruction following: a short writing request with IFEval-style constraints.
+"""Instruction following: a DAG question whose answer must take a given form.
 
-Stands in for IFEval. Constraints come from :func:`cascadekit.verify.instructions.sample_constraints`;
-the gold response is built to satisfy them and checked with the same verifier
-(tasks whose constructed response fails are dropped, so every gold response is
-correct by the judge that scores the model). Long ``min_words`` constraints are
-left out: a toy model's sequences are short.
+Stands in for IFEval. The prompt is the world's DAG problem and question, then
+one to three verifiable instructions on the answer's *form*, each stated by its
+one fixed sentence (:mod:`cascadekit.verify.instructions`): "Sharks equals 3
+more than the sum of tigers and eagles. Tigers equals 1. Eagles equals 10. How
+many sharks? Answer in lowercase. Use the word 'total'."
+
+The gold response is the base sentence ``The answer is n.`` transformed to meet
+every instruction ("the total is 14."), built in a fixed order (word choice,
+filler lines, opening and closing phrases, forbidden characters, layout, JSON,
+wrapping, case) so the same instruction always changes the answer the same way.
+The thinking response is the DAG's gold steps and a note of the rules; the
+non-thinking response is the same formatted answer. Every gold response is
+checked by the judge that scores the model (a task whose response fails is
+dropped).
+
+Scored like IFEval: :attr:`Judgement.score` is the prompt-level *strict*
+accuracy (every instruction followed by the answer after the think block);
+``details`` holds the *loose* one, each instruction's result, and whether the
+answer names the right number (``correct``), reported but not scored, since
+IFEval does not check content either. Departures from IFEval: the instructions
+shape a one-sentence answer to a question with a known result rather than an
+essay on an open topic, and each is one fixed sentence rather than free wording.
 """
 from __future__ import annotations
 
+import json
 import random
+import re
 from typing import Any, Sequence
 
 from cascadekit.domains import Judgement, Task
+from cascadekit.domains.dag import draw_dag
+from cascadekit.verify.boxed import answer_part
 from cascadekit.verify.instructions import (
-    Constraint, constraints_from_json, constraints_to_json, sample_constraints, verify_instructions,
+    MAX_RESPONSE_CHARS, Constraint, MinWords, constraints_from_json, constraints_to_json, sample_constraints,
+    verify_instructions,
 )
 
-TOPICS = ("harbor", "bakery", "forest", "library", "mountain", "market", "bridge", "island")
-_SENTENCES = ("the {t} is quiet in the morning", "people visit the {t} every day",
-              "the {t} looks calm and bright", "a small path leads to the {t}",
-              "the old {t} has a long story", "birds fly over the {t}")
-MAX_MIN_WORDS = 40
+FILLERS = ("I checked each step.", "I am sure.")  # extra lines and words, in this order
+MAX_CONSTRAINTS = 3
+MAX_ANSWER = 10**6  # DAG values stay within 0..1000
 
 
-def _body(topic: str, constraints: list[Constraint], rng: random.Random) -> list[str]:
-    """Plain sentences about the topic, long enough for every length and layout constraint."""
-    kinds = {c.kind: c for c in constraints}
-    sentences = [s.format(t=topic) for s in rng.sample(_SENTENCES, 2)]
-    if "include_words" in kinds:
-        sentences.append("it brings to mind " + " and ".join(kinds["include_words"].words))
-    need = max([getattr(kinds.get(k), "n", 0) for k in ("bullet_count", "section_count")] + [0])
-    min_words = getattr(kinds.get("min_words"), "n", 0)
-    pool = [s.format(t=topic) for s in _SENTENCES]
-    while len(sentences) < need or sum(len(s.split()) for s in sentences) < min_words + 5:
-        sentences.append(pool[len(sentences) % len(pool)] + " again")
-    return [s[0].upper() + s[1:] + "." for s in sentences]
-
-
-def _layout(sentences: list[str], kinds: dict[str, Constraint]) -> str:
-    if "bullet_count" in kinds:
-        n = kinds["bullet_count"].n
-        return "\n".join(f"* {' '.join(sentences[i::n])}" for i in range(n))
-    if "section_count" in kinds:
-        c = kinds["section_count"]
-        return "\n\n".join(f"{c.marker} {i + 1}\n{' '.join(sentences[i::c.n])}" for i in range(c.n))
-    if "json_format" in kinds:
-        return '{"answer": "' + " ".join(sentences) + '"}'
-    return " ".join(sentences)
-
-
-def respond(topic: str, constraints: list[Constraint], rng: random.Random) -> str:
-    """A response about ``topic`` built to meet ``constraints`` (checked by the caller)."""
-    kinds = {c.kind: c for c in constraints}
-    text = _layout(_body(topic, constraints, rng), kinds)
+def _layout(sentences: list[str], lines: int, kinds: dict[str, Constraint]) -> str:
+    """The sentences with the opening and closing phrases, without forbidden characters, in ``lines`` lines."""
+    sentences = list(sentences)
     if "starts_with" in kinds:
-        text = f"{kinds['starts_with'].phrase} {text}"
+        sentences[0] = f"{kinds['starts_with'].phrase}! {sentences[0]}"
     if "ends_with" in kinds:
-        text = f"{text} {kinds['ends_with'].phrase}"
+        sentences[-1] = f"{sentences[-1]} {kinds['ends_with'].phrase}"
+    if "no_periods" in kinds:
+        sentences = [s.replace(".", "") for s in sentences]
+    while len(sentences) > lines:  # words past the layout's lines join its first line
+        sentences[:2] = [f"{sentences[0]} {sentences[1]}"]
+    if "bullet_count" in kinds:
+        text = "\n".join(f"* {s}" for s in sentences)
+    elif "section_count" in kinds:
+        marker = kinds["section_count"].marker
+        text = "\n".join(f"{marker} {i}: {s}" for i, s in enumerate(sentences, 1))
+    else:
+        text = "\n".join(sentences)
+    if "json_format" in kinds:
+        text = json.dumps({"response": text})
     if "quoted" in kinds:
         text = f'"{text}"'
+    if "bracketed" in kinds:
+        text = f"[{text}]"
     if "lowercase" in kinds:
         text = text.lower()
     if "uppercase" in kinds:
@@ -66,32 +74,80 @@ def respond(topic: str, constraints: list[Constraint], rng: random.Random) -> st
     return text
 
 
-def make_task(rng: random.Random, ops: Sequence[int] = ()) -> Task | None:
-    """A request with one or two constraints and a response that meets them (None if it cannot)."""
-    topic = rng.choice(TOPICS)
-    constraints = sample_constraints(rng, k=rng.randint(1, 2))
-    if any(c.kind == "min_words" and c.n > MAX_MIN_WORDS for c in constraints):
-        return None
-    response = respond(topic, constraints, rng)
+def respond(answer: int, constraints: list[Constraint]) -> str:
+    """``The answer is {answer}.`` transformed to meet ``constraints`` (checked by the caller).
+
+    The fewest :data:`FILLERS` sentences go before the answer sentence that give
+    the lines a layout asks for and the words ``min_words`` asks for; sentences
+    beyond the layout's lines join its first line.
+    """
+    kinds = {c.kind: c for c in constraints}
+    word = kinds["include_word"].word if "include_word" in kinds else (
+        "result" if "forbidden_word" in kinds else "answer")
+    lines = max([getattr(kinds.get(k), "n", 1) for k in ("line_count", "bullet_count", "section_count")])
+    min_words = getattr(kinds.get("min_words"), "n", 0)
+    for n_fillers in range(len(FILLERS) + 1):
+        text = _layout([*FILLERS[:n_fillers], f"The {word} is {answer}."], lines, kinds)
+        if n_fillers + 1 >= lines and MinWords(min_words).check(text):
+            break
+    return text
+
+
+def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
+    """A DAG question with one to three form instructions and a response meeting them (None if it cannot)."""
+    dag = draw_dag(rng, ops)
+    constraints = sample_constraints(rng, k=rng.randint(1, MAX_CONSTRAINTS))
+    response = respond(dag.answer, constraints)
     if not verify_instructions(response, constraints).strict_all:
         return None
     rules = " ".join(c.describe() for c in constraints)
     kinds = ", ".join(c.kind.replace("_", " ") for c in constraints)
     return Task(
         domain="instructions",
-        prompt=f"Write a few sentences about the {topic}. {rules}",
-        thinking=f"The topic is the {topic}. The rules are: {kinds}. I write simple sentences and apply each rule.",
+        prompt=f"{dag.problem.problem_text} {dag.problem.question} {rules}",
+        thinking=f"{' '.join(dag.steps())} Rules: {kinds}.",
         answer=response,
-        gold={"constraints": constraints_to_json(constraints)},
+        no_think_answer=response,
+        gold={"constraints": constraints_to_json(constraints), "answer": dag.answer},
     )
 
 
-def judge(gold: dict[str, Any], completion: str) -> Judgement:
-    """Strict IFEval-style score (all constraints met), with the loose score in the details; never raises."""
+def check_gold(gold: Any) -> None:
+    """ValueError naming the domain and the field if ``gold`` is not a well-formed instructions record."""
+    if not isinstance(gold, dict):
+        raise ValueError(f"instructions gold: must be a dict, got {type(gold).__name__}")
+    for field in ("constraints", "answer"):
+        if field not in gold:
+            raise ValueError(f"instructions gold: field {field!r} is missing")
     try:
-        constraints = constraints_from_json(gold["constraints"])
-    except (ValueError, KeyError, TypeError) as err:
-        return Judgement(0.0, f"unreadable gold constraints: {err}", {"loose": 0.0})
+        constraints_from_json(gold["constraints"])
+    except ValueError as err:
+        raise ValueError(f"instructions gold: field 'constraints' has {err}") from None
+    answer = gold["answer"]
+    if not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer <= MAX_ANSWER:
+        shown = repr(answer) if isinstance(answer, int) and abs(answer) < 10**12 else type(answer).__name__
+        raise ValueError(f"instructions gold: field 'answer' must be an integer from 0 to {MAX_ANSWER}, got {shown}")
+
+
+def _names_number(completion: str, number: int) -> bool:
+    """Whether the answer after the think block contains ``number`` as a whole number."""
+    answer = answer_part(completion).split("<|im_end|>", 1)[0]
+    return re.search(rf"(?<!\d){number}(?!\d)", answer) is not None
+
+
+def judge(gold: Any, completion: Any) -> Judgement:
+    """IFEval strict score (every instruction met); loose, per-instruction and ``correct`` details; never raises."""
+    try:
+        check_gold(gold)
+    except ValueError as err:
+        return Judgement(0.0, str(err), {"loose": 0.0, "constraints": [], "correct": False})
+    constraints = constraints_from_json(gold["constraints"])
     verdict = verify_instructions(completion, constraints)
-    return Judgement(float(verdict.strict_all), verdict.reason,
-                     {"loose": float(verdict.loose_all), "strict_fraction": verdict.strict_fraction})
+    correct = (isinstance(completion, str) and len(completion) <= MAX_RESPONSE_CHARS
+               and _names_number(completion, gold["answer"]))
+    return Judgement(float(verdict.strict_all), verdict.reason, {
+        "loose": float(verdict.loose_all),
+        "constraints": [{"kind": r.kind, "strict": r.strict, "loose": r.loose} for r in verdict.per_constraint],
+        "strict_fraction": verdict.strict_fraction,
+        "correct": correct,
+    })

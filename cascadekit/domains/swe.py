@@ -1,14 +1,32 @@
-"""SWE: fix an injected bug in a small module by writing a unified diff.
+"""SWE: fix one wrong line of the code surface's function with a SEARCH/REPLACE patch.
 
-Stands in for SWE-bench Verified. The module is a code-domain function with one
-line mutated (an operator swapped or a constant changed); the issue reports a
-call whose result is wrong. The gold fix is a unified diff
-(:func:`cascadekit.verify.patch.make_diff`); the verdict applies the model's
-diff and runs the hidden tests in the sandbox (:func:`cascadekit.verify.patch.verify_patch`).
+Stands in for SWE-bench Verified. ``calc.py`` holds the code surface's function
+(:mod:`cascadekit.domains.code`) with one computed node's right-hand side made
+wrong (an operator swapped, or a constant moved by one); the prompt shows the
+file, the problem's sentences as the spec, and the failing test, which calls the
+function on the problem's own leaf values::
 
-Departure from the paper: its SWE RL reward is execution-free (similarity to the
-gold patch); executing the tests is the stricter judge the kit can afford here.
-The gold diff is kept in the gold fields for the execution-free reward of chapter 13.
+    calc.py
+    ```python
+    def count_sharks(tigers, eagles):
+        sharks = tigers + eagles + 4
+        return sharks
+    ```
+    Sharks equals 3 more than the sum of tigers and eagles.
+    Test failed: count_sharks(1, 10) returned 15, expected 14. Fix calc.py with a search/replace patch.
+
+The thinking names the wrong line and its fix in two short sentences; the answer
+(in both modes) is the patch alone, in the SEARCH/REPLACE format of Aider and the
+agentless setups the paper's SWE data follows. Draws whose bug leaves the failing
+test's result unchanged are rejected.
+
+Two rewards (:mod:`cascadekit.verify.patch`): the judge's score is execution,
+1 when the patch applies and every hidden test passes (the failing call and
+fresh ones, run in the sandbox); ``details["similarity"]`` is the paper's
+execution-free SWE RL reward, the SWE-RL sequence similarity of the patch to the
+gold one. Departures from the paper: a one-line bug in a one-function file
+instead of a real repository, and the spec in the prompt, so that the one right
+fix is determined by the prompt (one failing call alone would admit many).
 """
 from __future__ import annotations
 
@@ -17,67 +35,108 @@ import re
 from typing import Any, Sequence
 
 from cascadekit.domains import Judgement, Task
-from cascadekit.domains.code import program, hidden_cases
+from cascadekit.domains.code import (
+    CASES_WANT, gold_field, hidden_cases, is_cases, is_identifier, spec, writable,
+)
+from cascadekit.domains.dag import draw_dag
 from cascadekit.verify.code import FunctionTests
-from cascadekit.verify.patch import make_diff, verify_patch
+from cascadekit.verify.patch import apply_patch, parse_patch, patch_similarity, verify_patch
 
-MODULE = "calc.py"
+MODULE = "calc"
+FILE = f"{MODULE}.py"
 _SWAPS = {"+": "-", "-": "+", "*": "+"}
 
 
-def _mutate(line: str, rng: random.Random) -> str:
-    """The line with one operator swapped or one constant shifted."""
-    ops = [m for m in re.finditer(r" ([+\-*]) ", line)]
-    consts = [m for m in re.finditer(r"\b\d+\b", line)]
-    if consts and (not ops or rng.random() < 0.3):
-        m = rng.choice(consts)
-        return line[:m.start()] + str(int(m.group()) + 1) + line[m.end():]
-    m = rng.choice(ops)
-    return line[:m.start(1)] + _SWAPS[m.group(1)] + line[m.end(1):]
+def wrong_expressions(right: str) -> list[str]:
+    """Every one-step corruption of an expression: one operator swapped, or one constant moved by one (kept >= 1)."""
+    wrong = [right[:m.start(1)] + _SWAPS[m.group(1)] + right[m.end(1):] for m in re.finditer(r" ([+\-*]) ", right)]
+    for m in re.finditer(r"(?<!\w)\d+(?!\w)", right):
+        c = int(m.group())
+        wrong += [right[:m.start()] + str(v) + right[m.end():] for v in (c - 1, c + 1) if v >= 1]
+    return wrong
 
 
-def _hidden_tests(function: str, cases: list[list]) -> dict[str, Any]:
-    """Calls of the fixed function with their expected values; they never enter the sandbox's files."""
-    return {"module": MODULE.removesuffix(".py"), "function": function, "cases": cases}
+def _call(source: str, function: str, args: Sequence[int]) -> Any:
+    """Our own generated function's value (never model text: that only runs in the sandbox)."""
+    namespace: dict[str, Any] = {}
+    exec(compile(source, FILE, "exec"), {"__builtins__": {}}, namespace)
+    return namespace[function](*args)
+
+
+def patch_text(line: str, fixed: str) -> str:
+    """The SEARCH/REPLACE patch that turns ``line`` of calc.py into ``fixed``."""
+    return f"{FILE}\n<<<<<<< SEARCH\n{line}\n=======\n{fixed}\n>>>>>>> REPLACE"
 
 
 def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
-    """A buggy ``calc.py``, an issue naming a wrong result, and the gold diff; None if the bug is invisible."""
-    prog = program(rng.choice(list(ops)), rng)
-    if not prog.steps:
+    """A buggy calc.py, its spec and failing test, and the gold patch; None when the bug would not show."""
+    dag = draw_dag(rng, ops)
+    text = spec(dag)
+    if text is None or not writable(dag):
         return None
-    good = prog.source()
-    lines = good.splitlines(keepends=True)
-    index = rng.randrange(1, len(lines))
-    bad_line = _mutate(lines[index], rng)
-    buggy = "".join(lines[:index] + [bad_line] + lines[index + 1:])
-    cases = hidden_cases(prog, rng)
-    args, want = cases[0]
-    namespace: dict[str, Any] = {}
-    exec(buggy, namespace)  # our own generated source, never model text
-    got = namespace[prog.function](*args)
+    ids = dag.identifiers
+    node = rng.choice(dag.computed)
+    right = dag.expression(node, ids)
+    wrong = wrong_expressions(right)
+    if not wrong:  # a lone parent ("sum" of one quantity) has nothing to corrupt
+        return None
+    bad = rng.choice(wrong)
+    buggy = dag.source(lines={node: bad})
+    args = [dag.graph.nodes[i].value for i in dag.leaves]
+    got, want = _call(buggy, dag.function_name(), args), dag.answer
     if got == want:
         return None
-    call = f"{prog.function}({', '.join(map(str, args))})"
-    diff = make_diff({MODULE: buggy}, {MODULE: good}, context=1)
+    call = f"{dag.function_name()}({', '.join(map(str, args))})"
+    patch = patch_text(f"    {ids[node]} = {bad}", f"    {ids[node]} = {right}")
     return Task(
         domain="swe",
-        prompt=(f"File {MODULE}:\n```python\n{buggy}```\nIssue: {call} returns {got} but should return {want}. "
-                f"Reply with a unified diff that fixes the bug."),
-        thinking=f"The line `{bad_line.strip()}` is wrong. It should be `{lines[index].strip()}`.",
-        answer=f"```diff\n{diff}```",
-        gold={"files": {MODULE: buggy}, "tests": _hidden_tests(prog.function, cases), "gold_diff": diff},
+        prompt="\n".join(part for part in (
+            f"{FILE}\n```python\n{buggy}```", text,
+            f"Test failed: {call} returned {got}, expected {want}. Fix {FILE} with a search/replace patch.") if part),
+        thinking=f"The wrong line is {ids[node]} = {bad}. It should be {ids[node]} = {right}.",
+        answer=patch,
+        no_think_answer=patch,
+        gold={"file": FILE, "source": buggy, "patch": patch,
+              "tests": {"module": MODULE, "function": dag.function_name(),
+                        "cases": [[args, want]] + hidden_cases(dag, rng)}},
     )
 
 
-def judge(gold: dict[str, Any], completion: str) -> Judgement:
-    """1 when the diff applies and every hidden test passes; never raises."""
+def _is_tests(value: Any) -> bool:
+    return (isinstance(value, dict) and is_identifier(value.get("module")) and is_identifier(value.get("function"))
+            and is_cases(value.get("cases")))
+
+
+def check_gold(gold: Any) -> None:
+    """Raise :class:`ValueError` naming the field when ``gold`` is no swe gold record.
+
+    The gold patch must apply to the source, and the tests must import the patched file.
+    """
+    file = gold_field(gold, "swe", "file", lambda v: isinstance(v, str) and v.endswith(".py")
+                      and is_identifier(v.removesuffix(".py")), "a module file name like 'calc.py'")
+    source = gold_field(gold, "swe", "source", lambda v: isinstance(v, str), "the buggy file's text")
+    patch = gold_field(gold, "swe", "patch", lambda v: isinstance(v, str), "a SEARCH/REPLACE patch")
+    gold_field(gold, "swe", "tests", _is_tests,
+               f"a dict of 'module', 'function' (Python names) and 'cases' ({CASES_WANT})")
+    if gold["tests"]["module"] != file.removesuffix(".py"):
+        raise ValueError(f"swe gold: field 'tests' must test module {file.removesuffix('.py')!r} of {file!r}, "
+                         f"got {gold['tests']['module']!r}")
     try:
-        files, spec = dict(gold["files"]), gold["tests"]
-        tests = FunctionTests(str(spec["function"]), [(list(args), want) for args, want in spec["cases"]],
-                              module=str(spec["module"]))
-    except (KeyError, TypeError, ValueError) as err:
-        return Judgement(0.0, f"unreadable gold fields: {err!r}", {"applied": 0.0})
-    verdict = verify_patch(completion, files, tests)
+        apply_patch({file: source}, parse_patch(patch))
+    except Exception as err:  # PatchError, or whatever else a malformed record provokes
+        raise ValueError(f"swe gold: field 'patch' does not apply to 'source': {err}") from None
+
+
+def judge(gold: dict[str, Any], completion: str) -> Judgement:
+    """1 when the patch applies and every hidden test passes; the patch similarity in the details; never raises."""
+    try:
+        check_gold(gold)
+    except ValueError as err:
+        return Judgement(0.0, str(err), {"similarity": 0.0, "applied": False, "pass_fraction": 0.0})
+    hidden = gold["tests"]
+    tests = FunctionTests(hidden["function"], [(list(args), want) for args, want in hidden["cases"]],
+                          module=hidden["module"])
+    verdict = verify_patch(completion, {gold["file"]: gold["source"]}, tests)
     return Judgement(float(verdict.all_passed), verdict.reason,
-                     {"applied": float(verdict.applied), "pass_fraction": verdict.pass_fraction})
+                     {"similarity": patch_similarity(completion, gold["patch"]), "applied": verdict.applied,
+                      "pass_fraction": verdict.pass_fraction})

@@ -37,7 +37,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     """The cached base (built on first use) and its ladder: per-sample records and the op/band/error tables."""
     profile = config.profile
     started = time.perf_counter()
-    base = pretrained(profile)
+    base = pretrained(profile, rebuild=config.rebuild_base)
     train_s = time.perf_counter() - started
     model, tokenizer = load_model(base.checkpoint), load_tokenizer(base.checkpoint)
     started = time.perf_counter()

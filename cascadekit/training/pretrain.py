@@ -389,16 +389,17 @@ def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
     return load_tokenizer(path)
 
 
-def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> Path:
+def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (), rebuild: bool = False) -> Path:
     """The folder of the profile's pretrained checkpoint (model, tokenizer, loss log), built on first use.
 
     An interrupted build resumes from the Trainer checkpoints kept under
-    ``<cache>/runs/pretrain-<key>`` until it completes.
+    ``<cache>/runs/pretrain-<key>`` until it completes. ``rebuild`` builds it even
+    when it is cached or shipped.
     """
     key = pretrain_key(profile)
     tokenizer = cached_tokenizer(profile)
     run_dir = cache_root() / "runs" / f"pretrain-{key}"
-    return get_or_build("pretrain", key, lambda d: pretrain(profile, tokenizer, d, run_dir, callbacks))
+    return get_or_build("pretrain", key, lambda d: pretrain(profile, tokenizer, d, run_dir, callbacks), rebuild=rebuild)
 
 
 def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:

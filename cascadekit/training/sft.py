@@ -7,47 +7,49 @@ as a parallel pair (a ``/think`` and a ``/no_think`` answer), so one model learn
 both modes and the switch between them.
 
 The loss is on assistant tokens only (``assistant_only_loss=True``): the chat
-template wraps the trained turn, ``<think>`` through ``<|im_end|>``, in
+template wraps the trained turns, ``<think>`` through ``<|im_end|>``, in
 ``{% generation %}`` markers, and TRL masks everything else (system, tools, user
-text, the flag). Records longer than the stage's ``max_length`` are dropped
-rather than truncated: a truncated answer would teach the model never to stop.
+text, the flag, tool results). Records longer than the stage's ``max_length`` are
+dropped rather than truncated: a truncated answer would teach the model never to stop.
+
+Full fine-tuning or LoRA is a profile choice (``sft.use_lora``). Each stage's
+checkpoint has the adapter merged in, so the next stage and every evaluation load
+a plain model. With LoRA the chat markers' embeddings stay as pretraining left
+them (never seen, so only pushed away from): PEFT's ``trainable_token_indices``
+would train them, but with tied embeddings it fails in PEFT 0.21 (the output
+head's wrapper has no ``bias``; huggingface/peft#3688), so the adapter alone must
+learn to write and read them.
+
+Each stage is a cached stage of the stage runner (:mod:`cascadekit.pipeline`).
 
 Departures from the paper, at toy scale: the responses are written by rule, not
-by teacher models (DeepSeek-R1/V3); stage 2 redraws the stage-1 domains with
-harder math and code (edge ops) rather than curating longer teacher traces.
-
-Chapter 08's experiment runs it: ``cascadekit experiment 08 --scale toy``.
+by teacher models (DeepSeek-R1/V3); parallel think/no_think responses are used
+for every domain (the paper uses them for general prompts); stage 2 redraws the
+stage-1 domains rather than curating longer teacher traces.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
-from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.base_model import base_key, cached_base
+from cascadekit.artifacts import cache_root
+from cascadekit.base_model import surface_ops
 from cascadekit.chat import render
-from cascadekit.domains import chat_records, domains, draw_tasks, prompt_of, stage_domains
-from cascadekit.domains.suites import evaluate, rows_to_dicts, suite_records
+from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
+from cascadekit.pipeline import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
-from cascadekit.runtime import choose_device, load_model, save_checkpoint
-from cascadekit.tokenizer import load_tokenizer
+from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, with_lora
 
 STAGES = (1, 2)
-LOSS_LOG = "sft_loss_log.json"
-
-
-def stage_ops(profile: Profile, stage: int) -> range:
-    """Op range of math/code/SWE tasks: in-distribution, then up to the edge in stage 2 (longer reasoning)."""
-    lo, hi = profile.world.ops_in_distribution[0], profile.world.ops_in_distribution[1]
-    return range(lo, (profile.world.ops_edge[1] if stage == 2 else hi) + 1)
+#: LoRA rank and alpha for SFT when ``sft.use_lora`` (every linear layer).
+LORA_RANK, LORA_ALPHA = 16, 32
 
 
 def stage_records(profile: Profile, stage: int) -> list[dict[str, Any]]:
@@ -55,7 +57,7 @@ def stage_records(profile: Profile, stage: int) -> list[dict[str, Any]]:
     n = profile.sft.stage1_tasks if stage == 1 else profile.sft.stage2_tasks
     records = []
     for name in stage_domains(stage):
-        tasks = draw_tasks(domains()[name], n, profile.seed * 10 + stage, "sft", stage_ops(profile, stage))
+        tasks = draw_tasks(domains()[name], n, profile.seed * 10 + stage, "sft", surface_ops(profile))
         records.extend(r for t in tasks for r in chat_records(t))
     return records
 
@@ -73,9 +75,11 @@ def sft_dataset(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenize
                 max_length: int) -> tuple[Dataset, int]:
     """A conversational dataset (``messages``, ``tools`` as JSON text) of records that fit ``max_length``.
 
-    Returns the dataset and how many records were dropped for length.
+    Every record is checked first (:func:`cascadekit.domains.check_record`): a
+    malformed one is one clear error naming its field. Returns the dataset and how
+    many records were dropped for length.
     """
-    kept = [{"messages": r["messages"], "tools": r["tools"]} for r in records
+    kept = [{"messages": r["messages"], "tools": r["tools"]} for r in map(check_record, records)
             if token_length(r, tokenizer) <= max_length]
     return Dataset.from_list(kept), len(records) - len(kept)
 
@@ -106,61 +110,47 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
     )
 
 
+def trainable(model: PreTrainedModel, profile: Profile) -> PreTrainedModel:
+    """The model itself (full fine-tuning) or wrapped in a LoRA adapter on every linear layer."""
+    return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora else model
+
+
 def train_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, profile: Profile, stage: int,
-                run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
-    """One SFT stage in place on ``model``; returns the loss log and data counts."""
+                run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """One SFT stage on ``model``; returns the trained model and the stage's loss log and data counts."""
     dataset, dropped = sft_dataset(stage_records(profile, stage), tokenizer, seq_len(profile, stage))
     steps_hint = int(len(dataset) * profile.sft.epochs / profile.sft.batch_size)
-    trainer = SFTTrainer(model=model, args=sft_config(profile, stage, run_dir, steps_hint),
+    trainer = SFTTrainer(model=trainable(model, profile), args=sft_config(profile, stage, run_dir, steps_hint),
                          train_dataset=dataset, processing_class=tokenizer, callbacks=list(callbacks))
     started = time.perf_counter()
     trainer.train()
     log = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
-    return {"stage": stage, "records": len(dataset), "dropped_for_length": dropped,
-            "steps": trainer.state.global_step, "train_s": round(time.perf_counter() - started, 1), "loss": log}
+    return trainer.model, {"stage": stage, "records": len(dataset), "dropped_for_length": dropped,
+                           "steps": trainer.state.global_step, "train_s": round(time.perf_counter() - started, 1),
+                           "loss": log}
 
 
-def sft_key(profile: Profile, stage: int) -> str:
-    return f"{base_key(profile)}-{profile.hash('sft')}-stage{stage}"
+def sft_stage(start: StageOutput, profile: Profile, stage: int,
+              callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
+    """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
+    inputs = {"start": start.key, "stage": stage, "sft": dataclasses.asdict(profile.sft), "seed": profile.seed}
+    run_dir = cache_root() / "runs" / f"sft-{Stage('sft', inputs, dict).key}"
 
-
-def cached_stage(profile: Profile, stage: int, callbacks: Sequence[TrainerCallback] = ()) -> Path:
-    """The checkpoint after SFT stage ``stage`` (stage 2 continues from stage 1), trained on first use."""
-    start = cached_base(profile, callbacks) if stage == 1 else cached_stage(profile, stage - 1, callbacks)
-
-    def build(dest: Path) -> None:
-        tokenizer = load_tokenizer(start)
-        model = load_model(start, choose_device(profile))
-        run_dir = cache_root() / "runs" / f"sft-{sft_key(profile, stage)}"
-        info = train_stage(model, tokenizer, profile, stage, run_dir, callbacks)
+    def build(dest: Path) -> Mapping[str, Any]:
+        tokenizer = load_tokenizer(start.checkpoint)
+        model, info = train_stage(load_model(start.checkpoint, choose_device(profile)), tokenizer, profile, stage,
+                                  run_dir, callbacks)
+        save_checkpoint(model, tokenizer, dest, merge_lora=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-        save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps(info)})
+        return info
 
-    return get_or_build("sft", sft_key(profile, stage), build)
-
-
-def read_stage_info(checkpoint: Path) -> dict[str, Any]:
-    """The stage's loss log and data counts saved beside its checkpoint."""
-    return json.loads((Path(checkpoint) / LOSS_LOG).read_text())
+    return run_stage(Stage("sft", inputs, build))
 
 
-def run_chapter(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
-    """Base model, both SFT stages and the evaluation table after each; the chapter's measurement."""
-    timings: dict[str, float] = {}
-    records = suite_records(profile)
-    rows, samples, stages = [], [], []
-    started = time.perf_counter()
-    cached_base(profile, callbacks)
-    timings["base_s"] = round(time.perf_counter() - started, 1)
-    for stage in tqdm(STAGES, desc="SFT stages", unit="stage"):
-        started = time.perf_counter()
-        checkpoint = cached_stage(profile, stage, callbacks)
-        timings[f"stage{stage}_s"] = round(time.perf_counter() - started, 1)
-        stages.append(read_stage_info(checkpoint))
-        started = time.perf_counter()
-        model = AutoModelForCausalLM.from_pretrained(checkpoint)
-        stage_rows, stage_samples = evaluate(model, load_tokenizer(checkpoint), records, profile, f"SFT stage {stage}")
-        timings[f"eval{stage}_s"] = round(time.perf_counter() - started, 1)
-        rows += rows_to_dicts(stage_rows)
-        samples += stage_samples
-    return {"rows": rows, "stages": stages, "timings": timings, "samples": samples}
+def sft_stages(base: StageOutput, profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> list[StageOutput]:
+    """Both SFT stages in order, each continuing from the one before."""
+    outputs, start = [], base
+    for stage in STAGES:
+        start = sft_stage(start, profile, stage, callbacks)
+        outputs.append(start)
+    return outputs

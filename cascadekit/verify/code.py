@@ -62,7 +62,11 @@ class CodeVerdict:
     reason: str
 
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+# A fence's info string holds no backtick (as in CommonMark) and is read apart from
+# the pattern: overlapping classes in one pattern would backtrack quadratically on
+# a long line of backticks or letters, and a verifier must stay linear in hostile text.
+_FENCE = re.compile(r"```([^`\n]*)\n(.*?)```", re.DOTALL)
+_LANG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
 
 
 def extract_code(text: str) -> str | None:
@@ -71,7 +75,7 @@ def extract_code(text: str) -> str | None:
     if not isinstance(text, str):
         return None
     answer = answer_part(text).split("<|im_end|>", 1)[0]
-    blocks = _FENCE.findall(answer)
+    blocks = [(_LANG.match(info).group(1), body) for info, body in _FENCE.findall(answer)]
     python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
     if python or blocks:
         return (python or [body for _, body in blocks])[-1]

@@ -1,17 +1,23 @@
-"""Verifiable instructions (IFEval-style) for the IF-RL stage.
+"""Verifiable instructions (IFEval-style) for the instructions domain and the IF-RL stage.
 
-Each constraint is a small dataclass: ``describe()`` is the sentence appended to a
-prompt, ``check(text)`` says whether a response obeys it. Like IFEval, a response
-is judged *strictly* (as written) and *loosely* (it also passes if some variant
-passes: first line removed, last line removed, both, each with markdown ``*``
-stripped), which forgives a "Sure, here it is:" preamble or a sign-off.
+Each constraint is a small dataclass: ``describe()`` is the one fixed sentence a
+prompt states it with, ``check(text)`` says whether a response obeys it. Like
+IFEval, a response is judged *strictly* (as written) and *loosely* (it also
+passes if some variant passes: first line removed, last line removed, both, each
+with markdown ``*`` stripped), which forgives a "Sure, here it is:" preamble or a
+sign-off; and, as in IFEval, an empty response follows no instruction.
 
 Only the answer counts: a think block (and a trailing ``<|im_end|>``) is removed
 first. The paper runs IF-RL on the unified model in non-thinking mode only.
 
-Departures from IFEval: words are ``\\w+`` runs rather than NLTK tokens, and the
-kit keeps thirteen constraint types of IFEval's twenty-five, those a small model
-can learn and a reader can check by eye.
+Departures from IFEval: words are ``\\w+`` runs rather than NLTK tokens; every
+instruction is one short fixed sentence ("Answer in lowercase.") instead of
+IFEval's varied wordings; and the catalogue keeps sixteen kinds that shape a
+one-line answer (case, wrapping, layout in lines, bullets or sections, opening
+and closing phrases, forbidden characters, JSON, word-count bounds, a word to
+use or avoid), with small parameters, where IFEval has twenty-five kinds, many
+of which need essays (paragraph counts, hundreds of words, postscripts,
+placeholders) that a ~1M-parameter model never writes.
 """
 
 from __future__ import annotations
@@ -21,16 +27,17 @@ import dataclasses
 import json
 import random
 import re
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 from cascadekit.verify.boxed import answer_part
 
 __all__ = [
-    "Constraint", "MinWords", "MaxWords", "Lowercase", "Uppercase", "IncludeWords",
-    "ForbiddenWords", "StartsWith", "EndsWith", "BulletCount", "JsonFormat", "SectionCount",
-    "NoCommas", "Quoted", "ConstraintResult", "Verdict", "verify_instructions",
-    "loose_variants", "constraints_to_json", "constraints_from_json", "sample_constraints",
-    "CONSTRAINT_TYPES",
+    "Constraint", "Lowercase", "Uppercase", "Quoted", "Bracketed", "LineCount", "BulletCount",
+    "SectionCount", "StartsWith", "EndsWith", "NoCommas", "NoPeriods", "JsonFormat", "MinWords",
+    "MaxWords", "IncludeWord", "ForbiddenWord", "CONSTRAINT_TYPES", "ConstraintResult", "Verdict",
+    "verify_instructions", "loose_variants", "constraints_to_json", "constraints_from_json",
+    "sample_constraints", "compatible", "OPENERS", "CLOSERS", "INCLUDE_WORDS", "FORBIDDEN_WORDS",
+    "MAX_RESPONSE_CHARS",
 ]
 
 _WORD = re.compile(r"\w+")
@@ -38,6 +45,10 @@ _WORD = re.compile(r"\w+")
 
 def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.split("\n") if line.strip()]
 
 
 class Constraint(abc.ABC):
@@ -51,31 +62,7 @@ class Constraint(abc.ABC):
 
     @abc.abstractmethod
     def describe(self) -> str:
-        """The instruction as a sentence for the prompt."""
-
-
-@dataclasses.dataclass(frozen=True)
-class MinWords(Constraint):
-    n: int
-    kind: ClassVar[str] = "min_words"
-
-    def check(self, text: str) -> bool:
-        return len(_words(text)) >= self.n
-
-    def describe(self) -> str:
-        return f"Answer with at least {self.n} words."
-
-
-@dataclasses.dataclass(frozen=True)
-class MaxWords(Constraint):
-    n: int
-    kind: ClassVar[str] = "max_words"
-
-    def check(self, text: str) -> bool:
-        return len(_words(text)) <= self.n
-
-    def describe(self) -> str:
-        return f"Answer with at most {self.n} words."
+        """The instruction as the one fixed sentence of the prompt."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +73,7 @@ class Lowercase(Constraint):
         return text == text.lower()
 
     def describe(self) -> str:
-        return "Your entire response must be in lowercase letters; no capital letters are allowed."
+        return "Answer in lowercase."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,58 +84,43 @@ class Uppercase(Constraint):
         return text == text.upper()
 
     def describe(self) -> str:
-        return "Your entire response must be in English, capital letters only."
+        return "Answer in uppercase."
 
 
 @dataclasses.dataclass(frozen=True)
-class IncludeWords(Constraint):
-    words: tuple[str, ...]
-    kind: ClassVar[str] = "include_words"
+class Quoted(Constraint):
+    kind: ClassVar[str] = "quoted"
 
     def check(self, text: str) -> bool:
-        present = set(_words(text))
-        return all(w.lower() in present for w in self.words)
+        body = text.strip()
+        return len(body) > 1 and body[0] == '"' and body[-1] == '"'
 
     def describe(self) -> str:
-        return f"Include the keywords {', '.join(repr(w) for w in self.words)} in the response."
+        return "Wrap the answer in double quotes."
 
 
 @dataclasses.dataclass(frozen=True)
-class ForbiddenWords(Constraint):
-    words: tuple[str, ...]
-    kind: ClassVar[str] = "forbidden_words"
+class Bracketed(Constraint):
+    kind: ClassVar[str] = "bracketed"
 
     def check(self, text: str) -> bool:
-        present = set(_words(text))
-        return not any(w.lower() in present for w in self.words)
+        body = text.strip()
+        return len(body) > 1 and body[0] == "[" and body[-1] == "]"
 
     def describe(self) -> str:
-        return f"Do not include the keywords {', '.join(repr(w) for w in self.words)} in the response."
+        return "Wrap the answer in square brackets."
 
 
 @dataclasses.dataclass(frozen=True)
-class StartsWith(Constraint):
-    phrase: str
-    kind: ClassVar[str] = "starts_with"
+class LineCount(Constraint):
+    n: int
+    kind: ClassVar[str] = "line_count"
 
     def check(self, text: str) -> bool:
-        return text.strip().lower().startswith(self.phrase.strip().lower())
+        return len(_lines(text)) == self.n
 
     def describe(self) -> str:
-        return f"Start your response with the exact phrase {self.phrase!r}."
-
-
-@dataclasses.dataclass(frozen=True)
-class EndsWith(Constraint):
-    phrase: str
-    kind: ClassVar[str] = "ends_with"
-
-    def check(self, text: str) -> bool:
-        return text.strip().lower().endswith(self.phrase.strip().lower())
-
-    def describe(self) -> str:
-        return (f"Finish your response with the exact phrase {self.phrase!r}. "
-                "No other words should follow it.")
+        return f"Answer in {self.n} lines."
 
 
 # ``[^\S\n]*``: spaces within the line; ``\s*`` would span newlines and make a
@@ -165,8 +137,67 @@ class BulletCount(Constraint):
         return len(_BULLET.findall(text)) == self.n
 
     def describe(self) -> str:
-        return (f"Your answer must contain exactly {self.n} bullet points. "
-                "Use markdown bullet points such as:\n* This is point 1.\n* This is point 2")
+        return f"Answer in {self.n} bullet points."
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionCount(Constraint):
+    n: int
+    marker: str = "Section"
+    kind: ClassVar[str] = "section_count"
+
+    def check(self, text: str) -> bool:
+        sections = re.split(r"\s?" + re.escape(self.marker) + r"\s?\d+\s?", text)
+        return len(sections) - 1 >= self.n
+
+    def describe(self) -> str:
+        return f"Answer in {self.n} sections marked '{self.marker} X'."
+
+
+@dataclasses.dataclass(frozen=True)
+class StartsWith(Constraint):
+    phrase: str
+    kind: ClassVar[str] = "starts_with"
+
+    def check(self, text: str) -> bool:
+        return text.strip().lower().startswith(self.phrase.strip().lower())
+
+    def describe(self) -> str:
+        return f"Start with '{self.phrase}'."
+
+
+@dataclasses.dataclass(frozen=True)
+class EndsWith(Constraint):
+    phrase: str
+    kind: ClassVar[str] = "ends_with"
+
+    def check(self, text: str) -> bool:
+        return text.strip().lower().endswith(self.phrase.strip().lower())
+
+    def describe(self) -> str:
+        return f"End with '{self.phrase}'."
+
+
+@dataclasses.dataclass(frozen=True)
+class NoCommas(Constraint):
+    kind: ClassVar[str] = "no_commas"
+
+    def check(self, text: str) -> bool:
+        return "," not in text
+
+    def describe(self) -> str:
+        return "Do not use commas."
+
+
+@dataclasses.dataclass(frozen=True)
+class NoPeriods(Constraint):
+    kind: ClassVar[str] = "no_periods"
+
+    def check(self, text: str) -> bool:
+        return "." not in text
+
+    def describe(self) -> str:
+        return "Do not use periods."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,51 +216,61 @@ class JsonFormat(Constraint):
         return True
 
     def describe(self) -> str:
-        return "Entire output should be wrapped in JSON format. You can use markdown ticks such as ```."
+        return "Answer in JSON."
 
 
 @dataclasses.dataclass(frozen=True)
-class SectionCount(Constraint):
+class MinWords(Constraint):
     n: int
-    marker: str = "Section"
-    kind: ClassVar[str] = "section_count"
+    kind: ClassVar[str] = "min_words"
 
     def check(self, text: str) -> bool:
-        sections = re.split(r"\s?" + re.escape(self.marker) + r"\s?\d+\s?", text)
-        return len(sections) - 1 >= self.n
+        return len(_words(text)) >= self.n
 
     def describe(self) -> str:
-        return (f"Your response must have {self.n} sections. Mark the beginning of each section "
-                f"with {self.marker} X, such as:\n{self.marker} 1\n[content of section 1]")
+        return f"Use at least {self.n} words."
 
 
 @dataclasses.dataclass(frozen=True)
-class NoCommas(Constraint):
-    kind: ClassVar[str] = "no_commas"
+class MaxWords(Constraint):
+    n: int
+    kind: ClassVar[str] = "max_words"
 
     def check(self, text: str) -> bool:
-        return "," not in text
+        return len(_words(text)) <= self.n
 
     def describe(self) -> str:
-        return "In your entire response, refrain from the use of any commas."
+        return f"Use at most {self.n} words."
 
 
 @dataclasses.dataclass(frozen=True)
-class Quoted(Constraint):
-    kind: ClassVar[str] = "quoted"
+class IncludeWord(Constraint):
+    word: str
+    kind: ClassVar[str] = "include_word"
 
     def check(self, text: str) -> bool:
-        body = text.strip()
-        return len(body) > 1 and body[0] == '"' and body[-1] == '"'
+        return self.word.lower() in set(_words(text))
 
     def describe(self) -> str:
-        return "Wrap your entire response with double quotation marks."
+        return f"Use the word '{self.word}'."
+
+
+@dataclasses.dataclass(frozen=True)
+class ForbiddenWord(Constraint):
+    word: str
+    kind: ClassVar[str] = "forbidden_word"
+
+    def check(self, text: str) -> bool:
+        return self.word.lower() not in set(_words(text))
+
+    def describe(self) -> str:
+        return f"Do not use the word '{self.word}'."
 
 
 CONSTRAINT_TYPES: dict[str, type[Constraint]] = {
-    cls.kind: cls for cls in (MinWords, MaxWords, Lowercase, Uppercase, IncludeWords,
-                              ForbiddenWords, StartsWith, EndsWith, BulletCount, JsonFormat,
-                              SectionCount, NoCommas, Quoted)
+    cls.kind: cls for cls in (Lowercase, Uppercase, Quoted, Bracketed, LineCount, BulletCount,
+                              SectionCount, StartsWith, EndsWith, NoCommas, NoPeriods, JsonFormat,
+                              MinWords, MaxWords, IncludeWord, ForbiddenWord)
 }
 
 
@@ -268,8 +309,9 @@ def loose_variants(text: str) -> list[str]:
 
 
 def _safe_check(constraint: Constraint, text: str) -> bool:
+    """IFEval's rule: an empty response follows nothing; otherwise the check, which never raises here."""
     try:
-        return bool(constraint.check(text))
+        return bool(text.strip()) and bool(constraint.check(text))
     except Exception:  # a verifier never raises on model text
         return False
 
@@ -315,57 +357,121 @@ def verify_instructions(text: str, constraints: list[Constraint]) -> Verdict:
     return Verdict(not failed, not loose_failed, results, reason)
 
 
-# --- JSON and sampling -----------------------------------------------------------------
+# --- JSON --------------------------------------------------------------------------------
 
 def constraints_to_json(constraints: list[Constraint]) -> str:
     """``[{"kind": ..., **fields}, ...]`` as a JSON string."""
     return json.dumps([{"kind": c.kind, **dataclasses.asdict(c)} for c in constraints])
 
 
+_MAX_FIELD_INT = 10_000
+_MAX_FIELD_CHARS = 200
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: short, and never the digits of a huge integer (too slow to print)."""
+    if isinstance(value, int) and abs(value) >= 10**12:
+        return "a huge integer"
+    return repr(value)[:60]
+
+
+def _field_value(kind: str, name: str, annotation: Any, value: Any) -> Any:
+    """``value`` if it fits a constraint field annotated ``annotation`` (``int`` or ``str``), else ValueError."""
+    if annotation in (int, "int"):
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_FIELD_INT:
+            return value
+        raise ValueError(f"constraint {kind!r} with field {name!r} not an integer from 0 to "
+                         f"{_MAX_FIELD_INT} (got {_shown(value)})")
+    if isinstance(value, str) and value.strip() and len(value) <= _MAX_FIELD_CHARS:
+        return value
+    raise ValueError(f"constraint {kind!r} with field {name!r} not a non-empty string of at most "
+                     f"{_MAX_FIELD_CHARS} characters (got {_shown(value)})")
+
+
 def constraints_from_json(data: str) -> list[Constraint]:
-    """Inverse of :func:`constraints_to_json`; raises ValueError on unknown kinds."""
+    """Inverse of :func:`constraints_to_json`; ValueError naming the unknown kind or the bad field.
+
+    Messages are noun phrases ("unknown constraint kind 'shout' (known: ...)") that
+    a caller can prefix with where the JSON came from.
+    """
+    if not isinstance(data, str):
+        raise ValueError(f"a {type(data).__name__} where a JSON string belongs")
+    try:
+        items = json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except ValueError as err:
+        raise ValueError(f"invalid JSON ({err})") from None
+    if not isinstance(items, list):
+        raise ValueError(f"a JSON {type(items).__name__} where a list of constraints belongs")
     out = []
-    for item in json.loads(data):
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValueError(f"a constraint that is not an object: {_shown(item)}")
         fields = dict(item)
-        cls = CONSTRAINT_TYPES.get(fields.pop("kind", None))
+        kind = fields.pop("kind", None)
+        cls = CONSTRAINT_TYPES.get(kind) if isinstance(kind, str) else None
         if cls is None:
-            raise ValueError(f"unknown constraint kind in {item!r}")
-        out.append(cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}))
+            raise ValueError(f"unknown constraint kind {_shown(kind)} (known: {', '.join(CONSTRAINT_TYPES)})")
+        declared = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - set(declared), key=str)
+        if unknown:
+            raise ValueError(f"constraint {kind!r} with unknown field {_shown(unknown[0])}")
+        missing = [name for name, f in declared.items()
+                   if name not in fields and f.default is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"constraint {kind!r} without field {missing[0]!r}")
+        out.append(cls(**{name: _field_value(kind, name, declared[name].type, value)
+                          for name, value in fields.items()}))
     return out
 
 
-_VOCAB = ("river", "garden", "lantern", "orbit", "harvest", "copper", "signal", "meadow",
-          "puzzle", "winter", "compass", "ladder", "festival", "engine", "whisper", "anchor")
-_OPENERS = ("My answer is", "Here is", "In short", "Dear reader")
-_CLOSERS = ("Is there anything else I can help with?", "Any other questions?", "That is all.")
+# --- sampling -----------------------------------------------------------------------------
+
+OPENERS = ("Sure", "Okay", "Hello")
+CLOSERS = ("Hope this helps", "Thank you", "That is all")
+INCLUDE_WORDS = ("result", "total", "count", "value")
+FORBIDDEN_WORDS = ("answer",)  # the one word the base sentence "The answer is n." can do without
 
 _FACTORIES: dict[str, Callable[[random.Random], Constraint]] = {
-    "min_words": lambda r: MinWords(r.choice((20, 40, 80, 120))),
-    "max_words": lambda r: MaxWords(r.choice((30, 50, 100, 200))),
     "lowercase": lambda r: Lowercase(),
     "uppercase": lambda r: Uppercase(),
-    "include_words": lambda r: IncludeWords(tuple(r.sample(_VOCAB[:8], r.randint(1, 2)))),
-    "forbidden_words": lambda r: ForbiddenWords(tuple(r.sample(_VOCAB[8:], r.randint(1, 2)))),
-    "starts_with": lambda r: StartsWith(r.choice(_OPENERS)),
-    "ends_with": lambda r: EndsWith(r.choice(_CLOSERS)),
-    "bullet_count": lambda r: BulletCount(r.randint(2, 5)),
-    "json_format": lambda r: JsonFormat(),
-    "section_count": lambda r: SectionCount(r.randint(2, 4), r.choice(("Section", "SECTION"))),
-    "no_commas": lambda r: NoCommas(),
     "quoted": lambda r: Quoted(),
+    "bracketed": lambda r: Bracketed(),
+    "line_count": lambda r: LineCount(r.choice((2, 3))),
+    "bullet_count": lambda r: BulletCount(r.choice((2, 3))),
+    "section_count": lambda r: SectionCount(r.choice((2, 3))),
+    "starts_with": lambda r: StartsWith(r.choice(OPENERS)),
+    "ends_with": lambda r: EndsWith(r.choice(CLOSERS)),
+    "no_commas": lambda r: NoCommas(),
+    "no_periods": lambda r: NoPeriods(),
+    "json_format": lambda r: JsonFormat(),
+    "min_words": lambda r: MinWords(r.choice((6, 8, 10))),
+    "max_words": lambda r: MaxWords(r.choice((15, 20))),
+    "include_word": lambda r: IncludeWord(r.choice(INCLUDE_WORDS)),
+    "forbidden_word": lambda r: ForbiddenWord(r.choice(FORBIDDEN_WORDS)),
 }
 
-# Pairs no response can satisfy together (or only absurdly).
+_LAYOUTS = ("line_count", "bullet_count", "section_count")
+# Pairs no short response satisfies together, or only by an odd layout (a wrapped
+# answer cannot start with a phrase; a bulleted one cannot start with a quote;
+# section markers spend the word budget).
 _CONFLICTS = {
     frozenset(p) for p in [
-        ("lowercase", "uppercase"), ("min_words", "max_words"), ("json_format", "bullet_count"),
-        ("json_format", "section_count"), ("json_format", "starts_with"),
-        ("json_format", "ends_with"), ("json_format", "quoted"), ("json_format", "no_commas"),
-        ("quoted", "starts_with"), ("quoted", "ends_with"), ("uppercase", "starts_with"),
-        ("uppercase", "ends_with"), ("lowercase", "starts_with"), ("lowercase", "ends_with"),
+        ("lowercase", "uppercase"), ("min_words", "max_words"), ("quoted", "bracketed"),
+        ("line_count", "bullet_count"), ("line_count", "section_count"), ("bullet_count", "section_count"),
+        *[("json_format", k) for k in ("quoted", "bracketed", "starts_with", "ends_with", *_LAYOUTS)],
+        *[(w, k) for w in ("quoted", "bracketed") for k in ("starts_with", "ends_with", "bullet_count")],
         ("lowercase", "section_count"), ("uppercase", "section_count"),
+        ("starts_with", "bullet_count"), ("starts_with", "section_count"), ("max_words", "section_count"),
     ]
 }
+
+
+def compatible(kinds: list[str]) -> bool:
+    """Whether constraints of these kinds can be met together (distinct kinds, no conflicting pair)."""
+    return len(set(kinds)) == len(kinds) and not any(
+        frozenset((a, b)) in _CONFLICTS for i, a in enumerate(kinds) for b in kinds[i + 1:])
 
 
 def sample_constraints(seed: int | random.Random, k: int = 2) -> list[Constraint]:
@@ -375,6 +481,6 @@ def sample_constraints(seed: int | random.Random, k: int = 2) -> list[Constraint
     for kind in rng.sample(sorted(_FACTORIES), len(_FACTORIES)):
         if len(kinds) == k:
             break
-        if all(frozenset((kind, other)) not in _CONFLICTS for other in kinds):
+        if compatible([*kinds, kind]):
             kinds.append(kind)
     return [_FACTORIES[kind](rng) for kind in kinds]

@@ -1,20 +1,39 @@
-"""Patches: parse a unified diff from model text, apply it strictly, run hidden tests.
+"""Patches: read a SEARCH/REPLACE patch or a unified diff from model text, apply it strictly, judge it.
 
-The SWE stage asks the model for a fix as a unified diff. This module judges one
-against an in-memory repository (``{path: text}``):
+The SWE stage asks the model for a fix of files in an in-memory repository
+(``{path: text}``). Two patch formats are read:
 
-1. find the diff (a fenced ``diff``/``patch`` block, else text from ``--- ``/``diff --git``),
-2. parse it (file headers, ``@@ -a,b +c,d @@`` hunks whose line counts must add up),
-3. apply it strictly: every context and removed line must match the file exactly;
-   a hunk may sit at another line than its header says (an "offset", as GNU patch
-   allows) only where its lines match exactly and at one place; no fuzz,
-4. run hidden tests (calls with expected values) on the patched files in the
-   sandbox, comparing outside it, and report how many pass.
+* SEARCH/REPLACE blocks, the edit format of Aider and of the agentless setups
+  the paper's SWE data follows (a file line, then the lines to find and their
+  replacement)::
 
-Departure from the paper: its SWE RL reward is execution-free, a lexical/semantic
-similarity between the generated and the gold patch (:func:`diff_similarity` is
-the lexical half). Executing tests is the stricter judge the kit can afford at toy
-scale; both are here so a chapter can compare them.
+      calc.py
+      <<<<<<< SEARCH
+          sharks = tigers + eagles + 4
+      =======
+          sharks = tigers + eagles + 3
+      >>>>>>> REPLACE
+
+  Each block edits an existing file; its SEARCH lines must occur exactly once
+  there (whole lines, no fuzz), and blocks apply in order.
+* unified diffs (a fenced ``diff``/``patch`` block, else text from ``--- ``/``diff --git``),
+  with ``@@ -a,b +c,d @@`` hunks whose line counts must add up, applied strictly:
+  every context and removed line must match the file exactly; a hunk may sit at
+  another line than its header says (an "offset", as GNU patch allows) only
+  where its lines match exactly and at one place; no fuzz.
+
+Two rewards come from a patch:
+
+* execution (:func:`verify_patch`): apply it and run hidden tests (calls with
+  expected values) on the patched files in the sandbox, comparing outside it;
+* execution-free (:func:`patch_similarity`): the paper's SWE RL reward, after
+  SWE-RL, a sequence similarity between the generated and the gold patch
+  (``difflib.SequenceMatcher(..., autojunk=False).ratio()``), on patch text
+  normalised to SEARCH/REPLACE blocks; 0 when no patch can be read.
+
+Departure from the paper: its SWE reward is execution-free only; executing the
+tests is the stricter judge the kit can afford at toy scale, and both are here so
+a chapter can compare them.
 """
 
 from __future__ import annotations
@@ -30,13 +49,14 @@ from cascadekit.verify.code import FunctionTests, run_hidden_tests
 from cascadekit.verify.boxed import answer_part
 
 __all__ = [
-    "PatchError", "Hunk", "FilePatch", "PatchVerdict", "extract_diff", "parse_diff",
-    "apply_patch", "make_diff", "diff_similarity", "verify_patch",
+    "PatchError", "Hunk", "FilePatch", "Edit", "PatchVerdict", "extract_diff", "parse_diff",
+    "parse_search_replace", "parse_patch", "apply_patch", "make_diff", "normalize_patch",
+    "patch_similarity", "verify_patch",
 ]
 
 
 class PatchError(ValueError):
-    """A diff that is malformed or does not apply; the message is the reason."""
+    """A patch that is missing, malformed or does not apply; the message is the reason."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +80,18 @@ class FilePatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class Edit:
+    """One SEARCH/REPLACE block: in ``path``, the one occurrence of ``search`` becomes ``replace``.
+
+    Both are whole lines, each ending in a newline; ``search`` is never empty.
+    """
+
+    path: str
+    search: str
+    replace: str
+
+
+@dataclasses.dataclass(frozen=True)
 class PatchVerdict:
     applied: bool
     passed: int
@@ -69,16 +101,34 @@ class PatchVerdict:
     reason: str
 
 
-_FENCE = re.compile(r"```[ \t]*(diff|patch|udiff)?[^\n]*\n(.*?)```", re.DOTALL)
+# The info string is read apart from the pattern, which stays linear in hostile text
+# (see cascadekit.verify.code._FENCE).
+_FENCE = re.compile(r"```([^`\n]*)\n(.*?)```", re.DOTALL)
+_DIFF_LANG = re.compile(r"[ \t]*(diff|patch|udiff)?")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_SEARCH, _DIVIDER, _REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
+#: Longest normalised patch :func:`patch_similarity` compares (the comparison is quadratic in the worst case).
+MAX_SIMILARITY_CHARS = 20_000
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to ``limit`` characters: a reason quotes model text, never all of it."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def _answer(text: str) -> str:
+    """The part of a model turn that can hold the patch: after the think block, before ``<|im_end|>``."""
+    return answer_part(text).split("<|im_end|>", 1)[0]
 
 
 def extract_diff(text: str) -> str | None:
-    """The diff in a model answer, or None."""
+    """The unified diff in a model answer, or None."""
     if not isinstance(text, str):
         return None
-    answer = answer_part(text).split("<|im_end|>", 1)[0]
-    fenced = [body for lang, body in _FENCE.findall(answer) if lang or body.lstrip().startswith(("---", "diff "))]
+    answer = _answer(text)
+    fenced = [body for info, body in _FENCE.findall(answer)
+              if _DIFF_LANG.match(info).group(1) or body.lstrip().startswith(("---", "diff "))]
     if fenced:
         return "".join(fenced)
     match = re.search(r"^(--- |diff --git )", answer, re.MULTILINE)
@@ -181,10 +231,108 @@ def _apply_file(source: str, patch: FilePatch, name: str) -> str:
     return "".join(out + lines[pos:])
 
 
-def apply_patch(files: dict[str, str], patches: list[FilePatch]) -> dict[str, str]:
-    """A new ``{path: text}`` with the patches applied; raises :class:`PatchError`."""
+def _block_path(lines: list[str], at: int) -> str:
+    """The file named before the SEARCH marker on line ``at`` (above an opening fence, if any); "" if none.
+
+    Takes ``calc.py``, Agentless's ``### calc.py`` and ``./calc.py`` alike.
+    """
+    j = at - 1
+    if j >= 0 and lines[j].lstrip().startswith("```"):
+        j -= 1
+    line = lines[j].strip() if j >= 0 else ""
+    if line in (_SEARCH, _DIVIDER, _REPLACE) or line.startswith("```"):
+        return ""
+    name = line.lstrip("#").strip().strip("`*").strip()
+    return posixpath.normpath(name) if name else ""
+
+
+def parse_search_replace(text: str) -> list[Edit]:
+    """The SEARCH/REPLACE blocks of ``text`` (an answer without its think block), in order.
+
+    Raises :class:`PatchError` for a block without a file line, without its
+    ``=======`` or ``>>>>>>> REPLACE`` line, or with an empty SEARCH part, and
+    when there is no block at all.
+    """
+    lines = text.split("\n")
+    edits: list[Edit] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() != _SEARCH:
+            i += 1
+            continue
+        k = len(edits) + 1
+        path = _block_path(lines, i)
+        if not path:
+            raise PatchError(f"block {k} names no file on the line before {_SEARCH!r}")
+        parts: tuple[list[str], list[str]] = ([], [])
+        part = 0
+        while True:
+            i += 1
+            expected = (_DIVIDER, _REPLACE)[part]
+            if i >= len(lines):
+                raise PatchError(f"block {k} ends without its {expected!r} line")
+            marker = lines[i].strip()
+            if marker == expected and part == 0:
+                part = 1
+            elif marker == expected:
+                break
+            elif marker in (_SEARCH, _DIVIDER, _REPLACE):
+                raise PatchError(f"block {k} has {marker!r} where its {expected!r} line belongs")
+            else:
+                parts[part].append(lines[i] + "\n")
+        i += 1
+        search, replace = "".join(parts[0]), "".join(parts[1])
+        if not search.strip():
+            raise PatchError(f"block {k} has an empty SEARCH part")
+        edits.append(Edit(path, search, replace))
+    if not edits:
+        raise PatchError(f"no {_SEARCH!r} block")
+    return edits
+
+
+def parse_patch(text: str) -> list[FilePatch] | list[Edit]:
+    """The patch in a model answer (after its think block); raises :class:`PatchError`.
+
+    SEARCH/REPLACE blocks when the answer has a ``<<<<<<< SEARCH`` line, else a
+    unified diff; ``"no patch found"`` when it has neither.
+    """
+    if not isinstance(text, str):
+        raise PatchError("no patch found: not a string")
+    answer = _answer(text)
+    if any(line.strip() == _SEARCH for line in answer.split("\n")):
+        return parse_search_replace(answer)
+    diff = extract_diff(text)
+    if diff is None:
+        raise PatchError("no patch found")
+    return parse_diff(diff)
+
+
+def _apply_edit(source: str, edit: Edit, k: int) -> str:
+    """``source`` with the SEARCH lines of block ``k`` replaced; they must occur exactly once, as whole lines."""
+    ended = source.endswith("\n")
+    padded = "\n" + source + ("" if ended else "\n")
+    needle = "\n" + edit.search
+    at = padded.find(needle)
+    if at < 0:
+        raise PatchError(f"block {k}: its SEARCH lines are not in {edit.path}")
+    if padded.find(needle, at + 1) >= 0:
+        raise PatchError(f"block {k}: its SEARCH lines occur more than once in {edit.path}")
+    patched = padded[1:at + 1] + edit.replace + padded[at + len(needle):]
+    return patched if ended or not patched.endswith("\n") else patched[:-1]
+
+
+def apply_patch(files: dict[str, str], patches: Sequence[FilePatch | Edit]) -> dict[str, str]:
+    """A new ``{path: text}`` with the patches applied in order; raises :class:`PatchError`.
+
+    An :class:`Edit` changes an existing file; a :class:`FilePatch` may also create or delete one.
+    """
     result = dict(files)
-    for patch in patches:
+    for k, patch in enumerate(patches, 1):
+        if isinstance(patch, Edit):
+            if patch.path not in result:
+                raise PatchError(f"block {k}: file not found: {_short(patch.path)}")
+            result[patch.path] = _apply_edit(result[patch.path], patch, k)
+            continue
         name = patch.new_path or patch.old_path
         if patch.old_path is None:
             if name in result:
@@ -221,20 +369,46 @@ def make_diff(old: dict[str, str], new: dict[str, str], context: int = 3) -> str
     return "".join(chunks)
 
 
-def diff_similarity(predicted: str, gold: str) -> float:
-    """Lexical similarity of two diffs' changed lines, in [0, 1] (the paper's execution-free idea)."""
-    def changed(diff: str) -> list[str]:
-        return [ln.strip() for ln in diff.splitlines()
-                if ln[:1] in "+-" and not ln.startswith(("+++", "---")) and ln[1:].strip()]
-    a, b = changed(predicted or ""), changed(gold or "")
-    if not a and not b:
-        return 1.0
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+def normalize_patch(patch: Sequence[FilePatch | Edit]) -> str:
+    """A patch as canonical SEARCH/REPLACE text: one block per edit or diff hunk, trailing spaces dropped.
+
+    A diff hunk becomes the block from its old lines to its new ones, so the two
+    formats compare on one footing.
+    """
+    edits: list[Edit] = []
+    for item in patch:
+        if isinstance(item, Edit):
+            edits.append(item)
+        else:
+            edits += [Edit(item.new_path or item.old_path or "", "".join(h.old()), "".join(h.new()))
+                      for h in item.hunks]
+    blocks = ["\n".join([edit.path, _SEARCH, *edit.search.splitlines(), _DIVIDER, *edit.replace.splitlines(),
+                         _REPLACE]) for edit in edits]
+    return "\n".join(line.rstrip() for line in "\n".join(blocks).split("\n"))
+
+
+def patch_similarity(completion: str, gold_patch: str) -> float:
+    """The execution-free reward: how close the answer's patch is to ``gold_patch``, in [0, 1]; never raises.
+
+    ``difflib.SequenceMatcher(None, predicted, gold, autojunk=False).ratio()`` on
+    the two :func:`normalize_patch` texts, as SWE-RL scores a patch. 0 when
+    either has no readable patch, or when one is over :data:`MAX_SIMILARITY_CHARS`.
+    """
+    try:
+        predicted = normalize_patch(parse_patch(completion))
+        gold = normalize_patch(parse_patch(gold_patch))
+    except Exception:  # PatchError, or whatever else hostile text provokes: no readable patch
+        return 0.0
+    if max(len(predicted), len(gold)) > MAX_SIMILARITY_CHARS:
+        return 0.0
+    return difflib.SequenceMatcher(None, predicted, gold, autojunk=False).ratio()
 
 
 def verify_patch(text: str, files: dict[str, str], tests: FunctionTests | Sequence[FunctionTests],
                  limits: Limits = Limits()) -> PatchVerdict:
-    """Apply the model's diff to ``files`` and run the hidden ``tests`` on the result; never raises.
+    """Apply the model's patch to ``files`` and run the hidden ``tests`` on the result; never raises.
+
+    The patch is SEARCH/REPLACE blocks or a unified diff (:func:`parse_patch`).
 
     The tests are calls with expected values (:class:`~cascadekit.verify.code.FunctionTests`
     naming a module of the repository), run by the code verifier's harness: nothing
@@ -245,15 +419,12 @@ def verify_patch(text: str, files: dict[str, str], tests: FunctionTests | Sequen
         return PatchVerdict(applied, passed, total, total > 0 and passed == total,
                             passed / total if total else 0.0, reason)
 
-    diff = extract_diff(text)
-    if diff is None:
-        return verdict(False, 0, 0, "no diff found")
     try:
-        patched = apply_patch(files, parse_diff(diff))
+        patched = apply_patch(files, parse_patch(text))
     except PatchError as e:
         return verdict(False, 0, 0, str(e))
     except Exception as e:  # a verifier never raises on model text
-        return verdict(False, 0, 0, f"malformed diff: {type(e).__name__}")
+        return verdict(False, 0, 0, f"malformed patch: {type(e).__name__}")
     if "main.py" in patched:
         return verdict(False, 0, 0, "patch adds main.py, the name the test harness runs as")
     suite = [tests] if isinstance(tests, FunctionTests) else list(tests)

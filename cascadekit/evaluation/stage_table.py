@@ -1,0 +1,269 @@
+"""The stage table: every Part II domain in both modes, after any stage (the paper's Table 1 shape).
+
+A suite is the ``eval`` split of each domain, every prompt asked twice, once with
+``/think`` and once with ``/no_think``. For every (domain, mode) cell the table reports
+
+* **score** with a 95% interval: the mean verifier score, the toy stand-in for the
+  paper's benchmark (exact binomial interval for 0/1 scores, a bootstrap over
+  prompts for graded ones such as the general domain's hidden quality);
+* **mode following**: the share of answers that obey the flag (a non-empty think
+  block after ``/think``, an empty one after ``/no_think``), measured with the
+  generation prompt left bare: the model must write the empty think block itself,
+  so a template that pre-fills it cannot make a model look obedient;
+* **mean tokens** of the whole response (every tool-calling round) and the
+  **think/no_think length ratio** per domain, the quantities RLHF's verbosity
+  effect and the length schedules are about;
+* **repetition**: the share of repeated word 3-grams in a response, averaged.
+
+Tool-using prompts are rolled out turn by turn: each call the model writes is
+answered by the domain's tool (:attr:`cascadekit.domains.Domain.respond`) in a
+tool turn, and the model goes on, up to :data:`MAX_ROUNDS` turns.
+
+Every Part II chapter calls :func:`stage_table` after each stage. Decoding is
+greedy so a table is reproducible; the paper samples (temperature 0.6, top-p
+0.95) and averages several runs.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from cascadekit.chat import parse_assistant, render
+from cascadekit.claims import binomial_interval, bootstrap_interval
+from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of
+from cascadekit.domains.tools import transcript
+from cascadekit.profiles import Profile
+from cascadekit.runtime import choose_device, load_model, load_tokenizer
+
+#: The most assistant turns a tool-calling rollout may take (the toy DAGs need at most 5).
+MAX_ROUNDS = 6
+#: Repetition is measured on word n-grams of this length.
+REPETITION_N = 3
+
+# The paper's numbers for Nemotron-Cascade-8B (unified), from the summary in
+# shared/seeds: after multi-stage SFT where the summary gives them (the start of
+# the RLHF comparison) and for the final cascade model.
+PAPER = {
+    "general": {"benchmark": "ArenaHard", "after_sft": 70.0, "final": 87.9},
+    "instructions": {"benchmark": "IFEval", "after_sft": None, "final": 90.2},
+    "math": {"benchmark": "AIME 2025", "after_sft": 72.8, "final": 80.1},
+    "code": {"benchmark": "LiveCodeBench v6", "after_sft": 56.7, "final": 71.1},
+    "tools": {"benchmark": "BFCL v3", "after_sft": None, "final": 64.4},
+    "swe": {"benchmark": "SWE-bench Verified", "after_sft": None, "final": 37.2},
+}
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One cell of the stage table: a domain in one mode after one stage."""
+
+    stage: str
+    domain: str
+    mode: str
+    n: int
+    score: float
+    score_low: float
+    score_high: float
+    mode_following: float
+    mean_tokens: float
+    repetition: float
+    length_ratio: float | None = None  # think / no_think mean tokens, on the think row
+    loose_score: float | None = None  # instruction following's loose score
+
+
+def suite_records(profile: Profile, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """``sft.eval_tasks`` eval-split prompts per domain, each as a /think and a /no_think record."""
+    ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
+    records = []
+    for name in names or domains():
+        for task in draw_tasks(domains()[name], profile.sft.eval_tasks, profile.seed, "eval", ops):
+            records.extend(chat_records(task))
+    return records
+
+
+def follows_mode(completion: str, think: bool) -> bool:
+    """Did the first turn obey the flag: a reasoned think block after ``/think``, an empty one after ``/no_think``?"""
+    text = completion.lstrip()
+    if not text.startswith("<think>") or "</think>" not in text:
+        return False
+    return bool(parse_assistant(text).thinking) == think
+
+
+def repetition_rate(text: str, n: int = REPETITION_N) -> float:
+    """The share of word ``n``-grams in ``text`` that repeat an earlier one (0 for fewer than ``n`` words)."""
+    words = text.split()
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+@torch.inference_mode()
+def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
+             max_new_tokens: int, batch_size: int) -> list[tuple[str, int]]:
+    """Greedy completions (text up to ``<|im_end|>``, and its token count) in prompt order."""
+    tokenizer.padding_side = "left"
+    model.eval()
+    stop = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: dict[int, tuple[str, int]] = {}
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
+                          add_special_tokens=False).to(model.device)
+        generated = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
+                                   eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
+        for i, row in zip(idx, generated[:, batch["input_ids"].shape[1]:].tolist()):
+            ids = row[:next((k for k, t in enumerate(row) if t in stop), len(row))]
+            out[i] = (tokenizer.decode(ids, skip_special_tokens=False), len(ids))
+    return [out[i] for i in range(len(prompts))]
+
+
+@dataclass
+class Rollout:
+    """One prompt's answer: each assistant turn, the tool results after each, and the tokens spent."""
+
+    turns: list[str]
+    results: list[list[str]]
+    tokens: int = 0
+
+    @property
+    def text(self) -> str:
+        """What the verifier reads: the one turn, or every turn with its tool responses in between."""
+        return transcript(self.turns, self.results) if self.results else self.turns[0]
+
+
+def rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records: Sequence[dict[str, Any]],
+            max_new_tokens: int, batch_size: int) -> list[Rollout]:
+    """Answer every record, turn by turn: a turn with tool calls gets the tool's results and another turn."""
+    chats = [list(prompt_of(r)) for r in records]
+    rollouts = [Rollout([], []) for _ in records]
+    active = list(range(len(records)))
+    for round_ in range(MAX_ROUNDS):
+        prompts = [render(chats[i][0], chats[i][1], add_generation_prompt=True, prefill_empty_think=False)
+                   for i in active]
+        still = []
+        for i, (text, n_tokens) in zip(active, generate(model, tokenizer, prompts, max_new_tokens, batch_size)):
+            rollouts[i].turns.append(text)
+            rollouts[i].tokens += n_tokens
+            respond = domains()[records[i]["domain"]].respond
+            calls = parse_assistant(text).tool_calls if respond else []
+            if calls and round_ < MAX_ROUNDS - 1:
+                results = [respond(call) for call in calls]
+                rollouts[i].results.append(results)
+                chats[i][0] = [*chats[i][0], {"role": "assistant", "content": text},
+                               *({"role": "tool", "content": r} for r in results)]
+                still.append(i)
+        active = still
+        if not active:
+            break
+    return rollouts
+
+
+def judge_records(records: Sequence[dict[str, Any]], rollouts: Sequence[Rollout], stage: str) -> list[dict[str, Any]]:
+    """Per-sample results: the verifier's score and reason, mode following, tokens, repetition."""
+    samples = []
+    for record, answer in zip(records, rollouts):
+        judgement = domains()[record["domain"]].judge(record["gold"], answer.text)
+        samples.append({"stage": stage, "domain": record["domain"], "think": record["think"],
+                        "completion": answer.text, "tokens": answer.tokens, "score": judgement.score,
+                        "reason": judgement.reason, "loose": judgement.details.get("loose"),
+                        "follows_mode": follows_mode(answer.turns[0], record["think"]),
+                        "repetition": repetition_rate("\n".join(answer.turns))})
+    return samples
+
+
+def score_interval(scores: Sequence[float]) -> tuple[float, float]:
+    """95% interval of a mean score: exact binomial for 0/1 scores, a bootstrap over prompts otherwise."""
+    if all(s in (0, 1) for s in scores):
+        return binomial_interval(int(sum(scores)), len(scores))
+    _, low, high = bootstrap_interval(list(scores))
+    return low, high
+
+
+def aggregate(samples: Sequence[dict[str, Any]], stage: str) -> list[StageRow]:
+    """One row per (domain, mode): means with the score's interval, and the think/no_think length ratio."""
+    rows = []
+    for name in dict.fromkeys(s["domain"] for s in samples):
+        cells = {think: [s for s in samples if s["domain"] == name and s["think"] == think] for think in (True, False)}
+        mean = {think: sum(s["tokens"] for s in cell) / len(cell) for think, cell in cells.items() if cell}
+        for think, cell in cells.items():
+            if not cell:
+                continue
+            scores = [s["score"] for s in cell]
+            low, high = score_interval(scores)
+            loose = [s["loose"] for s in cell if s["loose"] is not None]
+            ratio = mean[True] / mean[False] if think and mean.get(False) else None
+            rows.append(StageRow(
+                stage=stage, domain=name, mode="think" if think else "no_think", n=len(cell),
+                score=sum(scores) / len(cell), score_low=low, score_high=high,
+                mode_following=sum(s["follows_mode"] for s in cell) / len(cell),
+                mean_tokens=mean[think], repetition=sum(s["repetition"] for s in cell) / len(cell),
+                length_ratio=ratio, loose_score=sum(loose) / len(loose) if loose else None,
+            ))
+    return rows
+
+
+def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records: Sequence[dict[str, Any]],
+             profile: Profile, stage: str) -> tuple[list[StageRow], list[dict[str, Any]]]:
+    """Roll out every record, judge it, and aggregate per (domain, mode); also the per-sample results.
+
+    Every record is checked first (:func:`cascadekit.domains.check_record`), so a
+    malformed one is one clear error naming its field, before any generation.
+    """
+    for record in records:
+        check_record(record)
+    rollouts = rollout(model, tokenizer, records, profile.sft.max_new_tokens, profile.evaluation.batch_size)
+    samples = judge_records(records, rollouts, stage)
+    return aggregate(samples, stage), samples
+
+
+def stage_table(checkpoint: str | Path, profile: Profile, stage: str,
+                records: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The stage table of one checkpoint: ``rows`` (dicts), per-sample ``samples`` and ``wall_s``."""
+    started = time.perf_counter()
+    model = load_model(checkpoint, choose_device(profile))
+    rows, samples = evaluate(model, load_tokenizer(checkpoint), suite_records(profile) if records is None else records,
+                             profile, stage)
+    return {"rows": [asdict(r) for r in rows], "samples": samples, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def _row(r: StageRow | dict[str, Any]) -> dict[str, Any]:
+    return asdict(r) if isinstance(r, StageRow) else r
+
+
+def markdown_table(rows: Iterable[StageRow | dict[str, Any]]) -> str:
+    """The stage table: one line per (stage, domain, mode)."""
+    lines = ["| stage | domain (stands in for) | mode | n | score [95% CI] | mode following | mean tokens "
+             "| think/no_think length | repetition |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in map(_row, rows):
+        score = f"{r['score']:.2f} [{r['score_low']:.2f}, {r['score_high']:.2f}]"
+        if r.get("loose_score") is not None:
+            score += f" (loose {r['loose_score']:.2f})"
+        ratio = "" if r.get("length_ratio") is None else f"{r['length_ratio']:.1f}x"
+        lines.append(f"| {r['stage']} | {r['domain']} ({PAPER[r['domain']]['benchmark']}) | {r['mode']} | {r['n']} "
+                     f"| {score} | {r['mode_following']:.2f} | {r['mean_tokens']:.0f} | {ratio} "
+                     f"| {r['repetition']:.2f} |")
+    return "\n".join(lines)
+
+
+def paper_vs_run(rows: Iterable[StageRow | dict[str, Any]], stage: str) -> str:
+    """Paper (8B unified, percent) vs this run after ``stage`` (percent of the toy suite, with its interval)."""
+    rows = [_row(r) for r in rows]
+    lines = ["| domain | paper benchmark | paper after SFT | paper final (cascade) | this run: think [95% CI] | "
+             "this run: no_think [95% CI] | mode following (think / no_think) |", "|---|---|---|---|---|---|---|"]
+    for name, paper in PAPER.items():
+        cells = {r["mode"]: r for r in rows if r["stage"] == stage and r["domain"] == name}
+        if not cells:
+            continue
+        after = "n/a" if paper["after_sft"] is None else f"{paper['after_sft']:.1f}"
+        think, no_think = cells.get("think"), cells.get("no_think")
+        fmt = (lambda r: "–" if r is None else
+               f"{100 * r['score']:.1f} [{100 * r['score_low']:.0f}, {100 * r['score_high']:.0f}]")
+        follow = " / ".join("–" if r is None else f"{r['mode_following']:.2f}" for r in (think, no_think))
+        lines.append(f"| {name} | {paper['benchmark']} | {after} | {paper['final']:.1f} | {fmt(think)} "
+                     f"| {fmt(no_think)} | {follow} |")
+    return "\n".join(lines)
