@@ -6,7 +6,7 @@ import pytest
 
 from cascadekit.base_model import build_chat_tokenizer
 from cascadekit.domains import domains
-from cascadekit.evaluation.stage_table import (PAPER, aggregate, evaluate, follows_mode, markdown_table, paper_vs_run,
+from cascadekit.evaluation.stage_table import (PAPER, aggregate, evaluate, follows_mode, stage_markdown, paper_vs_run,
                                                repetition_rate, rollout, score_interval, suite_records)
 from cascadekit.models import build_model
 from cascadekit.profiles import load_profile
@@ -46,7 +46,7 @@ def test_aggregate_reports_intervals_and_the_length_ratio() -> None:
     think, no_think = aggregate(samples, "s")
     assert think.mode == "think" and think.score == 0.5 and think.score_low < 0.5 < think.score_high
     assert think.length_ratio == pytest.approx(4.0) and no_think.length_ratio is None
-    assert "4.0x" in markdown_table([think, no_think]) and "AIME" in paper_vs_run([think, no_think], "s")
+    assert "4.0x" in stage_markdown([think, no_think]) and "AIME" in paper_vs_run([think, no_think], "s")
 
 
 
@@ -78,7 +78,7 @@ def test_evaluation_table_on_a_tiny_model() -> None:
     for row in rows:
         assert 0 <= row.score_low <= row.score <= row.score_high <= 1
         assert 0 <= row.mode_following <= 1 and 0 <= row.repetition <= 1
-    assert all(PAPER[name]["benchmark"] in markdown_table(rows) for name in domains())
+    assert all(PAPER[name]["benchmark"] in stage_markdown(rows) for name in domains())
 
 
 def test_evaluation_refuses_a_malformed_record() -> None:

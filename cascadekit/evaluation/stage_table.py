@@ -235,7 +235,7 @@ def _row(r: StageRow | dict[str, Any]) -> dict[str, Any]:
     return asdict(r) if isinstance(r, StageRow) else r
 
 
-def markdown_table(rows: Iterable[StageRow | dict[str, Any]]) -> str:
+def stage_markdown(rows: Iterable[StageRow | dict[str, Any]]) -> str:
     """The stage table: one line per (stage, domain, mode)."""
     lines = ["| stage | domain (stands in for) | mode | n | score [95% CI] | mode following | mean tokens "
              "| think/no_think length | repetition |", "|---|---|---|---|---|---|---|---|---|"]

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from cascadekit.atomic import atomic_open
 from cascadekit.base_model import chat_base
 from cascadekit.chapters import ChapterConfig
-from cascadekit.evaluation.stage_table import markdown_table, paper_vs_run, stage_table, suite_records
+from cascadekit.evaluation.stage_table import stage_markdown, paper_vs_run, stage_table, suite_records
 from cascadekit.results import ResultsWriter
 from cascadekit.training.pretrain import ProgressCallback
 from cascadekit.training.sft import STAGES, sft_stages
@@ -110,7 +110,7 @@ def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
              f"Paper numbers are percent on the real benchmarks; this run's are percent of the toy suite that "
              f"stands in for each ({profile['sft']['eval_tasks']} prompts per domain and mode, greedy, "
              f"no pre-filled think block), with exact 95% intervals.\n\n"
-             f"### Stage table after each SFT stage\n\n{markdown_table(metrics['rows'])}\n\n"
+             f"### Stage table after each SFT stage\n\n{stage_markdown(metrics['rows'])}\n\n"
              f"Timings (s): {json.dumps(metrics['timings'])}")
     writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"sft_stages": plot_stage_table(metrics["rows"])},
                 f"Chapter 08: a unified thinking model, targets after {last}", target_rows(metrics["rows"], last), notes)
