@@ -81,8 +81,7 @@ def _surfaces(profile: Profile) -> dict[str, Any]:
     return {"ops": list(profile.sft.ops), "surfaces": surfaces_fingerprint(surface_ops(profile)), "seed": profile.seed}
 
 
-def chat_tokenizer(profile: Profile) -> StageOutput:
-    """The unified model's tokenizer (a stage: trained once per tokenizer settings and surfaces)."""
+def _tokenizer_stage(profile: Profile) -> Stage:
     inputs = {**_surfaces(profile), "tokenizer": dataclasses.asdict(profile.tokenizer),
               "pretrained": base_model_source(profile)}
 
@@ -91,7 +90,12 @@ def chat_tokenizer(profile: Profile) -> StageOutput:
         tokenizer.save_pretrained(folder)
         return {"vocab_size": len(tokenizer)}
 
-    return run_stage(Stage("chat-tokenizer", inputs, build))
+    return Stage("chat-tokenizer", inputs, build)
+
+
+def chat_tokenizer(profile: Profile) -> StageOutput:
+    """The unified model's tokenizer (a stage: trained once per tokenizer settings and surfaces)."""
+    return run_stage(_tokenizer_stage(profile))
 
 
 def _pretrain_settings(profile: Profile) -> dict[str, Any]:
@@ -99,20 +103,15 @@ def _pretrain_settings(profile: Profile) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(profile.pretrain).items() if k not in ("tokens", "problems")}
 
 
-def chat_base(profile: Profile, callbacks: Sequence[TrainerCallback] = (), rebuild: bool = False) -> StageOutput:
-    """The unified model's base checkpoint: ``sft.base_tokens`` of raw surface text (a cached, shippable stage).
-
-    With released weights (``model.pretrained``) and ``sft.base_tokens`` 0 the base
-    is those weights as they are.
-    """
-    tokenizer_stage = chat_tokenizer(profile)
-    inputs = {**_surfaces(profile), "tokenizer": tokenizer_stage.key, "model": dataclasses.asdict(profile.model),
-              "pretrain": _pretrain_settings(profile), "base_tokens": profile.sft.base_tokens}
+def _base_stage(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> Stage:
+    inputs = {**_surfaces(profile), "tokenizer": _tokenizer_stage(profile).key,
+              "model": dataclasses.asdict(profile.model), "pretrain": _pretrain_settings(profile),
+              "base_tokens": profile.sft.base_tokens}
     run_dir = cache_root() / "runs" / f"chat-base-{Stage('chat-base', inputs, dict).key}"  # Trainer checkpoints
 
     def build(dest: Path) -> Mapping[str, Any]:
         started = time.perf_counter()
-        tokenizer = load_tokenizer(tokenizer_stage.checkpoint)
+        tokenizer = load_tokenizer(chat_tokenizer(profile).checkpoint)
         model = start_model(profile, tokenizer, placement=choose_device(profile))
         log: list = []
         if profile.sft.base_tokens or not base_model_source(profile):
@@ -124,5 +123,18 @@ def chat_base(profile: Profile, callbacks: Sequence[TrainerCallback] = (), rebui
         shutil.rmtree(run_dir, ignore_errors=True)
         return {"tokens": profile.sft.base_tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
 
-    return run_stage(Stage("chat-base", inputs, build), rebuild=rebuild)
+    return Stage("chat-base", inputs, build)
 
+
+def chat_base_key(profile: Profile) -> str:
+    """The cache key of the profile's base, without building anything (the shipped base's folder name)."""
+    return _base_stage(profile).key
+
+
+def chat_base(profile: Profile, callbacks: Sequence[TrainerCallback] = (), rebuild: bool = False) -> StageOutput:
+    """The unified model's base checkpoint: ``sft.base_tokens`` of raw surface text (a cached, shippable stage).
+
+    With released weights (``model.pretrained``) and ``sft.base_tokens`` 0 the base
+    is those weights as they are. The tokenizer is trained only when the base is built.
+    """
+    return run_stage(_base_stage(profile, callbacks), rebuild=rebuild)

@@ -121,3 +121,46 @@ def test_the_shipped_toy_base_is_the_toy_profiles_base():
 
     key = pretrain_key(load_profile("toy"))
     verify(shipped_root() / "pretrain" / key, "pretrain", key)
+
+
+def test_ship_copies_a_verified_entry_with_its_provenance(tmp_path, monkeypatch):
+    from cascadekit import artifacts
+
+    monkeypatch.setattr(artifacts, "shipped_root", lambda: tmp_path / "shipped")
+    get_or_build("sft", "k2", _builder([]), root=tmp_path / "cache")
+    dest = artifacts.ship("sft", "k2", {"what": "a test entry", "command": "x"}, root=tmp_path / "cache")
+    verify(dest, "sft", "k2")
+    assert json.loads((dest / artifacts.PROVENANCE).read_text())["what"] == "a test entry"
+
+    def never(folder):
+        raise AssertionError("a shipped stage was built again")
+
+    assert (get_or_build("sft", "k2", never, root=tmp_path / "fresh") / "model.safetensors").exists()
+    monkeypatch.setattr(artifacts, "MAX_SHIPPED_BYTES", 100)
+    with pytest.raises(ValueError, match="MiB"):
+        artifacts.ship("sft", "k2", {}, root=tmp_path / "cache")
+    (artifact_path("sft", "k2", tmp_path / "cache") / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(CorruptArtifact):
+        artifacts.ship("sft", "k2", {}, root=tmp_path / "cache")
+
+
+def test_rebuild_ignores_the_cached_and_the_shipped_entry(tmp_path, monkeypatch):
+    from cascadekit import artifacts
+
+    monkeypatch.setattr(artifacts, "shipped_root", lambda: tmp_path / "shipped")
+    calls: list = []
+    get_or_build("sft", "k3", _builder(calls), root=tmp_path / "cache")
+    artifacts.ship("sft", "k3", {}, root=tmp_path / "cache")
+    get_or_build("sft", "k3", _builder(calls), root=tmp_path / "cache", rebuild=True)
+    get_or_build("sft", "k3", _builder(calls), root=tmp_path / "other", rebuild=True)
+    assert len(calls) == 3
+
+
+def test_the_shipped_part2_base_is_the_toy_profiles_base():
+    """The committed Part II base verifies under the key the toy profile asks for, without building anything."""
+    from cascadekit.artifacts import shipped_root
+    from cascadekit.base_model import chat_base_key
+    from cascadekit.chapters import resolve
+
+    key = chat_base_key(resolve("08", "toy").profile)
+    verify(shipped_root() / "chat-base" / key, "chat-base", key)
