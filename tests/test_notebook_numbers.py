@@ -59,7 +59,11 @@ ALLOWED: dict[str, set[str]] = {
         "0.2", "0.8",  # the mixed reward's weights
         "1",  # "outcome 1" in the hacking probe: the reward's value for a right answer
     },
-    "08": set(),
+    "08": {
+        "0.2", "0.1", "0.95",  # the toy targets after SFT stage 2 (think score, no_think score, mode following)
+        "0.4",  # the hidden quality function's weight for a correct answer (0.2 each for style: a definition)
+        "2.5%",  # each tail of a 95% interval
+    },
 }
 
 _CODE = re.compile(r"```.*?```|\$\$.*?\$\$|<!--.*?-->", re.S)
