@@ -1,9 +1,14 @@
 """Toy domains of the unified thinking model: seeded tasks, chat records, verifiers.
 
-Each domain module (``general``, ``instructions``, ``math``, ``code``, ``swe``,
-``tools``) has ``make_task(rng, ops) -> Task | None`` and
-``judge(gold, completion) -> Judgement``; :func:`domains` lists them with the
-SFT stage that first teaches them and the paper benchmark each one stands in for.
+At toy scale the six domains are surfaces of one world (:mod:`cascadekit.domains.dag`):
+each is the same small DAG problem in another costume, because that is the skill
+Part I measured a CPU-sized model can learn. Each domain module (``general``,
+``instructions``, ``math``, ``code``, ``swe``, ``tools``) has
+``make_task(rng, ops) -> Task | None``, ``judge(gold, completion) -> Judgement``
+(never raises) and ``check_gold(gold)`` (a ValueError naming the bad field);
+:func:`domains` lists them with the SFT stage that first teaches them and the
+paper benchmark each one stands in for. :func:`check_record` checks a whole
+chat record before anything trains on or evaluates it.
 
 A :class:`Task` is one prompt with its reasoning, its answer and the gold fields
 its verifier needs. :func:`chat_records` turns it into the two chat records the
