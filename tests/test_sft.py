@@ -124,3 +124,11 @@ def test_cached_stages_chain_and_load(tmp_path, monkeypatch) -> None:
     assert one.key != two.key and one.metrics["stage"] == 1 and two.metrics["stage"] == 2
     assert load_model(two.checkpoint).__class__.__name__.endswith("ForCausalLM")  # adapters merged
     assert chat_base(profile).key == base.key and sft_stages(base, profile)[1].key == two.key
+
+
+def test_evaluation_settings_do_not_enter_a_stage_key() -> None:
+    from cascadekit.training.sft import training_settings
+
+    plain = training_settings(PROFILE)
+    assert plain == training_settings(load_profile("smoke", {"sft.eval_tasks": 9, "sft.max_new_tokens": 99}))
+    assert plain != training_settings(load_profile("smoke", {"sft.lr": 0.5}))

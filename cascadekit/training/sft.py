@@ -130,10 +130,19 @@ def train_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prof
                            "loss": log}
 
 
+#: ``sft`` fields that only the evaluation reads: changing them must not retrain a stage.
+EVALUATION_FIELDS = ("eval_tasks", "max_new_tokens")
+
+
+def training_settings(profile: Profile) -> dict[str, Any]:
+    """The ``sft`` section as a stage's key sees it: everything but the evaluation's fields."""
+    return {k: v for k, v in dataclasses.asdict(profile.sft).items() if k not in EVALUATION_FIELDS}
+
+
 def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
-    inputs = {"start": start.key, "stage": stage, "sft": dataclasses.asdict(profile.sft), "seed": profile.seed}
+    inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed}
     run_dir = cache_root() / "runs" / f"sft-{Stage('sft', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:
