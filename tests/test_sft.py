@@ -129,6 +129,6 @@ def test_cached_stages_chain_and_load(tmp_path, monkeypatch) -> None:
 def test_evaluation_settings_do_not_enter_a_stage_key() -> None:
     from cascadekit.training.sft import training_settings
 
-    plain = training_settings(PROFILE)
+    plain = training_settings(load_profile("smoke"))
     assert plain == training_settings(load_profile("smoke", {"sft.eval_tasks": 9, "sft.max_new_tokens": 99}))
     assert plain != training_settings(load_profile("smoke", {"sft.lr": 0.5}))
