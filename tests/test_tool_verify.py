@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadekit.chat import render
 from cascadekit.verify.tools import (
     MAX_MAGNITUDE, calculate, respond, transcript, verify_trajectory,
 )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import operator
-import re
 import warnings
 from typing import Any, Sequence
 
