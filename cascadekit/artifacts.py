@@ -249,6 +249,8 @@ def ship(stage: str, key: str, provenance: dict[str, Any], root: Path | None = N
     :data:`MAX_SHIPPED_BYTES`.
     """
     source = artifact_path(stage, key, root)
+    if not source.is_dir():
+        raise ValueError(f"no cache entry {stage}/{key} under {source.parent.parent}: build it first")
     verify(source, stage, key)
     files = [*read_manifest(source, stage, key), MANIFEST]
     size = sum((source / name).stat().st_size for name in files)

@@ -240,11 +240,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_ship(args: argparse.Namespace) -> int:
     """Copy a finished cache entry into ``data/checkpoints/`` with its provenance, for committing."""
-    from cascadekit.artifacts import ship
+    from cascadekit.artifacts import CorruptArtifact, ship
     from cascadekit.results import provenance
 
     info = {"what": args.what, **provenance(args.built_by)}
-    print(f"shipped: {ship(args.stage, args.key, info)}")
+    try:
+        print(f"shipped: {ship(args.stage, args.key, info)}")
+    except CorruptArtifact as err:
+        print(f"cascadekit ship: error: the cache entry is damaged, not shipped: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -85,3 +85,18 @@ def test_data_streams_every_op_in_range(tmp_path: Path, capsys: pytest.CaptureFi
 def test_env_short(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["env", "--short"]) == 0
     assert "device=" in capsys.readouterr().out
+
+
+def test_rebuild_base_is_refused_where_no_base_is_built(capsys):
+    assert main(["experiment", "04", "--scale", "smoke", "--rebuild-base", "--out", "unused"]) == 2
+    assert "--rebuild-base applies to" in capsys.readouterr().err
+
+
+def test_ship_refuses_a_missing_or_damaged_entry(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    assert main(["ship", "chat-base", "nosuchkey", "--what", "x", "--built-by", "y"]) == 2
+    assert "no cache entry chat-base/nosuchkey" in capsys.readouterr().err
+    (tmp_path / "chat-base" / "k").mkdir(parents=True)
+    assert main(["ship", "chat-base", "k", "--what", "x", "--built-by", "y"]) == 2
+    assert "damaged" in capsys.readouterr().err
+    assert main(["ship", "../etc", "k", "--what", "x", "--built-by", "y"]) == 2
