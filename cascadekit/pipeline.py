@@ -30,7 +30,9 @@ from cascadekit.atomic import atomic_write_json
 from cascadekit.evaluation.bands import Bands
 from cascadekit.evaluation.report import evaluate
 from cascadekit.profiles import Profile
-from cascadekit.rewards import RewardFn
+from cascadekit.chat import render
+from cascadekit.domains import check_record, prompt_of
+from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
 from cascadekit.training.grpo import train_grpo
@@ -139,17 +141,54 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
     A reward enters the key by its ``__name__`` (the kit's rewards name their
     settings, e.g. ``mixed_reward_0.2``): give a reward of your own a name of its own.
     """
-    steps = max(1, len(problems) // profile.rl.prompts_per_step)
+    return _grpo_stage(start, rl_dataset(problems), problems_digest(problems), reward, profile, work_dir)
+
+
+def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
+              reward: RewardFn = verifier_reward) -> StageOutput:
+    """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
+
+    The prompt is the chat up to the assistant turn, rendered without a
+    pre-filled think block, as the stage table asks it.
+    """
+    return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir)
+
+
+def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
+    """A GRPO prompt set from chat records: ``prompt`` (rendered), ``domain`` and ``gold`` (JSON)."""
+    prompts = []
+    for record in map(check_record, records):
+        if record.get("tools"):
+            raise ValueError(f"{record['domain']}: a tool-calling record needs a multi-turn rollout, "
+                             f"which GRPO here does not do")
+        messages, tools = prompt_of(dict(record))
+        prompts.append(render(messages, tools, add_generation_prompt=True, prefill_empty_think=False))
+    return Dataset.from_dict({"prompt": prompts, "domain": [r["domain"] for r in records],
+                              "gold": [json.dumps(r["gold"]) for r in records]})
+
+
+def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
+    """A short hash of a chat prompt set (messages and gold, in order)."""
+    digest = hashlib.sha256()
+    for r in records:
+        digest.update(json.dumps([r["messages"], r["gold"]], sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn, profile: Profile,
+                work_dir: Path) -> StageOutput:
+    """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``."""
+    steps = max(1, len(dataset) // profile.rl.prompts_per_step)
 
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        result = train_grpo(load_model(start.checkpoint, choose_device(profile)), tokenizer, rl_dataset(problems),
+        result = train_grpo(load_model(start.checkpoint, choose_device(profile)), tokenizer, dataset,
                             reward, profile, str(work_dir), max_steps=steps)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         return {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
-                "train_s": round(result.train_seconds, 1), "prompts": len(problems)}
+                "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
 
-    inputs = {"start": start.key, "prompts": problems_digest(problems), "n_prompts": len(problems),
+    inputs = {"start": start.key, "prompts": digest, "n_prompts": len(dataset),
               "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
     return run_stage(Stage("grpo", inputs, build))
 

@@ -16,6 +16,10 @@ Four rewards, from the paper's finding 4 (process supervision against reward hac
 * ``mixed_reward(alpha)``: ``alpha * outcome + (1 - alpha) * process``; the paper's
   best setting is ``alpha = 0.2``.
 * ``strict_reward``: 1 only when the answer is right and the penalty is 0.
+
+Part II's RL stages reward with the domain's own verifier instead
+(:func:`verifier_reward`): the dataset's ``domain`` and ``gold`` columns say which
+judge scores a completion and against what.
 """
 
 from __future__ import annotations
@@ -115,3 +119,18 @@ def mixed_reward(alpha: float = 0.2) -> RewardFn:
     reward.__name__ = reward.__qualname__ = f"mixed_reward_{alpha:g}"
     reward.__doc__ = f"{alpha:g} * outcome + {1 - alpha:g} * process."
     return reward
+
+
+def verifier_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """Part II: each completion scored by its domain's verifier (``domain`` and ``gold`` columns, gold as JSON).
+
+    The verifiers never raise, so a garbage completion scores 0 with a reason
+    rather than stopping a run.
+    """
+    from cascadekit.domains import domains
+
+    names, golds = kwargs.get("domain"), kwargs.get("gold")
+    if names is None or golds is None or not len(names) == len(golds) == len(completions):
+        raise ValueError("the verifier reward needs 'domain' and 'gold' dataset columns, one entry per completion")
+    return [domains()[name].judge(json.loads(gold) if isinstance(gold, str) else gold, completion_text(c)).score
+            for c, name, gold in zip(completions, names, golds)]

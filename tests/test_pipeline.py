@@ -70,3 +70,27 @@ def test_evaluation_labels_samples_with_the_bands_it_is_given():
     records = pipeline.evaluate_checkpoint(base, problems, SMOKE, bands)
     assert {(r["op"], r["range"]) for r in records} == {(2, "in_distribution"), (4, "edge")}
     assert len(records) == len(problems) * SMOKE.evaluation.samples
+
+
+def test_chat_grpo_rewards_with_the_domains_verifiers(tmp_path, monkeypatch):
+    from cascadekit.base_model import chat_base
+    from cascadekit.domains import chat_records, domains, draw_tasks
+    from cascadekit.rewards import verifier_reward
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
+    profile = load_profile("smoke", {"rl.samples": 4, "rl.prompts_per_step": 2, "rl.max_completion_length": 16,
+                                     "sft.base_tokens": 4000})
+    records = [r for name in ("math", "code") for t in draw_tasks(domains()[name], 1, 0, "rl", [2]) for r in
+               chat_records(t)]
+    dataset = pipeline.chat_rl_dataset(records)
+    assert dataset[0]["prompt"].endswith("<|im_start|>assistant\n") and set(dataset["domain"]) == {"math", "code"}
+    gold = [json.loads(g) for g in dataset["gold"]]
+    assert verifier_reward(dataset["prompt"], ["\\boxed{%d}" % gold[0]["answer"], "junk"], domain=dataset["domain"][:2],
+                           gold=dataset["gold"][:2]) == [1.0, 0.0]
+    trained = pipeline.chat_grpo(chat_base(profile), records, profile, tmp_path / "work")
+    assert trained.metrics["steps"] == 2 and trained.metrics["prompts"] == len(records)
+    tools = chat_records(draw_tasks(domains()["tools"], 1, 0, "rl", [2])[0])
+    with pytest.raises(ValueError, match="multi-turn"):
+        pipeline.chat_rl_dataset(tools)
+    with pytest.raises(ValueError, match="'domain'"):
+        pipeline.chat_rl_dataset([{**records[0], "domain": "poetry"}])
