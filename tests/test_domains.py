@@ -9,34 +9,12 @@ import json
 import pytest
 
 from cascadekit.chat import render, thinking_mode
-from cascadekit.domains import (check_record, chat_records, domains, draw_tasks, prompt_of, raw_text, split_of,
+from cascadekit.domains import (check_record, chat_records, gold_answer, domains, draw_tasks, prompt_of, raw_text, split_of,
                                 stage_domains, surfaces_fingerprint)
-from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.stage_table import follows_mode
 
 OPS = range(2, 5)
 NAMES = list(domains())
-
-
-def gold_turns(record: dict) -> tuple[list[str], list[list[str]]]:
-    """The gold assistant turns as completions after each generation prompt, and the tool results between."""
-    messages, tools = prompt_of(record)
-    turns, results = [], []
-    rest = record["messages"][len(messages):]
-    for i, m in enumerate(rest):
-        if m["role"] == "assistant":
-            full = render(messages + [m], tools)
-            turns.append(full[len(render(messages, tools, add_generation_prompt=True, prefill_empty_think=False)):]
-                         .removesuffix("\n").removesuffix("<|im_end|>"))
-        else:
-            results.append([m["content"]])
-        messages = messages + [m]
-    return turns, results
-
-
-def gold_text(record: dict) -> str:
-    turns, results = gold_turns(record)
-    return transcript(turns, results) if results else turns[0]
 
 
 def test_domains_cover_the_cascade() -> None:
@@ -68,9 +46,9 @@ def test_parallel_records_and_gold_answers_pass(name: str) -> None:
     assert not thinking_mode([m for m in no_think["messages"] if m["role"] == "user"][-1]["content"])
     assert all(check_record(r) is r for r in (think, no_think))
     for record in (think, no_think):
-        turns, _ = gold_turns(record)
-        assert follows_mode(turns[0], record["think"])
-        verdict = domains()[name].judge(record["gold"], gold_text(record))
+        first_turn = gold_answer(record).split("\n<tool_response>")[0]
+        assert follows_mode(first_turn, record["think"])
+        verdict = domains()[name].judge(record["gold"], gold_answer(record))
         assert verdict.score == 1.0, verdict.reason
     text = raw_text(task)
     assert "<|im_start|>" not in text and "<think>" not in text

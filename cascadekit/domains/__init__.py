@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Callable, Sequence
 
-from cascadekit.chat import with_flag
+from cascadekit.chat import render, with_flag
+from cascadekit.verify.tools import transcript
 
 SPLITS = ("pretrain", "sft", "rl", "eval")
 ROLES = ("system", "user", "assistant", "tool")
@@ -150,6 +151,21 @@ def prompt_of(record: dict[str, Any]) -> tuple[list[dict], list[dict] | None]:
     return messages[:last_user + 1], (json.loads(tools) if isinstance(tools, str) else tools)
 
 
+def gold_answer(record: dict[str, Any]) -> str:
+    """The record's gold answer as a verifier reads a model's: each gold assistant turn as the completion
+    after its generation prompt (no pre-filled think block), tool results between them (:func:`transcript`)."""
+    messages, tools = prompt_of(record)
+    turns, results = [], []
+    for message in record["messages"][len(messages):]:
+        if message["role"] == "assistant":
+            prompt = render(messages, tools, add_generation_prompt=True, prefill_empty_think=False)
+            turns.append(render([*messages, message], tools)[len(prompt):].removesuffix("<|im_end|>\n"))
+        else:
+            results.append([message["content"]])
+        messages = [*messages, message]
+    return transcript(turns, results) if results else turns[0]
+
+
 def check_record(record: Any) -> dict[str, Any]:
     """``record`` if it is a well-formed chat record of a known domain, else one ValueError naming the field."""
     if not isinstance(record, dict):
@@ -229,5 +245,5 @@ def stage_domains(stage: int) -> list[str]:
 
 __all__ = [
     "SPLITS", "Task", "Judgement", "Domain", "split_of", "draw_tasks", "chat_record", "chat_records",
-    "prompt_of", "check_record", "raw_text", "surfaces_fingerprint", "domains", "stage_domains",
+    "prompt_of", "gold_answer", "check_record", "raw_text", "surfaces_fingerprint", "domains", "stage_domains",
 ]
