@@ -32,7 +32,7 @@ from cascadekit.evaluation.report import evaluate
 from cascadekit.profiles import Profile
 from cascadekit.chat import render
 from cascadekit.domains import check_record, prompt_of
-from cascadekit.rewards import RewardFn, verifier_reward
+from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
 from cascadekit.training.grpo import train_grpo
@@ -40,6 +40,7 @@ from cascadekit.training.pretrain import MIDTRAIN_MIXTURE, cached_pretrained, mi
 from cascadekit.world import Problem
 
 STAGE_FILE = "stage.json"  # the stage's inputs and metrics, beside its checkpoint
+END_OF_TURN = "<|im_end|>"  # where a Part II rollout ends
 
 
 @dataclass(frozen=True)
@@ -145,13 +146,18 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 
 
 def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
-              reward: RewardFn = verifier_reward) -> StageOutput:
+              reward: RewardFn = verifier_reward, in_order: bool = False) -> StageOutput:
     """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
 
     The prompt is the chat up to the assistant turn, rendered without a
-    pre-filled think block, as the stage table asks it.
+    pre-filled think block, as the stage table asks it. A rollout ends at the
+    end-of-turn marker, and the reward reads it with its chat markers
+    (:func:`cascadekit.rewards.reading_markup`). ``in_order`` feeds the prompts in
+    the order given instead of shuffled, so a caller can compose each batch (the
+    half-half RLHF batches of chapter 09).
     """
-    return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir)
+    return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir,
+                       chat=True, in_order=in_order)
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
@@ -176,20 +182,33 @@ def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn, profile: Profile,
-                work_dir: Path) -> StageOutput:
-    """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``."""
+                work_dir: Path, chat: bool = False, in_order: bool = False) -> StageOutput:
+    """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``.
+
+    ``chat`` (Part II): rollouts stop at ``<|im_end|>`` as well as the tokenizer's
+    end of text, and the reward reads the chat markers TRL's decoding drops.
+    """
     steps = max(1, len(dataset) // profile.rl.prompts_per_step)
 
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        result = train_grpo(load_model(start.checkpoint, choose_device(profile)), tokenizer, dataset,
-                            reward, profile, str(work_dir), max_steps=steps)
+        model = load_model(start.checkpoint, choose_device(profile))
+        scored, overrides = reward, {}
+        if chat:
+            model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids(END_OF_TURN),
+                                                    tokenizer.eos_token_id]
+            scored = reading_markup(reward, tokenizer, END_OF_TURN)
+        if in_order:
+            overrides["shuffle_dataset"] = False
+        result = train_grpo(model, tokenizer, dataset, scored, profile, str(work_dir), max_steps=steps, **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         return {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
                 "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
 
     inputs = {"start": start.key, "prompts": digest, "n_prompts": len(dataset),
               "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
+    if chat:
+        inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     return run_stage(Stage("grpo", inputs, build))
 
 

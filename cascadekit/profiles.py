@@ -125,6 +125,26 @@ class SFTConfig:
 
 
 @dataclass(frozen=True)
+class RewardModelConfig:
+    """Chapter 09's reward models: their sizes and the preference data they learn from.
+
+    ``layers`` lists the sizes compared, each the number of the SFT model's decoder
+    layers a reward model keeps; the largest is the one RLHF and IF-RL use. ``tasks``
+    general prompts give up to ``pairs_per_task`` preference pairs each; ``eval_tasks``
+    held-out prompts measure pairwise accuracy and fit the calibration.
+    """
+
+    layers: tuple[int, ...]
+    tasks: int
+    pairs_per_task: int
+    policy_samples: int  # the SFT policy's sampled answers per prompt that also make pairs (0: none)
+    eval_tasks: int
+    epochs: float
+    lr: float
+    batch_size: int
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -137,6 +157,7 @@ class Profile:
     evaluation: EvaluationConfig
     rl: RLConfig
     sft: SFTConfig
+    reward_model: RewardModelConfig
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,6 +200,7 @@ _SECTIONS = {
     "evaluation": EvaluationConfig,
     "rl": RLConfig,
     "sft": SFTConfig,
+    "reward_model": RewardModelConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
 
@@ -256,6 +278,10 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sft.base_tokens": _NON_NEGATIVE, "sft.ops": _OPS, "sft.stage1_tasks": _NON_NEGATIVE, "sft.stage2_tasks": _NON_NEGATIVE,
     **{f"sft.{k}": _POSITIVE for k in ("stage1_seq_len", "stage2_seq_len", "epochs", "lr", "batch_size",
                                        "eval_tasks", "max_new_tokens")},
+    "reward_model.layers": (lambda v: len(v) > 0 and all(n > 0 for n in v), "a non-empty list of layer counts > 0"),
+    **{f"reward_model.{k}": _POSITIVE for k in ("tasks", "pairs_per_task", "eval_tasks", "epochs", "lr",
+                                                "batch_size")},
+    "reward_model.policy_samples": _NON_NEGATIVE,
 }
 
 

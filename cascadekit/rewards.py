@@ -25,7 +25,7 @@ judge scores a completion and against what.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any, Callable
 
 from cascadekit.verify.process import ProcessVerdict, judge
@@ -134,3 +134,25 @@ def verifier_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -
         raise ValueError("the verifier reward needs 'domain' and 'gold' dataset columns, one entry per completion")
     return [domains()[name].judge(json.loads(gold) if isinstance(gold, str) else gold, completion_text(c)).score
             for c, name, gold in zip(completions, names, golds)]
+
+
+def reading_markup(reward: RewardFn, tokenizer: Any, end: str = "<|im_end|>") -> RewardFn:
+    """``reward`` handed completions decoded again from their token ids, chat markers kept.
+
+    TRL decodes completions with ``skip_special_tokens=True``, and the Part II
+    tokenizer holds the chat markers (``<think>``, ``</think>``, ``<tool_call>``) as
+    special tokens, so the text TRL passes a reward has lost the edges of the think
+    block: a verifier could not tell the reasoning from the answer, nor check the
+    mode. TRL also passes the sampled ``completion_ids``; this decodes them keeping
+    every marker, up to the end-of-turn marker ``end``. The wrapped reward keeps its
+    ``__name__`` (a GRPO stage's key names its reward by it).
+    """
+    @wraps(reward)
+    def read(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        ids = kwargs.get("completion_ids")
+        if ids is None or len(ids) != len(completions):
+            raise ValueError("reading_markup needs TRL's completion_ids, one per completion")
+        texts = [tokenizer.decode(list(row), skip_special_tokens=False).split(end, 1)[0] for row in ids]
+        return reward(prompts, texts, **kwargs)
+
+    return read

@@ -1,0 +1,145 @@
+"""Chapter 10: IF-RL, from chapter 09's half-half RLHF checkpoint.
+
+Regenerate the committed toy results (``data/results/10_if_rl``) with::
+
+    cascadekit experiment 10 --scale toy --threads 2
+
+Three arms, each strict on-policy GRPO on the same instruction-following prompts
+(:func:`cascadekit.training.cascade.if_rl_stage`):
+
+* **no_think, verifier** — the unified model's IF-RL (the paper's choice): the
+  strict instruction verifier's 0/1 score, ``/no_think`` prompts only. Its
+  checkpoint is the cascade's next stage.
+* **no_think, verifier + RM** — the same prompts and mode, with the reward model's
+  predicted quality added (:func:`cascadekit.training.cascade.verifier_plus_reward_model`):
+  does the reward model limit what the verifier costs general quality?
+* **think, verifier + RM** — the paper's reward for its dedicated thinking model,
+  here run on the unified model in ``/think`` mode (the kit has no separate
+  thinking-only model).
+
+The stage table runs after RLHF and after each arm; general answers are also
+scored by the reward model, so the chapter sees quality both as the reward model
+and as the hidden truth judge it.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from cascadekit.atomic import atomic_open
+from cascadekit.chapters import ChapterConfig
+from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.evaluation.stage_claims import paired_change, picked
+from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
+from cascadekit.results import ResultsWriter
+from cascadekit.rewards import verifier_reward
+from cascadekit.training.cascade import if_rl_stage, reward_models, unified_rlhf, verifier_plus_reward_model
+from cascadekit.training.reward_model import RewardModelScore, prompt_text
+
+START = "RLHF half-half"
+#: The arms: stage name -> (think, with the reward model's score).
+ARMS = {"IF-RL no_think, verifier": (False, False), "IF-RL no_think, verifier + RM": (False, True),
+        "IF-RL think, verifier + RM": (True, True)}
+UNIFIED = "IF-RL no_think, verifier"
+PER_SAMPLE_FIELDS = ("domain", "think", "score", "tokens", "repetition")
+KEPT_SAMPLES = 120
+#: Steps at each end of a run whose mean entropy the entropy claim compares.
+ENTROPY_WINDOW = 0.25
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """The three IF-RL arms from the RLHF checkpoint, and the stage table after each."""
+    profile, work_dir = config.profile, Path(work_dir)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    start = unified_rlhf(profile, work_dir / "rlhf")
+    scorer = RewardModelScore(reward_models(profile)[max(profile.reward_model.layers)])
+    timings["start_s"] = round(time.perf_counter() - started, 1)
+    runs = {}
+    for name, (think, with_rm) in ARMS.items():
+        started = time.perf_counter()
+        reward = verifier_plus_reward_model(scorer) if with_rm else verifier_reward
+        runs[name] = if_rl_stage(start, profile, think, reward, work_dir / name.replace(" ", "-").replace(",", ""))
+        timings[f"{name}_s"] = round(time.perf_counter() - started, 1)
+    records = suite_records(profile)
+    general = [r for r in records if r["domain"] == "general"]
+    tables = {START: stage_table(start.checkpoint, profile, START, records)}
+    tables.update({name: stage_table(out.checkpoint, profile, name, records) for name, out in runs.items()})
+    predicted = {name: scorer.predicted_quality([prompt_text(r) for r in general],
+                                                [s["completion"] for s in picked(t["samples"], ["general"])])
+                 for name, t in tables.items()}
+    timings.update({f"table {name}_s": t["wall_s"] for name, t in tables.items()})
+    return {
+        "rows": [row for t in tables.values() for row in t["rows"]],
+        "samples": {name: t["samples"] for name, t in tables.items()},
+        "per_sample": {name: [{k: s[k] for k in PER_SAMPLE_FIELDS} for s in t["samples"]] for name, t in tables.items()},
+        "predicted_general_quality": predicted, "start_key": start.key, "reward_model": scorer.__name__,
+        "runs": {name: {"key": out.key, **out.metrics} for name, out in runs.items()}, "timings": timings,
+        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+    }
+
+
+def entropy_change(curves: Sequence[Mapping[str, Any]], window: float = ENTROPY_WINDOW) -> tuple[float, float, float]:
+    """(change, low, high) of the policy's mean token entropy: the last ``window`` of steps minus the first."""
+    values = [float(c["entropy"]) for c in curves]
+    n = max(1, int(len(values) * window))
+    return bootstrap_interval(values[-n:], values[:n], paired=False)
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
+    samples = metrics["per_sample"]
+    before, after = samples[START], samples[UNIFIED]
+    combined = samples["IF-RL no_think, verifier + RM"]
+    predicted = metrics["predicted_general_quality"]
+    return [
+        claim_row("IF-RL raises instruction following in no_think (strict score)", "IFEval and IFBench rise",
+                  *paired_change(before, after, names=["instructions"], think=False), "up"),
+        claim_row("... and it carries into think (strict score, think prompts)", "not reported for the unified model",
+                  *paired_change(before, after, names=["instructions"], think=True), "up"),
+        claim_row("responses get shorter: mean tokens, all domains", "shorter reasoning traces",
+                  *paired_change(before, after, "tokens"), "down", digits=1),
+        claim_row("the policy's entropy falls: mean token entropy, last quarter of steps minus first",
+                  "model entropy falls", *entropy_change(metrics["runs"][UNIFIED]["curves"]), "down"),
+        claim_row("general quality may drop: hidden true quality", "ArenaHard may fall",
+                  *paired_change(before, after, names=["general"]), "down"),
+        claim_row("general quality may drop: the reward model's predicted quality", "the RM's score may fall",
+                  *bootstrap_interval(predicted[UNIFIED], predicted[START]), "down"),
+        claim_row("adding the reward model's score limits the drop: true general quality, verifier + RM minus "
+                  "verifier alone (both no_think)", "the combined reward keeps human alignment",
+                  *paired_change(after, combined, names=["general"]), "up"),
+        claim_row("reasoning domains may dip: math and code score", "a temporary dip on reasoning benchmarks",
+                  *paired_change(before, after, names=["math", "code"]), "down"),
+    ]
+
+
+def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Reward, completion length and entropy per GRPO step, one line per arm."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.4))
+    for name, run in runs.items():
+        steps = [c["step"] for c in run["curves"]]
+        for ax, key in zip(axes, ("reward", "completion_length", "entropy")):
+            ax.plot(steps, [c[key] for c in run["curves"]], label=name)
+    for ax, title in zip(axes, ("reward", "mean completion length (tokens)", "mean token entropy")):
+        ax.set(title=title, xlabel="GRPO step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json`` (per-sample results thinned), the curves, the stage table and the claims."""
+    samples = [s for table in metrics["samples"].values() for s in table]
+    with atomic_open(writer.folder / "samples.jsonl") as fh:
+        for s in samples[:: max(1, len(samples) // KEPT_SAMPLES)]:
+            fh.write(json.dumps(s) + "\n")
+    notes = (f"### Stage table after RLHF and after each IF-RL arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+             f"Changes are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
+             f"per domain and mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
+    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"if_rl_curves": plot_curves(metrics["runs"])},
+                "Chapter 10: IF-RL", claims(metrics), notes)

@@ -1,0 +1,91 @@
+"""The cascade's RL stages after SFT: RLHF (chapter 09) and IF-RL (chapter 10).
+
+Each stage is the kit's strict on-policy GRPO (:func:`cascadekit.pipeline.chat_grpo`)
+on one domain's RL-split prompts, from the previous stage's checkpoint, with that
+stage's reward. Every chapter that needs a stage calls the function here, so a
+later chapter starts from exactly the checkpoint an earlier one built (same
+cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
+
+* **RLHF**: general prompts only (math and code stay out, as in the paper),
+  rewarded by the reward model's predicted quality. Arms differ in the mode each
+  prompt is asked in: *half-half* (every batch half ``/think``, half ``/no_think``,
+  the paper's choice for the unified model), *think only*, *no_think only*.
+* **IF-RL**: instruction-following prompts, rewarded by the strict instruction
+  verifier. The unified model runs it in ``/no_think`` only (the paper's choice,
+  because the verifier alone can cost human alignment); the paper's dedicated
+  thinking model adds the reward model's score to the verifier's
+  (:func:`verifier_plus_reward_model`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cascadekit.base_model import chat_base
+from cascadekit.domains import chat_record, domains, draw_tasks
+from cascadekit.pipeline import StageOutput, chat_grpo
+from cascadekit.profiles import Profile
+from cascadekit.rewards import RewardFn, verifier_reward
+from cascadekit.training.reward_model import RewardModelScore, reward_model_stage
+from cascadekit.training.sft import sft_stages
+
+#: The RLHF arms: which mode each prompt is asked in (None: alternate, half-half).
+RLHF_ARMS = {"half-half": None, "think only": True, "no_think only": False}
+#: The reward model's weight beside the 0/1 instruction verifier in the combined IF-RL reward.
+IF_RM_WEIGHT = 0.5
+
+
+def sft_checkpoint(profile: Profile) -> StageOutput:
+    """Chapter 08's last SFT stage, where the cascade's RL starts (shipped at toy scale)."""
+    return sft_stages(chat_base(profile), profile)[-1]
+
+
+def reward_models(profile: Profile) -> dict[int, StageOutput]:
+    """Chapter 09's reward models, by size (decoder layers), trained from the SFT checkpoint."""
+    sft = sft_checkpoint(profile)
+    return {layers: reward_model_stage(sft, profile, layers) for layers in profile.reward_model.layers}
+
+
+def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: int) -> list[dict[str, Any]]:
+    """``rl.samples`` RL-split prompts of ``domain``, asked in mode ``think`` (None: alternating).
+
+    Alternating starts with ``/think``; fed in order (``chat_grpo(in_order=True)``),
+    every batch of an even ``prompts_per_step`` is exactly half each mode.
+    """
+    ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
+    tasks = draw_tasks(domains()[domain], profile.rl.samples, profile.seed + seed_offset, "rl", ops)
+    return [chat_record(t, i % 2 == 0 if think is None else think) for i, t in enumerate(tasks)]
+
+
+def rlhf_records(profile: Profile, arm: str) -> list[dict[str, Any]]:
+    """The general prompts of one RLHF arm (the same prompts in every arm, only the modes differ)."""
+    if arm not in RLHF_ARMS:
+        raise ValueError(f"unknown RLHF arm {arm!r}: use one of {', '.join(RLHF_ARMS)}")
+    return rl_records(profile, "general", RLHF_ARMS[arm], 1)
+
+
+def rlhf_stage(profile: Profile, arm: str, reward_model: StageOutput, work_dir: Path) -> StageOutput:
+    """RLHF from the SFT checkpoint against ``reward_model``, in one arm's modes."""
+    return chat_grpo(sft_checkpoint(profile), rlhf_records(profile, arm), profile, work_dir,
+                     reward=RewardModelScore(reward_model), in_order=True)
+
+
+def unified_rlhf(profile: Profile, work_dir: Path) -> StageOutput:
+    """The cascade's RLHF checkpoint: half-half, against the largest reward model."""
+    return rlhf_stage(profile, "half-half", reward_models(profile)[max(profile.reward_model.layers)], work_dir)
+
+
+def verifier_plus_reward_model(scorer: RewardModelScore, weight: float = IF_RM_WEIGHT) -> RewardFn:
+    """The dedicated thinking model's IF-RL reward: the verifier's score plus ``weight`` x predicted quality."""
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        checked = verifier_reward(prompts, completions, **kwargs)
+        return [v + weight * q for v, q in zip(checked, scorer(prompts, completions))]
+
+    reward.__name__ = f"verifier_plus_{weight:g}_{scorer.__name__}"
+    return reward
+
+
+def if_rl_stage(start: StageOutput, profile: Profile, think: bool, reward: RewardFn, work_dir: Path) -> StageOutput:
+    """IF-RL from ``start`` on instruction prompts in one mode, with ``reward``."""
+    return chat_grpo(start, rl_records(profile, "instructions", think, 2), profile, work_dir, reward=reward,
+                     in_order=True)

@@ -1,0 +1,276 @@
+"""Chapter 09's reward model: a Bradley-Terry scalar head on the kit's own model family.
+
+A reward model maps a (prompt, response) pair to one number ``r``. It learns from
+preference pairs alone, with the Bradley-Terry objective TRL's ``RewardTrainer``
+minimises::
+
+    loss = -log sigmoid(r(x, chosen) - r(x, rejected))
+
+so only differences of ``r`` mean anything. The pairs come from the *general*
+domain, ordered by the hidden quality function the reward model never sees, in two
+kinds: the gold answer and worse versions of it (a wrong fact, padding, a repeated
+sentence, no close, a truncation: :func:`cascadekit.domains.general.preference_pairs`),
+and two of the SFT policy's own sampled answers, as human raters compare a model's
+responses. Perturbations alone teach a narrow idea of "wrong" (one number off by
+one); RLHF against such a reward model found the answers it could not judge (chapter
+09's first toy run: true quality fell 0.12 while the reward model's rose). Each pair is
+asked in ``/think`` or ``/no_think`` mode, half and half (the toy's reading of the
+paper's mode mix), and scored as the policy's rollouts will be: the rendered prompt,
+then the response with its think block, then ``<|im_end|>``.
+
+**Sizes.** The paper compares reward models of 7B to 72B parameters. Here a
+reward model keeps the first ``layers`` decoder layers of the SFT checkpoint and
+adds a fresh scalar head (``AutoModelForSequenceClassification`` with one label):
+the kit's one pretrained family, cut to size, because a second pretrained base
+would cost half an hour of CPU. The paper initialises from an instruct model in
+the same way (Qwen2.5-72B-Instruct).
+
+**Calibration.** Raw scores have no scale, so after training the reward model is
+fitted, by least squares, to the hidden quality of the held-out pairs' responses:
+``predicted quality = a + b * r``. GRPO's group-normalised advantages do not change
+under such a map (for ``b > 0``), and it lets chapter 09 measure reward hacking as
+*predicted minus true quality* on the policy's own answers, and chapter 10 add the
+reward model's opinion to a verifier's 0/1 score on a shared scale.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import shutil
+import time
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
+from trl import RewardConfig, RewardTrainer
+
+from cascadekit.artifacts import cache_root
+from cascadekit.chat import render
+from cascadekit.claims import binomial_interval
+from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_of
+from cascadekit.domains.general import preference_pairs, quality
+from cascadekit.pipeline import END_OF_TURN, Stage, StageOutput, run_stage
+from cascadekit.profiles import Profile
+from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
+
+#: The held-out pairs' fit of hidden quality on the raw score, saved beside the weights.
+CALIBRATION_FILE = "calibration.json"
+
+
+def prompt_text(record: Mapping[str, Any]) -> str:
+    """The rendered chat up to the assistant turn, as a rollout's prompt (no pre-filled think block)."""
+    messages, tools = prompt_of(dict(record))
+    return render(messages, tools, add_generation_prompt=True, prefill_empty_think=False)
+
+
+def preference_records(profile: Profile, split: str, tasks: int, seed: int,
+                       policy: StageOutput | None = None) -> list[dict[str, Any]]:
+    """Preference pairs of ``tasks`` general ``split`` prompts, half in each mode.
+
+    Each: ``prompt`` (rendered), ``chosen`` and ``rejected`` (the response as a
+    rollout writes it, think block included), their hidden ``quality``, ``think``
+    and ``source``: ``perturbed`` (the gold answer and its perturbations), or, with
+    a ``policy`` checkpoint and ``reward_model.policy_samples`` > 0, also ``policy``
+    (that many of the policy's own sampled answers per prompt, paired by quality,
+    as human raters compare a model's responses).
+    """
+    cfg = profile.reward_model
+    ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
+    rng = random.Random(f"preference/{split}/{seed}")
+    drawn = draw_tasks(domains()["general"], tasks, seed, split, ops)
+    records = [chat_record(task, i % 2 == 0) for i, task in enumerate(drawn)]
+    prompts = [prompt_text(r) for r in records]
+    sampled = (sampled_answers(policy.checkpoint, prompts, cfg.policy_samples, profile, seed)
+               if policy is not None and cfg.policy_samples else [[] for _ in drawn])
+    out = []
+    for task, record, prompt, answers in zip(drawn, records, prompts, sampled):
+        perturbed = [tuple(gold_answer(chat_record(dataclasses.replace(task, answer=r, no_think_answer=r),
+                                                   record["think"])) for r in pair)
+                     for pair in preference_pairs(task, rng, cfg.pairs_per_task)]
+        scored = [(quality(task.gold, a), a) for a in dict.fromkeys(answers)]
+        own = [(a, b) if qa > qb else (b, a) for (qa, a), (qb, b) in combinations(scored, 2) if qa != qb]
+        for source, pairs in (("perturbed", perturbed), ("policy", rng.sample(own, min(cfg.pairs_per_task, len(own))))):
+            out += [{"prompt": prompt, "chosen": chosen, "rejected": rejected, "chosen_quality": quality(task.gold, chosen),
+                     "rejected_quality": quality(task.gold, rejected), "think": record["think"], "source": source}
+                    for chosen, rejected in pairs]
+    return out
+
+
+@torch.inference_mode()
+def sampled_answers(checkpoint: str | Path, prompts: Sequence[str], n: int, profile: Profile,
+                    seed: int) -> list[list[str]]:
+    """``n`` answers per prompt sampled from a chat checkpoint at the RL temperature, each up to ``<|im_end|>``."""
+    model, tokenizer = load_model(checkpoint, choose_device(profile)), load_tokenizer(checkpoint)
+    tokenizer.padding_side = "left"
+    model.eval()
+    stop = [tokenizer.convert_tokens_to_ids(END_OF_TURN), tokenizer.eos_token_id]
+    torch.manual_seed(seed)
+    out: list[list[str]] = []
+    step = max(1, profile.evaluation.batch_size // n)
+    for start in range(0, len(prompts), step):
+        batch = tokenizer(list(prompts[start:start + step]), return_tensors="pt", padding=True,
+                          add_special_tokens=False).to(model.device)
+        rows = model.generate(**batch, do_sample=True, temperature=profile.rl.temperature, top_k=0, top_p=1.0,
+                              num_return_sequences=n, max_new_tokens=profile.sft.max_new_tokens,
+                              eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
+        texts = []
+        for row in rows[:, batch["input_ids"].shape[1]:].tolist():
+            ids = row[:next((k for k, t in enumerate(row) if t in stop), len(row))]
+            texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+        out += [texts[i:i + n] for i in range(0, len(texts), n)]
+    return out
+
+
+def scored_text(prompt: str, completion: str) -> str:
+    """What the reward model reads: the prompt, the response, the end-of-turn marker."""
+    return f"{prompt}{completion}{END_OF_TURN}"
+
+
+def load_reward_model(source: str | Path, layers: int | None = None) -> PreTrainedModel:
+    """A one-label sequence classifier from a checkpoint (its first ``layers`` decoder layers when given)."""
+    kwargs: dict[str, Any] = {"num_labels": 1}
+    if layers is not None:
+        config = json.loads((Path(source) / "config.json").read_text())
+        if not 1 <= layers <= config["num_hidden_layers"]:
+            raise ValueError(f"a reward model keeps 1 to {config['num_hidden_layers']} layers of {source}, not {layers}")
+        kwargs["num_hidden_layers"] = layers
+        if "layer_types" in config:
+            kwargs["layer_types"] = config["layer_types"][:layers]
+    return AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
+
+
+@torch.inference_mode()
+def raw_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+               batch_size: int = 64) -> list[float]:
+    """The reward model's scalar for each text (the head reads the last non-pad token).
+
+    A text longer than the model's positions keeps its end (a runaway rollout is
+    still scored, on its last tokens).
+    """
+    model.eval()
+    tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
+    out: list[float] = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True, truncation=True,
+                          max_length=model.config.max_position_embeddings, add_special_tokens=False).to(model.device)
+        out += model(**batch).logits[:, 0].float().tolist()
+    return out
+
+
+def fit_calibration(scores: Sequence[float], qualities: Sequence[float]) -> dict[str, float]:
+    """Least-squares ``quality = a + b * score`` (``b`` 0 if the scores do not vary)."""
+    x, y = np.asarray(scores, dtype=float), np.asarray(qualities, dtype=float)
+    b = float(np.cov(x, y, bias=True)[0, 1] / x.var()) if x.var() > 0 else 0.0
+    return {"a": float(y.mean() - b * x.mean()), "b": b, "r": float(np.corrcoef(x, y)[0, 1]) if x.var() > 0 else 0.0}
+
+
+def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> dict[str, float]:
+    """Share of pairs scored chosen > rejected, with its exact 95% interval."""
+    wins = sum(c > r for c, r in zip(chosen, rejected))
+    low, high = binomial_interval(wins, len(chosen))
+    return {"accuracy": wins / len(chosen), "low": low, "high": high, "pairs": len(chosen)}
+
+
+def reward_config(profile: Profile, out_dir: Path) -> RewardConfig:
+    """TRL's reward-model settings from the profile's ``reward_model`` section."""
+    cfg = profile.reward_model
+    return RewardConfig(
+        output_dir=str(out_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.lr, lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0, max_length=None,
+        **choose_device(profile).trainer_arguments(), logging_steps=10, save_strategy="no", report_to="none",
+        seed=profile.seed, data_seed=profile.seed,
+    )
+
+
+def _tokenized(records: Sequence[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase) -> Dataset:
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    return Dataset.from_dict({
+        "chosen_ids": [ids(scored_text(r["prompt"], r["chosen"])) for r in records],
+        "rejected_ids": [ids(scored_text(r["prompt"], r["rejected"])) for r in records],
+    })
+
+
+def _digest(records: Sequence[Mapping[str, Any]]) -> str:
+    digest = hashlib.sha256()
+    for r in records:
+        digest.update(json.dumps([r["prompt"], r["chosen"], r["rejected"]]).encode())
+    return digest.hexdigest()[:16]
+
+
+def held_out_check(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                   records: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Pairwise accuracy on held-out pairs, and the calibration fitted on their responses."""
+    chosen = raw_scores(model, tokenizer, [scored_text(r["prompt"], r["chosen"]) for r in records])
+    rejected = raw_scores(model, tokenizer, [scored_text(r["prompt"], r["rejected"]) for r in records])
+    qualities = [r["chosen_quality"] for r in records] + [r["rejected_quality"] for r in records]
+    return pairwise_accuracy(chosen, rejected), fit_calibration(chosen + rejected, qualities)
+
+
+def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> StageOutput:
+    """A reward model of ``layers`` layers from ``start`` (the SFT checkpoint), cached by its inputs.
+
+    The metrics hold the loss log, the held-out pairwise accuracy (with its
+    interval, overall and per mode) and the calibration.
+    """
+    cfg = profile.reward_model
+    train = preference_records(profile, "rl", cfg.tasks, profile.seed, start)
+    held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seed, start)
+    inputs = {"start": start.key, "layers": layers, "reward_model": dataclasses.asdict(cfg),
+              "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed}
+    run_dir = cache_root() / "runs" / f"reward-model-{Stage('reward-model', inputs, dict).key}"
+
+    def build(dest: Path) -> Mapping[str, Any]:
+        tokenizer = load_tokenizer(start.checkpoint)
+        model = load_reward_model(start.checkpoint, layers)
+        trainer = RewardTrainer(model=model, args=reward_config(profile, run_dir), processing_class=tokenizer,
+                                train_dataset=_tokenized(train, tokenizer))
+        started = time.perf_counter()
+        trainer.train()
+        seconds = round(time.perf_counter() - started, 1)
+        accuracy, calibration = held_out_check(trainer.model, tokenizer, held_out)
+        by_mode = {("think" if think else "no_think"): held_out_check(
+            trainer.model, tokenizer, [r for r in held_out if r["think"] == think])[0] for think in (True, False)}
+        by_source = {source: held_out_check(trainer.model, tokenizer, [r for r in held_out if r["source"] == source])[0]
+                     for source in dict.fromkeys(r["source"] for r in held_out)}
+        save_checkpoint(trainer.model, tokenizer, dest, files={CALIBRATION_FILE: json.dumps(calibration)})
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return {"layers": layers, "parameters": sum(p.numel() for p in trainer.model.parameters()),
+                "train_pairs": len(train), "held_out": accuracy, "held_out_by_mode": by_mode,
+                "held_out_by_source": by_source,
+                "calibration": calibration, "train_s": seconds,
+                "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
+
+    return run_stage(Stage("reward-model", inputs, build))
+
+
+class RewardModelScore:
+    """A GRPO reward: the reward model's calibrated score (predicted quality) of each rollout.
+
+    TRL calls it with the rendered ``prompts`` and the ``completions``; read the
+    completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
+    which :func:`cascadekit.pipeline.chat_grpo` applies). Its ``__name__`` names the
+    reward model's stage key, so a GRPO stage's key changes with the reward model.
+    """
+
+    def __init__(self, stage: StageOutput, batch_size: int = 64):
+        self.model = AutoModelForSequenceClassification.from_pretrained(stage.checkpoint)
+        self.tokenizer = load_tokenizer(stage.checkpoint)
+        calibration = json.loads((Path(stage.checkpoint) / CALIBRATION_FILE).read_text())
+        self.a, self.b = calibration["a"], calibration["b"]
+        self.batch_size = batch_size
+        self.__name__ = f"reward_model_{stage.key}"
+
+    def predicted_quality(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        texts = [scored_text(p, c) for p, c in zip(prompts, completions)]
+        return [self.a + self.b * s for s in raw_scores(self.model, self.tokenizer, texts, self.batch_size)]
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        return self.predicted_quality([str(p) for p in prompts], [str(c) for c in completions])
