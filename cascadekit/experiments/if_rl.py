@@ -38,7 +38,7 @@ from cascadekit.evaluation.stage_claims import paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.results import ResultsWriter
 from cascadekit.rewards import verifier_reward
-from cascadekit.training.cascade import if_rl_stage, reward_models, unified_rlhf, verifier_plus_reward_model
+from cascadekit.training.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
 from cascadekit.training.reward_model import RewardModelScore, prompt_text
 
 START = "RLHF half-half"
@@ -58,7 +58,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     timings: dict[str, float] = {}
     started = time.perf_counter()
     start = unified_rlhf(profile, work_dir / "rlhf")
-    scorer = RewardModelScore(reward_models(profile)[max(profile.reward_model.layers)])
+    scorer = RewardModelScore(largest_reward_model(profile))
     timings["start_s"] = round(time.perf_counter() - started, 1)
     runs = {}
     for name, (think, with_rm) in ARMS.items():

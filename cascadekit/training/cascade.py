@@ -46,6 +46,11 @@ def reward_models(profile: Profile) -> dict[int, StageOutput]:
     return {layers: reward_model_stage(sft, profile, layers) for layers in profile.reward_model.layers}
 
 
+def largest_reward_model(profile: Profile) -> StageOutput:
+    """The reward model RLHF and IF-RL use: the largest of ``reward_model.layers``."""
+    return reward_model_stage(sft_checkpoint(profile), profile, max(profile.reward_model.layers))
+
+
 def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: int) -> list[dict[str, Any]]:
     """``rl.samples`` RL-split prompts of ``domain``, asked in mode ``think`` (None: alternating).
 
@@ -72,7 +77,7 @@ def rlhf_stage(profile: Profile, arm: str, reward_model: StageOutput, work_dir: 
 
 def unified_rlhf(profile: Profile, work_dir: Path) -> StageOutput:
     """The cascade's RLHF checkpoint: half-half, against the largest reward model."""
-    return rlhf_stage(profile, "half-half", reward_models(profile)[max(profile.reward_model.layers)], work_dir)
+    return rlhf_stage(profile, "half-half", largest_reward_model(profile), work_dir)
 
 
 def verifier_plus_reward_model(scorer: RewardModelScore, weight: float = IF_RM_WEIGHT) -> RewardFn:
