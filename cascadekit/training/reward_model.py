@@ -61,6 +61,8 @@ from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_c
 
 #: The held-out pairs' fit of hidden quality on the raw score, saved beside the weights.
 CALIBRATION_FILE = "calibration.json"
+#: A policy-samples stage's answers: one list of sampled texts per prompt.
+SAMPLES_FILE = "samples.json"
 
 
 def prompt_text(record: Mapping[str, Any]) -> str:
@@ -86,7 +88,7 @@ def preference_records(profile: Profile, split: str, tasks: int, seed: int,
     drawn = draw_tasks(domains()["general"], tasks, seed, split, ops)
     records = [chat_record(task, i % 2 == 0) for i, task in enumerate(drawn)]
     prompts = [prompt_text(r) for r in records]
-    sampled = (sampled_answers(policy.checkpoint, prompts, cfg.policy_samples, profile, seed)
+    sampled = (policy_samples(policy, prompts, cfg.policy_samples, profile, seed)
                if policy is not None and cfg.policy_samples else [[] for _ in drawn])
     out = []
     for task, record, prompt, answers in zip(drawn, records, prompts, sampled):
@@ -100,6 +102,23 @@ def preference_records(profile: Profile, split: str, tasks: int, seed: int,
                      "rejected_quality": quality(task.gold, rejected), "think": record["think"], "source": source}
                     for chosen, rejected in pairs]
     return out
+
+
+def policy_samples(policy: StageOutput, prompts: Sequence[str], n: int, profile: Profile,
+                   seed: int) -> list[list[str]]:
+    """:func:`sampled_answers`, as a cached stage: a chapter that only needs a reward model's cache key
+    (every chapter after 09) reads the samples instead of drawing thousands again."""
+    inputs = {"policy": policy.key, "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
+              "n": n, "temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens,
+              "batch_size": profile.evaluation.batch_size, "seed": seed}
+
+    def build(folder: Path) -> Mapping[str, Any]:
+        started = time.perf_counter()
+        (folder / SAMPLES_FILE).write_text(json.dumps(sampled_answers(policy.checkpoint, prompts, n, profile, seed)))
+        return {"prompts": len(prompts), "n": n, "wall_s": round(time.perf_counter() - started, 1)}
+
+    done = run_stage(Stage("policy-samples", inputs, build))
+    return json.loads((done.checkpoint / SAMPLES_FILE).read_text())
 
 
 @torch.inference_mode()
