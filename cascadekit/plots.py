@@ -5,7 +5,7 @@ Each function returns a ``Figure`` (display it in a notebook, or ``savefig``).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 
 import matplotlib.pyplot as plt
@@ -64,4 +64,21 @@ def passk_curves(rows: Sequence[dict], metric: str = "correct", title: str = "pr
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def rl_curves(runs: Mapping[str, Mapping[str, Any]], panels: Mapping[str, str]) -> Figure:
+    """One panel per training-curve column (``panels``: column -> title), one line per GRPO run.
+
+    ``runs`` maps a run's name to its stage metrics, whose ``curves`` hold one row per step.
+    """
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels) + 1, 3.4), squeeze=False)
+    for name, run in runs.items():
+        steps = [c["step"] for c in run["curves"]]
+        for ax, column in zip(axes[0], panels):
+            ax.plot(steps, [c[column] for c in run["curves"]], label=name)
+    for ax, title in zip(axes[0], panels.values()):
+        ax.set(title=title, xlabel="GRPO step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
     return fig

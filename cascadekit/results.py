@@ -159,3 +159,10 @@ def save_chapter_results(chapter: str, metrics: dict[str, Any], figures: Mapping
         save_figure(chapter, name, figure, root)
         plt.close(figure)
     save_paper_vs_run(chapter, title, rows, command, notes, root)
+
+
+def write_sample_spread(folder: Path, samples: Sequence[dict[str, Any]], kept: int) -> None:
+    """``samples.jsonl``: an even spread of about ``kept`` per-sample records, for a reader to inspect."""
+    with atomic_open(folder / "samples.jsonl") as fh:
+        for s in samples[:: max(1, len(samples) // kept)]:
+            fh.write(json.dumps(s) + "\n")

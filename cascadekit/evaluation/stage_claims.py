@@ -13,6 +13,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from cascadekit.claims import bootstrap_interval
 
 Sample = Mapping[str, Any]
+#: What a chapter's metrics keep of every stage-table sample: enough for every paired claim.
+PER_SAMPLE_FIELDS = ("domain", "think", "score", "tokens", "repetition")
+
+
+def compact(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each stage table's samples, by stage name, cut to :data:`PER_SAMPLE_FIELDS`."""
+    return {name: [{k: s[k] for k in PER_SAMPLE_FIELDS} for s in table["samples"]] for name, table in tables.items()}
 
 
 def picked(samples: Iterable[Sample], names: Sequence[str] | None = None, think: bool | None = None) -> list[Sample]:

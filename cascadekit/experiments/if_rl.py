@@ -28,15 +28,14 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from cascadekit.atomic import atomic_open
 from cascadekit.chapters import ChapterConfig
 from cascadekit.claims import bootstrap_interval, claim_row
-from cascadekit.evaluation.stage_claims import paired_change, picked
+from cascadekit.evaluation.stage_claims import compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
-from cascadekit.results import ResultsWriter
+from cascadekit.plots import rl_curves
+from cascadekit.results import ResultsWriter, write_sample_spread
 from cascadekit.rewards import verifier_reward
 from cascadekit.training.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
 from cascadekit.training.reward_model import RewardModelScore, prompt_text
@@ -46,7 +45,6 @@ START = "RLHF half-half"
 ARMS = {"IF-RL no_think, verifier": (False, False), "IF-RL no_think, verifier + RM": (False, True),
         "IF-RL think, verifier + RM": (True, True)}
 UNIFIED = "IF-RL no_think, verifier"
-PER_SAMPLE_FIELDS = ("domain", "think", "score", "tokens", "repetition")
 KEPT_SAMPLES = 120
 #: Steps at each end of a run whose mean entropy the entropy claim compares.
 ENTROPY_WINDOW = 0.25
@@ -77,7 +75,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     return {
         "rows": [row for t in tables.values() for row in t["rows"]],
         "samples": {name: t["samples"] for name, t in tables.items()},
-        "per_sample": {name: [{k: s[k] for k in PER_SAMPLE_FIELDS} for s in t["samples"]] for name, t in tables.items()},
+        "per_sample": compact(tables),
         "predicted_general_quality": predicted, "start_key": start.key, "reward_model": scorer.__name__,
         "runs": {name: {"key": out.key, **out.metrics} for name, out in runs.items()}, "timings": timings,
         "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
@@ -119,25 +117,14 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """Reward, completion length and entropy per GRPO step, one line per arm."""
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.4))
-    for name, run in runs.items():
-        steps = [c["step"] for c in run["curves"]]
-        for ax, key in zip(axes, ("reward", "completion_length", "entropy")):
-            ax.plot(steps, [c[key] for c in run["curves"]], label=name)
-    for ax, title in zip(axes, ("reward", "mean completion length (tokens)", "mean token entropy")):
-        ax.set(title=title, xlabel="GRPO step")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    """Reward, mean completion length and mean token entropy per GRPO step, one line per arm."""
+    return rl_curves(runs, {"reward": "reward", "completion_length": "mean completion length (tokens)",
+                            "entropy": "mean token entropy"})
 
 
 def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
     """``metrics.json`` (per-sample results thinned), the curves, the stage table and the claims."""
-    samples = [s for table in metrics["samples"].values() for s in table]
-    with atomic_open(writer.folder / "samples.jsonl") as fh:
-        for s in samples[:: max(1, len(samples) // KEPT_SAMPLES)]:
-            fh.write(json.dumps(s) + "\n")
+    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
     notes = (f"### Stage table after RLHF and after each IF-RL arm\n\n{stage_markdown(metrics['rows'])}\n\n"
              f"Changes are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
              f"per domain and mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")

@@ -18,8 +18,9 @@ under ``data/checkpoints/``):
    its policy's general answers beside their hidden true quality.
 
 Math and code prompts stay out of RLHF, as in the paper. Departures at toy scale:
-the preference data is rule-made (the hidden quality function orders perturbed gold
-answers), and a smaller reward model is the SFT model cut to fewer layers.
+the preference data is ordered by a hidden quality function, not by people (perturbed
+gold answers and the SFT policy's own samples), and a smaller reward model is the SFT
+model cut to fewer layers.
 """
 from __future__ import annotations
 
@@ -28,16 +29,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from cascadekit.atomic import atomic_open
 from cascadekit.chapters import ChapterConfig
 from cascadekit.claims import bootstrap_interval, claim_row
-from cascadekit.evaluation.stage_claims import mean_of, paired_change, picked
+from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.pipeline import StageOutput
-from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.plots import rl_curves
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
 from cascadekit.training.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
 from cascadekit.training.reward_model import RewardModelScore, prompt_text
 
@@ -47,8 +47,6 @@ KEPT_SAMPLES = 120
 PAPER_RLHF = {"general": ("ArenaHard", 70.0, 90.1), "math": ("AIME25", 72.8, 75.0),
               "code": ("LiveCodeBench v6", 56.7, 67.2)}
 SFT_STAGE = "SFT"
-#: What metrics.json keeps of every sample, for the paired claims.
-PER_SAMPLE_FIELDS = ("domain", "think", "score", "tokens", "repetition")
 
 
 def arm_name(arm: str, layers: int, largest: int) -> str:
@@ -99,7 +97,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     return {
         "rows": [row for t in tables.values() for row in t["rows"]],
         "samples": {name: t["samples"] for name, t in tables.items()},
-        "per_sample": {name: [{k: s[k] for k in PER_SAMPLE_FIELDS} for s in t["samples"]] for name, t in tables.items()},
+        "per_sample": compact(tables),
         "reward_models": {str(layers): {"key": rm.key, **rm.metrics} for layers, rm in models.items()},
         "largest": largest,
         "runs": {name: {"key": out.key, "reward_model_layers": layers, **out.metrics}
@@ -156,29 +154,18 @@ def gap_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """Reward and mean completion length per GRPO step, one line per RLHF arm."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
-    for name, run in runs.items():
-        steps = [c["step"] for c in run["curves"]]
-        axes[0].plot(steps, [c["reward"] for c in run["curves"]], label=name)
-        axes[1].plot(steps, [c["completion_length"] for c in run["curves"]], label=name)
-    axes[0].set(title="reward (reward model's predicted quality)", xlabel="GRPO step")
-    axes[1].set(title="mean completion length (tokens)", xlabel="GRPO step")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    """Reward (the reward model's predicted quality) and mean completion length per GRPO step, per arm."""
+    return rl_curves(runs, {"reward": "reward (reward model's predicted quality)",
+                            "completion_length": "mean completion length (tokens)"})
 
 
 def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
     """``metrics.json`` (per-sample results thinned), the curves, the stage table and the claims."""
-    samples = [s for table in metrics["samples"].values() for s in table]
-    with atomic_open(writer.folder / "samples.jsonl") as fh:
-        for s in samples[:: max(1, len(samples) // KEPT_SAMPLES)]:
-            fh.write(json.dumps(s) + "\n")
+    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
     notes = (f"### Reward models' view of their policies' general answers\n\n{markdown_table(gap_rows(metrics))}\n\n"
              f"### Stage table after SFT and after each RLHF arm\n\n{stage_markdown(metrics['rows'])}\n\n"
              f"Paper numbers are percent on the real benchmarks; this run's are changes on the toy suite "
              f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt.\n\n"
              f"Timings (s): {json.dumps(metrics['timings'])}")
-    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"rlhf_curves": plot_curves(metrics["runs"])}, "Chapter 09: reward model and half-half RLHF",
-                claims(metrics), notes)
+    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"rlhf_curves": plot_curves(metrics["runs"])},
+                "Chapter 09: reward model and half-half RLHF", claims(metrics), notes)

@@ -16,11 +16,10 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from cascadekit.atomic import atomic_open
 from cascadekit.base_model import chat_base
 from cascadekit.chapters import ChapterConfig
 from cascadekit.evaluation.stage_table import stage_markdown, paper_vs_run, stage_table, suite_records
-from cascadekit.results import ResultsWriter
+from cascadekit.results import ResultsWriter, write_sample_spread
 from cascadekit.training.pretrain import ProgressCallback
 from cascadekit.training.sft import STAGES, sft_stages
 
@@ -99,10 +98,7 @@ def plot_stage_table(rows: Sequence[dict[str, Any]]) -> Figure:
 
 def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
     """``metrics.json``, a spread of per-sample records, the stage figure and the paper-vs-run tables."""
-    samples = metrics["samples"]
-    with atomic_open(writer.folder / "samples.jsonl") as fh:
-        for s in samples[:: max(1, len(samples) // KEPT_SAMPLES)]:
-            fh.write(json.dumps(s) + "\n")
+    write_sample_spread(writer.folder, metrics["samples"], KEPT_SAMPLES)
     last = stage_name(STAGES[-1])
     profile = metrics["profile"]
     notes = (f"### Paper (Nemotron-Cascade-8B unified) vs this run after {last}\n\n"
