@@ -19,7 +19,8 @@ Four rewards, from the paper's finding 4 (process supervision against reward hac
 
 Part II's RL stages reward with the domain's own verifier instead
 (:func:`verifier_reward`): the dataset's ``domain`` and ``gold`` columns say which
-judge scores a completion and against what.
+judge scores a completion and against what. Math RL subtracts a penalty for an
+answer that switches format (:func:`math_rl_reward`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import json
 from functools import lru_cache, wraps
 from typing import Any, Callable
 
+from cascadekit.domains import domains
+from cascadekit.verify.format_switch import format_switches
 from cascadekit.verify.process import ProcessVerdict, judge
 from cascadekit.world.render import Problem
 
@@ -127,13 +130,35 @@ def verifier_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -
     The verifiers never raise, so a garbage completion scores 0 with a reason
     rather than stopping a run.
     """
-    from cascadekit.domains import domains
-
     names, golds = kwargs.get("domain"), kwargs.get("gold")
     if names is None or golds is None or not len(names) == len(golds) == len(completions):
         raise ValueError("the verifier reward needs 'domain' and 'gold' dataset columns, one entry per completion")
     return [domains()[name].judge(json.loads(gold) if isinstance(gold, str) else gold, completion_text(c)).score
             for c, name, gold in zip(completions, names, golds)]
+
+
+def math_rl_reward(penalty: float = 0.5) -> RewardFn:
+    """Math RL's reward: 1 for the right boxed answer, minus ``penalty`` if the answer switches format.
+
+    The format switches are :func:`cascadekit.verify.format_switch.format_switches`
+    (a second answer block, code, tool-call or patch markup, a second think block),
+    the toy's stand-in for the paper's code-switching penalty. A right answer that
+    switches scores ``1 - penalty``, a wrong one that switches ``-penalty``.
+    """
+    if not 0.0 <= penalty <= 1.0:
+        raise ValueError(f"penalty must lie in [0, 1], got {penalty!r}")
+
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        golds = kwargs.get("gold")
+        if golds is None or len(golds) != len(completions):
+            raise ValueError("the math RL reward needs a 'gold' dataset column, one entry per completion")
+        judge = domains()["math"].judge
+        texts = [completion_text(c) for c in completions]
+        return [judge(json.loads(g) if isinstance(g, str) else g, t).score - penalty * bool(format_switches(t))
+                for t, g in zip(texts, golds)]
+
+    reward.__name__ = reward.__qualname__ = f"math_rl_reward_{penalty:g}"
+    return reward
 
 
 def reading_markup(reward: RewardFn, tokenizer: Any, end: str = "<|im_end|>") -> RewardFn:
