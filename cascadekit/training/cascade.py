@@ -10,6 +10,9 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
   rewarded by the reward model's predicted quality. Arms differ in the mode each
   prompt is asked in: *half-half* (every batch half ``/think``, half ``/no_think``,
   the paper's choice for the unified model), *think only*, *no_think only*.
+* **Math RL's length extension** (:func:`length_extension`): GRPO stages with a
+  growing maximum completion length, each starting from the last (the paper's
+  24K -> 32K -> 40K for its 8B model).
 * **IF-RL**: instruction-following prompts, rewarded by the strict instruction
   verifier. The unified model runs it in ``/no_think`` only (the paper's choice,
   because the verifier alone can cost human alignment); the paper's dedicated
@@ -18,8 +21,9 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from cascadekit.base_model import chat_base
 from cascadekit.domains import chat_record, domains, draw_tasks
@@ -94,3 +98,21 @@ def if_rl_stage(start: StageOutput, profile: Profile, think: bool, reward: Rewar
     """IF-RL from ``start`` on instruction prompts in one mode, with ``reward``."""
     return chat_grpo(start, rl_records(profile, "instructions", think, 2), profile, work_dir, reward=reward,
                      in_order=True)
+
+
+def length_extension(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile,
+                     lengths: Sequence[int], reward: RewardFn, work_dir: Path) -> list[StageOutput]:
+    """One GRPO stage per maximum completion length in ``lengths`` (increasing), each from the last.
+
+    Every stage trains on ``records`` with the profile's RL settings but its own
+    ``rl.max_completion_length``; each stage's curves hold TRL's truncation rate
+    (``clipped_ratio``), the share of rollouts cut at the limit.
+    """
+    if not lengths or any(not isinstance(n, int) or n < 1 for n in lengths) or list(lengths) != sorted(set(lengths)):
+        raise ValueError(f"lengths must be strictly increasing positive integers, got {list(lengths)!r}")
+    outputs = []
+    for length in lengths:
+        staged = dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, max_completion_length=length))
+        start = chat_grpo(start, records, staged, work_dir / f"length-{length}", reward=reward)
+        outputs.append(start)
+    return outputs
