@@ -14,7 +14,7 @@ from cascadekit.rewards import reading_markup
 from cascadekit.training.cascade import (IF_RM_WEIGHT, RLHF_ARMS, rl_records, rlhf_records,
                                          verifier_plus_reward_model)
 from cascadekit.training.reward_model import (RewardModelScore, fit_calibration, load_reward_model,
-                                              pairwise_accuracy, preference_records, reward_model_stage, scored_text)
+                                              pairwise_accuracy, preference_records, reward_model_stage)
 
 PROFILE = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "reward_model.tasks": 6,
                                  "reward_model.eval_tasks": 4, "rl.samples": 4})
