@@ -158,3 +158,31 @@ def test_length_extension_chains_stages_of_growing_length(reward_model, tmp_path
     for bad in ([], [16, 8], [8, 8], [0, 8]):
         with pytest.raises(ValueError, match="strictly increasing"):
             length_extension(sft, records, PROFILE, bad, math_rl_reward(), tmp_path)
+
+
+def test_screening_chat_prompts_stops_at_the_turn_and_keeps_markers(reward_model) -> None:
+    from cascadekit.runtime import load_model, load_tokenizer
+    from cascadekit.training.dynamic_sampling import sample_groups
+    sft = reward_model[0]
+    model, tokenizer = load_model(sft.checkpoint), load_tokenizer(sft.checkpoint)
+    seen = {}
+    generate = model.generate
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return generate(*args, **kwargs)
+
+    model.generate = spy
+    decode = tokenizer.batch_decode
+
+    def spy_decode(ids, **kwargs):
+        seen["skip"] = kwargs["skip_special_tokens"]
+        return decode(ids, **kwargs)
+
+    tokenizer.batch_decode = spy_decode
+    prompt = preference_records(PROFILE, "eval", 1, 0)[0]["prompt"]
+    completions = sample_groups(model, tokenizer, [prompt], 3, max_completion_length=12, end_of_turn="<|im_end|>")
+    assert len(completions) == 3 and not any("<|im_end|>" in c for c in completions)
+    assert seen["eos_token_id"][0] == tokenizer.convert_tokens_to_ids("<|im_end|>") and seen["skip"] is False
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert seen["input_ids"].shape[1] == len(ids)  # nothing added to the rendered prompt
