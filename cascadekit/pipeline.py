@@ -30,8 +30,8 @@ from cascadekit.atomic import atomic_write_json
 from cascadekit.evaluation.bands import Bands
 from cascadekit.evaluation.report import evaluate
 from cascadekit.profiles import Profile
-from cascadekit.chat import render
-from cascadekit.domains import check_record, prompt_of
+from cascadekit.chat import END_OF_TURN, stop_token_ids
+from cascadekit.domains import check_record, prompt_text
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
@@ -40,7 +40,6 @@ from cascadekit.training.pretrain import MIDTRAIN_MIXTURE, cached_pretrained, mi
 from cascadekit.world import Problem
 
 STAGE_FILE = "stage.json"  # the stage's inputs and metrics, beside its checkpoint
-END_OF_TURN = "<|im_end|>"  # where a Part II rollout ends
 
 
 @dataclass(frozen=True)
@@ -167,8 +166,7 @@ def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
         if record.get("tools"):
             raise ValueError(f"{record['domain']}: a tool-calling record needs a multi-turn rollout, "
                              f"which GRPO here does not do")
-        messages, tools = prompt_of(dict(record))
-        prompts.append(render(messages, tools, add_generation_prompt=True, prefill_empty_think=False))
+        prompts.append(prompt_text(record))
     return Dataset.from_dict({"prompt": prompts, "domain": [r["domain"] for r in records],
                               "gold": [json.dumps(r["gold"]) for r in records]})
 
@@ -195,8 +193,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
         model = load_model(start.checkpoint, choose_device(profile))
         scored, overrides = reward, {}
         if chat:
-            model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids(END_OF_TURN),
-                                                    tokenizer.eos_token_id]
+            model.generation_config.eos_token_id = stop_token_ids(tokenizer)
             scored = reading_markup(reward, tokenizer, END_OF_TURN)
         if in_order:
             overrides["shuffle_dataset"] = False

@@ -29,6 +29,7 @@ import json
 from functools import lru_cache, wraps
 from typing import Any, Callable
 
+from cascadekit.chat import END_OF_TURN
 from cascadekit.domains import domains
 from cascadekit.verify.format_switch import format_switches
 from cascadekit.verify.process import ProcessVerdict, judge
@@ -161,7 +162,7 @@ def math_rl_reward(penalty: float = 0.5) -> RewardFn:
     return reward
 
 
-def reading_markup(reward: RewardFn, tokenizer: Any, end: str = "<|im_end|>") -> RewardFn:
+def reading_markup(reward: RewardFn, tokenizer: Any, end: str = END_OF_TURN) -> RewardFn:
     """``reward`` handed completions decoded again from their token ids, chat markers kept.
 
     TRL decodes completions with ``skip_special_tokens=True``, and the Part II

@@ -181,7 +181,7 @@ def test_screening_chat_prompts_stops_at_the_turn_and_keeps_markers(reward_model
 
     tokenizer.batch_decode = spy_decode
     prompt = preference_records(PROFILE, "eval", 1, 0)[0]["prompt"]
-    completions = sample_groups(model, tokenizer, [prompt], 3, max_completion_length=12, end_of_turn="<|im_end|>")
+    completions = sample_groups(model, tokenizer, [prompt], 3, max_completion_length=12, keep_markup=True)
     assert len(completions) == 3 and not any("<|im_end|>" in c for c in completions)
     assert seen["eos_token_id"][0] == tokenizer.convert_tokens_to_ids("<|im_end|>") and seen["skip"] is False
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]

@@ -59,6 +59,7 @@ NO_THINK = "/no_think"
 MARKUP_TOKENS = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
                  "</tool_call>", "<tool_response>", "</tool_response>")
 EMPTY_THINK = "<think>\n\n</think>\n\n"
+END_OF_TURN = "<|im_end|>"  # where an assistant turn ends
 
 
 @cache
@@ -110,6 +111,16 @@ def render(messages: list[dict], tools: list[dict] | None = None,
     """
     return _compiled().render(messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
                               prefill_empty_think=prefill_empty_think)
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """The ids a generated assistant turn ends at: ``<|im_end|>``, or the tokenizer's end of text."""
+    return [tokenizer.convert_tokens_to_ids(END_OF_TURN), tokenizer.eos_token_id]
+
+
+def turn_ids(ids: list[int], stops: list[int]) -> list[int]:
+    """A generated row's ids up to (not including) its first stop id."""
+    return ids[:next((k for k, t in enumerate(ids) if t in stops), len(ids))]
 
 
 def thinking_mode(user_text: str) -> bool:

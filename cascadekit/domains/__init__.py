@@ -151,6 +151,12 @@ def prompt_of(record: dict[str, Any]) -> tuple[list[dict], list[dict] | None]:
     return messages[:last_user + 1], (json.loads(tools) if isinstance(tools, str) else tools)
 
 
+def prompt_text(record: dict[str, Any]) -> str:
+    """The rendered chat up to the assistant turn, as the model is asked it: no pre-filled think block."""
+    messages, tools = prompt_of(record)
+    return render(messages, tools, add_generation_prompt=True, prefill_empty_think=False)
+
+
 def gold_answer(record: dict[str, Any]) -> str:
     """The record's gold answer as a verifier reads a model's: each gold assistant turn as the completion
     after its generation prompt (no pre-filled think block), tool results between them (:func:`transcript`)."""

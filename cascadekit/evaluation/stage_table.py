@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from cascadekit.chat import parse_assistant, render
+from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
 from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of
 from cascadekit.domains.tools import transcript
@@ -107,7 +107,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
     """Greedy completions (text up to ``<|im_end|>``, and its token count) in prompt order."""
     tokenizer.padding_side = "left"
     model.eval()
-    stop = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id]
+    stop = stop_token_ids(tokenizer)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: dict[int, tuple[str, int]] = {}
     for start in range(0, len(order), batch_size):
@@ -117,7 +117,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
         generated = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
                                    eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
         for i, row in zip(idx, generated[:, batch["input_ids"].shape[1]:].tolist()):
-            ids = row[:next((k for k, t in enumerate(row) if t in stop), len(row))]
+            ids = turn_ids(row, stop)
             out[i] = (tokenizer.decode(ids, skip_special_tokens=False), len(ids))
     return [out[i] for i in range(len(prompts))]
 

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.domains import prompt_text
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.evaluation.stage_claims import compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
@@ -38,7 +39,7 @@ from cascadekit.plots import rl_curves
 from cascadekit.results import ResultsWriter, write_sample_spread
 from cascadekit.rewards import verifier_reward
 from cascadekit.training.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
-from cascadekit.training.reward_model import RewardModelScore, prompt_text
+from cascadekit.training.reward_model import RewardModelScore
 
 START = "RLHF half-half"
 #: The arms: stage name -> (think, with the reward model's score).

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.domains import prompt_text
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
@@ -39,7 +40,7 @@ from cascadekit.pipeline import StageOutput
 from cascadekit.plots import rl_curves
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
 from cascadekit.training.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
-from cascadekit.training.reward_model import RewardModelScore, prompt_text
+from cascadekit.training.reward_model import RewardModelScore
 
 #: How many per-sample records the results keep (an even spread over all of them).
 KEPT_SAMPLES = 120

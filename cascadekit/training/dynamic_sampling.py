@@ -31,6 +31,8 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from cascadekit.chat import stop_token_ids, turn_ids
+
 RewardFunc = Callable[..., list[float | None]]
 
 #: A group's verdict: the first keeps the prompt, the others drop it.
@@ -50,7 +52,7 @@ def sample_groups(
     *,
     temperature: float = 1.0,
     max_completion_length: int = 256,
-    end_of_turn: str | None = None,
+    keep_markup: bool = False,
 ) -> list[Any]:
     """``group_size`` sampled completions per prompt, group by group, shaped as TRL shapes them.
 
@@ -61,24 +63,23 @@ def sample_groups(
     message, so reward functions get the same input here as in training (TRL's
     tool-calling parse is not reproduced).
 
-    ``end_of_turn`` (Part II's ``<|im_end|>``, prompts already rendered as text, as
-    :func:`cascadekit.pipeline.chat_rl_dataset` makes them): sampling also stops at
-    that marker, and completions keep their chat markers up to it, as Part II's
-    GRPO hands them to its rewards (:func:`cascadekit.rewards.reading_markup`).
+    ``keep_markup`` (Part II, prompts already rendered as text, as
+    :func:`cascadekit.pipeline.chat_rl_dataset` makes them): nothing is added to a
+    prompt, sampling also stops at ``<|im_end|>``, and each completion keeps its
+    chat markers up to its end, as Part II's GRPO hands completions to its rewards
+    (:func:`cascadekit.rewards.reading_markup`).
     """
     chat = _is_conversational(prompts[0])
     if chat:
         ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
                for p in prompts]
     else:
-        ids = tokenizer(list(prompts), add_special_tokens=end_of_turn is None)["input_ids"]
+        ids = tokenizer(list(prompts), add_special_tokens=not keep_markup)["input_ids"]
     width = max(len(x) for x in ids)
     pad = tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in ids], device=model.device)
     attention_mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=model.device)
-    stops = [tokenizer.eos_token_id]
-    if end_of_turn is not None:
-        stops.insert(0, tokenizer.convert_tokens_to_ids(end_of_turn))
+    stops = stop_token_ids(tokenizer) if keep_markup else [tokenizer.eos_token_id]
     was_training = model.training
     model.eval()
     out = model.generate(
@@ -94,9 +95,9 @@ def sample_groups(
         eos_token_id=stops,
     )
     model.train(was_training)
-    if end_of_turn is not None:
-        texts = [t.split(end_of_turn, 1)[0]
-                 for t in tokenizer.batch_decode(out[:, width:], skip_special_tokens=False)]
+    if keep_markup:
+        texts = tokenizer.batch_decode([turn_ids(row, stops) for row in out[:, width:].tolist()],
+                                       skip_special_tokens=False)
     else:
         texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     return [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
@@ -175,7 +176,7 @@ def screen_prompts(
     solved_at: float = 1.0,
     readmit_prob: float = 0.0,
     seed: int = 0,
-    end_of_turn: str | None = None,
+    keep_markup: bool = False,
 ) -> ScreenResult:
     """Dynamic sampling as a pre-screen: up to ``target`` prompts of ``pool`` whose rollouts disagree.
 
@@ -183,7 +184,7 @@ def screen_prompts(
     functions. Prompts are screened ``chunk_size`` at a time in a random order
     fixed by ``seed`` and screening stops as soon as ``target`` are kept.
     ``readmit_prob`` keeps each dropped prompt with that probability anyway.
-    ``end_of_turn`` screens Part II chat prompts as :func:`sample_groups` says.
+    ``keep_markup`` screens Part II's rendered chat prompts as :func:`sample_groups` says.
     """
     funcs = list(reward_funcs) if isinstance(reward_funcs, Sequence) else [reward_funcs]
     rng = random.Random(seed)
@@ -198,7 +199,7 @@ def screen_prompts(
         chunk = pool.select(order[start : start + chunk_size])
         completions = sample_groups(
             model, tokenizer, chunk["prompt"], group_size,
-            temperature=temperature, max_completion_length=max_completion_length, end_of_turn=end_of_turn,
+            temperature=temperature, max_completion_length=max_completion_length, keep_markup=keep_markup,
         )
         rewards = score_groups(
             funcs, chunk["prompt"], completions, {c: chunk[c] for c in columns}, group_size, reward_weights

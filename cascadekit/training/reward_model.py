@@ -51,24 +51,19 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, Pr
 from trl import RewardConfig, RewardTrainer
 
 from cascadekit.artifacts import cache_root
-from cascadekit.chat import render
+from cascadekit.chat import END_OF_TURN
 from cascadekit.claims import binomial_interval
-from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_of
+from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
-from cascadekit.pipeline import END_OF_TURN, Stage, StageOutput, run_stage
+from cascadekit.pipeline import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
 from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
+from cascadekit.training.dynamic_sampling import sample_groups
 
 #: The held-out pairs' fit of hidden quality on the raw score, saved beside the weights.
 CALIBRATION_FILE = "calibration.json"
 #: A policy-samples stage's answers: one list of sampled texts per prompt.
 SAMPLES_FILE = "samples.json"
-
-
-def prompt_text(record: Mapping[str, Any]) -> str:
-    """The rendered chat up to the assistant turn, as a rollout's prompt (no pre-filled think block)."""
-    messages, tools = prompt_of(dict(record))
-    return render(messages, tools, add_generation_prompt=True, prefill_empty_think=False)
 
 
 def preference_records(profile: Profile, split: str, tasks: int, seed: int,
@@ -121,27 +116,16 @@ def policy_samples(policy: StageOutput, prompts: Sequence[str], n: int, profile:
     return json.loads((done.checkpoint / SAMPLES_FILE).read_text())
 
 
-@torch.inference_mode()
 def sampled_answers(checkpoint: str | Path, prompts: Sequence[str], n: int, profile: Profile,
                     seed: int) -> list[list[str]]:
     """``n`` answers per prompt sampled from a chat checkpoint at the RL temperature, each up to ``<|im_end|>``."""
     model, tokenizer = load_model(checkpoint, choose_device(profile)), load_tokenizer(checkpoint)
-    tokenizer.padding_side = "left"
-    model.eval()
-    stop = [tokenizer.convert_tokens_to_ids(END_OF_TURN), tokenizer.eos_token_id]
     torch.manual_seed(seed)
-    out: list[list[str]] = []
     step = max(1, profile.evaluation.batch_size // n)
+    out: list[list[str]] = []
     for start in range(0, len(prompts), step):
-        batch = tokenizer(list(prompts[start:start + step]), return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(model.device)
-        rows = model.generate(**batch, do_sample=True, temperature=profile.rl.temperature, top_k=0, top_p=1.0,
-                              num_return_sequences=n, max_new_tokens=profile.sft.max_new_tokens,
-                              eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
-        texts = []
-        for row in rows[:, batch["input_ids"].shape[1]:].tolist():
-            ids = row[:next((k for k, t in enumerate(row) if t in stop), len(row))]
-            texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+        texts = sample_groups(model, tokenizer, prompts[start:start + step], n, temperature=profile.rl.temperature,
+                              max_completion_length=profile.sft.max_new_tokens, keep_markup=True)
         out += [texts[i:i + n] for i in range(0, len(texts), n)]
     return out
 
@@ -225,12 +209,23 @@ def _digest(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def held_out_check(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                   records: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
-    """Pairwise accuracy on held-out pairs, and the calibration fitted on their responses."""
+                   records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Held-out pairwise accuracy (overall, per mode, per pair kind) and the calibration fitted on the
+    responses, from one scoring pass."""
     chosen = raw_scores(model, tokenizer, [scored_text(r["prompt"], r["chosen"]) for r in records])
     rejected = raw_scores(model, tokenizer, [scored_text(r["prompt"], r["rejected"]) for r in records])
+
+    def accuracy_where(keep: Any) -> dict[str, float]:
+        picked = [i for i, r in enumerate(records) if keep(r)]
+        return pairwise_accuracy([chosen[i] for i in picked], [rejected[i] for i in picked])
+
     qualities = [r["chosen_quality"] for r in records] + [r["rejected_quality"] for r in records]
-    return pairwise_accuracy(chosen, rejected), fit_calibration(chosen + rejected, qualities)
+    return {"held_out": accuracy_where(lambda r: True),
+            "held_out_by_mode": {("think" if think else "no_think"): accuracy_where(lambda r, t=think: r["think"] == t)
+                                 for think in (True, False)},
+            "held_out_by_source": {source: accuracy_where(lambda r, s=source: r["source"] == s)
+                                   for source in dict.fromkeys(r["source"] for r in records)},
+            "calibration": fit_calibration(chosen + rejected, qualities)}
 
 
 def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> StageOutput:
@@ -254,17 +249,11 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> Sta
         started = time.perf_counter()
         trainer.train()
         seconds = round(time.perf_counter() - started, 1)
-        accuracy, calibration = held_out_check(trainer.model, tokenizer, held_out)
-        by_mode = {("think" if think else "no_think"): held_out_check(
-            trainer.model, tokenizer, [r for r in held_out if r["think"] == think])[0] for think in (True, False)}
-        by_source = {source: held_out_check(trainer.model, tokenizer, [r for r in held_out if r["source"] == source])[0]
-                     for source in dict.fromkeys(r["source"] for r in held_out)}
-        save_checkpoint(trainer.model, tokenizer, dest, files={CALIBRATION_FILE: json.dumps(calibration)})
+        check = held_out_check(trainer.model, tokenizer, held_out)
+        save_checkpoint(trainer.model, tokenizer, dest, files={CALIBRATION_FILE: json.dumps(check["calibration"])})
         shutil.rmtree(run_dir, ignore_errors=True)
         return {"layers": layers, "parameters": sum(p.numel() for p in trainer.model.parameters()),
-                "train_pairs": len(train), "held_out": accuracy, "held_out_by_mode": by_mode,
-                "held_out_by_source": by_source,
-                "calibration": calibration, "train_s": seconds,
+                "train_pairs": len(train), **check, "train_s": seconds,
                 "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
 
     return run_stage(Stage("reward-model", inputs, build))
