@@ -145,6 +145,37 @@ class RewardModelConfig:
 
 
 @dataclass(frozen=True)
+class MathRLConfig:
+    """Chapter 11's Math RL: its prompts, the length-extension stages and dynamic filtering.
+
+    ``pool`` math prompts over ``ops``, asked in ``/think``, make one epoch; each of
+    ``lengths`` (strictly increasing) is one GRPO stage of one epoch at that maximum
+    completion length, starting from the last. With dynamic filtering, each epoch
+    first drops the prompts the policy always or never solves, re-admitting each
+    dropped one with probability ``readmit``. ``penalty`` is the format-switch penalty.
+    """
+
+    ops: tuple[int, int]
+    pool: int
+    lengths: tuple[int, ...]
+    readmit: float
+    penalty: float
+
+
+@dataclass(frozen=True)
+class CodeRLConfig:
+    """Chapter 12's Code RL: ``prompts`` code prompts over ``ops`` per arm, one arm per sampling temperature.
+
+    ``workers`` sandbox verifications run at once in the asynchronous reward.
+    """
+
+    ops: tuple[int, int]
+    prompts: int
+    temperatures: tuple[float, ...]
+    workers: int
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -158,6 +189,8 @@ class Profile:
     rl: RLConfig
     sft: SFTConfig
     reward_model: RewardModelConfig
+    math_rl: MathRLConfig
+    code_rl: CodeRLConfig
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -201,6 +234,8 @@ _SECTIONS = {
     "rl": RLConfig,
     "sft": SFTConfig,
     "reward_model": RewardModelConfig,
+    "math_rl": MathRLConfig,
+    "code_rl": CodeRLConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
 
@@ -282,6 +317,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{f"reward_model.{k}": _POSITIVE for k in ("tasks", "pairs_per_task", "eval_tasks", "epochs", "lr",
                                                 "batch_size")},
     "reward_model.policy_samples": _NON_NEGATIVE,
+    "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
+    "math_rl.lengths": (lambda v: len(v) > 0 and all(n > 0 for n in v) and list(v) == sorted(set(v)),
+                        "a non-empty, strictly increasing list of lengths > 0"),
+    "code_rl.ops": _OPS, "code_rl.prompts": _POSITIVE, "code_rl.workers": _POSITIVE,
+    "code_rl.temperatures": (lambda v: len(v) > 0 and all(t > 0 for t in v), "a non-empty list of temperatures > 0"),
 }
 
 

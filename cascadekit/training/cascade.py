@@ -100,6 +100,11 @@ def if_rl_stage(start: StageOutput, profile: Profile, think: bool, reward: Rewar
                      in_order=True)
 
 
+def unified_if_rl(profile: Profile, work_dir: Path) -> StageOutput:
+    """The cascade's IF-RL checkpoint: ``/no_think`` instruction prompts, the verifier alone, from :func:`unified_rlhf`."""
+    return if_rl_stage(unified_rlhf(profile, work_dir / "rlhf"), profile, False, verifier_reward, work_dir / "if-rl")
+
+
 def length_extension(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile,
                      lengths: Sequence[int], reward: RewardFn, work_dir: Path) -> list[StageOutput]:
     """One GRPO stage per maximum completion length in ``lengths`` (increasing), each from the last.
