@@ -1,6 +1,6 @@
 """The cascade's RL stages: chapter 09's reward model (preference records, policy samples, calibration,
 accuracy, a tiny trained model and its GRPO reward), the markup-reading reward wrapper, the RLHF and
-IF-RL prompt sets and rewards, paired stage-table changes, and Math RL's length extension."""
+IF-RL prompt sets and rewards, and paired stage-table changes."""
 from __future__ import annotations
 
 import math
@@ -145,19 +145,6 @@ def test_paired_changes_pair_prompts_and_refuse_tables_out_of_step() -> None:
         paired_change(before, after[:3])
     with pytest.raises(ValueError, match="no samples"):
         paired_change(before, after, names=["swe"])
-
-
-def test_length_extension_chains_stages_of_growing_length(reward_model, tmp_path) -> None:
-    from cascadekit.rewards import math_rl_reward
-    from cascadekit.training.cascade import length_extension
-    sft = reward_model[0]
-    records = rl_records(PROFILE, "math", True, 3)[:2]
-    short, long = length_extension(sft, records, PROFILE, [8, 16], math_rl_reward(), tmp_path)
-    assert short.key != long.key and all("clipped_ratio" in c for c in long.metrics["curves"])
-    assert length_extension(sft, records, PROFILE, [8], math_rl_reward(), tmp_path)[0].key == short.key  # cached
-    for bad in ([], [16, 8], [8, 8], [0, 8]):
-        with pytest.raises(ValueError, match="strictly increasing"):
-            length_extension(sft, records, PROFILE, bad, math_rl_reward(), tmp_path)
 
 
 def test_screening_chat_prompts_stops_at_the_turn_and_keeps_markers(reward_model) -> None:

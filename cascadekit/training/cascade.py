@@ -1,4 +1,4 @@
-"""The cascade's RL stages after SFT: RLHF (chapter 09) and IF-RL (chapter 10).
+"""The cascade's RL stages after SFT: RLHF (chapter 09) and IF-RL (chapter 10); Math RL builds on them.
 
 Each stage is the kit's strict on-policy GRPO (:func:`cascadekit.pipeline.chat_grpo`)
 on one domain's RL-split prompts, from the previous stage's checkpoint, with that
@@ -10,9 +10,6 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
   rewarded by the reward model's predicted quality. Arms differ in the mode each
   prompt is asked in: *half-half* (every batch half ``/think``, half ``/no_think``,
   the paper's choice for the unified model), *think only*, *no_think only*.
-* **Math RL's length extension** (:func:`length_extension`): GRPO stages with a
-  growing maximum completion length, each starting from the last (the paper's
-  24K -> 32K -> 40K for its 8B model).
 * **IF-RL**: instruction-following prompts, rewarded by the strict instruction
   verifier. The unified model runs it in ``/no_think`` only (the paper's choice,
   because the verifier alone can cost human alignment); the paper's dedicated
@@ -21,9 +18,8 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cascadekit.base_model import chat_base
 from cascadekit.domains import chat_record, domains, draw_tasks
@@ -103,21 +99,3 @@ def if_rl_stage(start: StageOutput, profile: Profile, think: bool, reward: Rewar
 def unified_if_rl(profile: Profile, work_dir: Path) -> StageOutput:
     """The cascade's IF-RL checkpoint: ``/no_think`` instruction prompts, the verifier alone, from :func:`unified_rlhf`."""
     return if_rl_stage(unified_rlhf(profile, work_dir / "rlhf"), profile, False, verifier_reward, work_dir / "if-rl")
-
-
-def length_extension(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile,
-                     lengths: Sequence[int], reward: RewardFn, work_dir: Path) -> list[StageOutput]:
-    """One GRPO stage per maximum completion length in ``lengths`` (increasing), each from the last.
-
-    Every stage trains on ``records`` with the profile's RL settings but its own
-    ``rl.max_completion_length``; each stage's curves hold TRL's truncation rate
-    (``clipped_ratio``), the share of rollouts cut at the limit.
-    """
-    if not lengths or any(not isinstance(n, int) or n < 1 for n in lengths) or list(lengths) != sorted(set(lengths)):
-        raise ValueError(f"lengths must be strictly increasing positive integers, got {list(lengths)!r}")
-    outputs = []
-    for length in lengths:
-        staged = dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, max_completion_length=length))
-        start = chat_grpo(start, records, staged, work_dir / f"length-{length}", reward=reward)
-        outputs.append(start)
-    return outputs

@@ -1,0 +1,276 @@
+"""Chapter 11: Math RL, with response-length extension and dynamic filtering.
+
+Regenerate the committed toy results (``data/results/11_math_rl``) with::
+
+    cascadekit experiment 11 --scale toy --threads 2
+
+Three arms of :func:`cascadekit.training.math_rl.math_rl`, on the same prompts and
+length stages (every step a cached stage):
+
+* **IF-RL start, filtered** — the cascade's Math RL: from chapter 10's IF-RL
+  checkpoint, each length stage screened first (its last checkpoint is the
+  cascade's next stage);
+* **IF-RL start, unfiltered** — the same without the screen: every prompt every
+  epoch, so the zero-variance groups stay in the batches;
+* **SFT start, filtered** — the start-point control: the same recipe from
+  chapter 08's SFT checkpoint.
+
+Evaluation: greedy math answers in ``/think`` on ``sft.eval_tasks`` held-out prompts
+per op of ``math_rl.ops`` after every checkpoint (the top op is the toy's "hard"
+band), and the full stage table before and after the cascade's Math RL (what the
+other domains forget).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib import pyplot as plt
+from matplotlib.figure import Figure
+
+from cascadekit.chapters import ChapterConfig
+from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.domains import chat_record, domains, draw_tasks
+from cascadekit.evaluation.stage_claims import compact, paired_change
+from cascadekit.evaluation.stage_table import stage_markdown, stage_table
+from cascadekit.plots import rl_curves
+from cascadekit.profiles import Profile
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.training.cascade import sft_checkpoint, unified_if_rl
+from cascadekit.training.math_rl import LengthStage, math_rl
+from cascadekit.verify.format_switch import format_switches
+
+#: The arms: name -> (start, filtering).
+ARMS = {"IF-RL start, filtered": ("IF-RL", True), "IF-RL start, unfiltered": ("IF-RL", False),
+        "SFT start, filtered": ("SFT", True)}
+CASCADE = "IF-RL start, filtered"
+KEPT_SAMPLES = 120
+#: The paper's numbers (Nemotron-Cascade-8B unified, before and after Math RL; the 40K stage on hard AIME).
+PAPER = {"AIME25": (75.0, 81.1), "hard AIME, last length stage": (30.0, 40.0)}
+
+
+def math_suite(profile: Profile) -> list[dict[str, Any]]:
+    """``sft.eval_tasks`` held-out math prompts per op of ``math_rl.ops``, in ``/think``, each tagged with its op."""
+    lo, hi = profile.math_rl.ops
+    records = []
+    for op in range(lo, hi + 1):
+        for task in draw_tasks(domains()["math"], profile.sft.eval_tasks, profile.seed, "eval", [op]):
+            records.append({**chat_record(task, True), "op": op})
+    return records
+
+
+def math_samples(checkpoint: Path, profile: Profile, name: str, records: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Each math prompt's op, score, tokens and whether the answer switched format."""
+    table = stage_table(checkpoint, profile, name, records)
+    return [{"op": r["op"], "score": s["score"], "tokens": s["tokens"], "switched": bool(format_switches(s["completion"])),
+             "completion": s["completion"]} for r, s in zip(records, table["samples"])]
+
+
+def stage_metrics(stage: LengthStage, profile: Profile) -> dict[str, Any]:
+    """What the results keep of one length stage."""
+    grpo = stage.grpo.metrics if stage.grpo else {"steps": 0, "curves": [], "train_s": 0.0, "prompts": 0}
+    return {"length": stage.length, "key": stage.checkpoint.key, "screen": stage.screen, "steps": grpo["steps"],
+            "prompts": grpo["prompts"], "train_s": grpo["train_s"], "curves": grpo["curves"],
+            "rollouts": stage.rollouts(profile)}
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """The three Math RL arms, math by op after every checkpoint, the stage table before and after."""
+    profile, work_dir = config.profile, Path(work_dir)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    starts = {"IF-RL": unified_if_rl(profile, work_dir), "SFT": sft_checkpoint(profile)}
+    timings["starts_s"] = round(time.perf_counter() - started, 1)
+    arms: dict[str, list[LengthStage]] = {}
+    for name, (start, filtering) in ARMS.items():
+        started = time.perf_counter()
+        arms[name] = math_rl(starts[start], profile, work_dir / name.replace(", ", "-").replace(" ", "-"), filtering)
+        timings[f"{name}_s"] = round(time.perf_counter() - started, 1)
+    checkpoints = {f"{start} start": out.checkpoint for start, out in starts.items()}
+    checkpoints.update({f"{CASCADE}, {s.length} tokens": s.checkpoint.checkpoint for s in arms[CASCADE]})
+    checkpoints.update({f"{name}, final": stages[-1].checkpoint.checkpoint for name, stages in arms.items()
+                        if name != CASCADE})
+    records = math_suite(profile)
+    started = time.perf_counter()
+    math = {name: math_samples(path, profile, name, records) for name, path in checkpoints.items()}
+    timings["math_s"] = round(time.perf_counter() - started, 1)
+    tables = {"IF-RL": stage_table(starts["IF-RL"].checkpoint, profile, "IF-RL"),
+              "Math RL": stage_table(arms[CASCADE][-1].checkpoint.checkpoint, profile, "Math RL")}
+    timings.update({f"table {name}_s": t["wall_s"] for name, t in tables.items()})
+    return {
+        "rows": [row for t in tables.values() for row in t["rows"]], "per_sample": compact(tables),
+        "math": {name: [{k: v for k, v in s.items() if k != "completion"} for s in samples]
+                 for name, samples in math.items()},
+        "math_completions": {name: [s["completion"] for s in samples] for name, samples in math.items()},
+        "runs": {name: [stage_metrics(s, profile) for s in stages] for name, stages in arms.items()},
+        "start_keys": {name: out.key for name, out in starts.items()}, "timings": timings,
+        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+    }
+
+
+def final_name(arm: str, metrics: Mapping[str, Any]) -> str:
+    """The math-evaluation name of an arm's last checkpoint."""
+    return f"{CASCADE}, {metrics['runs'][CASCADE][-1]['length']} tokens" if arm == CASCADE else f"{arm}, final"
+
+
+def at_ops(samples: Sequence[Mapping[str, Any]], ops: Sequence[int], field: str = "score") -> list[float]:
+    """``field`` of the samples whose op is in ``ops``, in order."""
+    return [float(s[field]) for s in samples if s["op"] in ops]
+
+
+def tokens_per_correct(samples: Sequence[Mapping[str, Any]]) -> float:
+    """Tokens spent per correct answer: all answers' tokens over the number correct (inf when none is)."""
+    correct = sum(s["score"] for s in samples)
+    return sum(s["tokens"] for s in samples) / correct if correct else float("inf")
+
+
+def ratio_change(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
+                 resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(change, low, high) of tokens per correct answer, a paired bootstrap over prompts."""
+    rng = np.random.default_rng(seed)
+    a = np.array([[s["tokens"], s["score"]] for s in before], dtype=float)
+    b = np.array([[s["tokens"], s["score"]] for s in after], dtype=float)
+    idx = rng.integers(0, len(a), size=(resamples, len(a)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draws = b[idx, 0].sum(1) / b[idx, 1].sum(1) - a[idx, 0].sum(1) / a[idx, 1].sum(1)
+    estimate = tokens_per_correct(after) - tokens_per_correct(before)
+    low, high = np.nanpercentile(draws[np.isfinite(draws)], [2.5, 97.5])
+    return float(estimate), float(min(low, estimate)), float(max(high, estimate))
+
+
+def curve_values(stages: Sequence[Mapping[str, Any]], column: str) -> list[float]:
+    """``column`` of every GRPO step of an arm, stage after stage."""
+    return [float(c[column]) for s in stages for c in s["curves"]]
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
+
+    A row that needs trained steps or correct answers an arm did not produce (a
+    smoke run's screen can keep nothing) is left out rather than faked.
+    """
+    math, runs = metrics["math"], metrics["runs"]
+    lo, hi = metrics["profile"]["math_rl"]["ops"]
+    ops, hard, easy = list(range(lo, hi + 1)), [hi], list(range(lo, hi))
+    start, final = math["IF-RL start"], math[final_name(CASCADE, metrics)]
+    control = math[final_name("SFT start, filtered", metrics)]
+    unfiltered = math[final_name("IF-RL start, unfiltered", metrics)]
+    stages = [math[f"{CASCADE}, {s['length']} tokens"] for s in runs[CASCADE]]
+    before_last, last = stages[-2] if len(stages) > 1 else start, stages[-1]
+    rollouts = {arm: sum(s["rollouts"] for s in runs[arm]) for arm in runs}
+    rows = [
+        claim_row(f"Math RL raises math accuracy (think, ops {lo}-{hi})", "AIME25 75.0 -> 81.1",
+                  *bootstrap_interval(at_ops(final, ops), at_ops(start, ops)), "up"),
+        claim_row("starting after RLHF and IF-RL beats starting from SFT: final accuracy, same recipe",
+                  "the RLHF start is much better", *bootstrap_interval(at_ops(final, ops), at_ops(control, ops)), "up"),
+    ]
+    if sum(s["score"] for s in control) and sum(s["score"] for s in final):
+        rows.append(claim_row("... with fewer tokens per correct answer (IF-RL start minus SFT start)",
+                              "RLHF makes reasoning more token-efficient", *ratio_change(control, final), "down",
+                              digits=1))
+    gain = lambda o: [y - x for x, y in zip(at_ops(before_last, o), at_ops(last, o))]  # noqa: E731
+    rows += [
+        claim_row(f"the longest length stage lifts the hardest problems (op {hi}): last stage minus the one before",
+                  "hard AIME 30% -> 40% in the 40K stage", *bootstrap_interval(at_ops(last, hard), at_ops(before_last, hard)),
+                  "up"),
+        claim_row(f"... more than it lifts ops {lo}-{hi - 1} (difference of the two gains)", "the gain is on hard problems",
+                  *bootstrap_interval(gain(hard), gain(easy), paired=False), "up"),
+    ]
+    trained = [s for s in runs[CASCADE] if s["curves"]]
+    if len(trained) > 1:
+        rows.append(claim_row("truncation falls as the limit grows: share of rollouts cut, last stage minus first",
+                              "longer limits cut fewer responses",
+                              *bootstrap_interval(curve_values(trained[-1:], "clipped_ratio"),
+                                                  curve_values(trained[:1], "clipped_ratio"), paired=False), "down"))
+    zero = {arm: curve_values(runs[arm], "frac_reward_zero_std") for arm in (CASCADE, "IF-RL start, unfiltered")}
+    if all(zero.values()):
+        rows.append(claim_row("dynamic filtering cuts zero-variance groups: share per step, filtered minus unfiltered",
+                              "the stabiliser keeps every group informative",
+                              *bootstrap_interval(zero[CASCADE], zero["IF-RL start, unfiltered"], paired=False), "down"))
+    before, after = metrics["per_sample"]["IF-RL"], metrics["per_sample"]["Math RL"]
+    rows += [
+        claim_row(f"dynamic filtering: final accuracy, filtered minus unfiltered ({rollouts[CASCADE]:,} vs "
+                  f"{rollouts['IF-RL start, unfiltered']:,} rollouts)", "stable, efficient training",
+                  *bootstrap_interval(at_ops(final, ops), at_ops(unfiltered, ops)), "up"),
+        claim_row("the format-switch penalty keeps answers in one format: switching answers, after minus before",
+                  "code-switching penalised",
+                  *bootstrap_interval(at_ops(final, ops, "switched"), at_ops(start, ops, "switched")), "down"),
+        claim_row("other domains keep their scores (general, IF, code, tools, SWE; both modes)", "little forgetting",
+                  *paired_change(before, after, names=["general", "instructions", "code", "tools", "swe"]), "down"),
+    ]
+    return rows
+
+
+def accuracy_by_op(math: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per evaluated checkpoint: accuracy at each op and mean tokens."""
+    rows = []
+    for name, samples in math.items():
+        row: dict[str, Any] = {"checkpoint": name}
+        for op in sorted({s["op"] for s in samples}):
+            row[f"op {op}"] = float(np.mean(at_ops(samples, [op])))
+        row["mean tokens"] = float(np.mean([s["tokens"] for s in samples]))
+        row["tokens per correct"] = tokens_per_correct(samples)
+        rows.append(row)
+    return rows
+
+
+def stage_rows(runs: Mapping[str, Sequence[Mapping[str, Any]]], profile: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per length stage of every arm: prompts kept, steps, truncation, zero-variance share, rollouts."""
+    rows = []
+    for arm, stages in runs.items():
+        for s in stages:
+            screen = s["screen"] or {}
+            rows.append({"arm": arm, "length": s["length"], "kept": f"{s['prompts']}/{profile['math_rl']['pool']}",
+                         "screen": ", ".join(f"{k} {v}" for k, v in sorted(screen.get("verdicts", {}).items())),
+                         "steps": s["steps"],
+                         "truncated": float(np.mean(curve_values([s], "clipped_ratio") or [float("nan")])),
+                         "zero-variance": float(np.mean(curve_values([s], "frac_reward_zero_std") or [float("nan")])),
+                         "rollouts": s["rollouts"]})
+    return rows
+
+
+def joined(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """An arm's stages as one run: the curves back to back, steps numbered through."""
+    curves, offset = [], 0
+    for s in stages:
+        curves += [{**c, "step": offset + c["step"]} for c in s["curves"]]
+        offset += s["steps"]
+    return {"curves": curves}
+
+
+def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
+    """Reward, zero-variance share, truncation and length per GRPO step, the length stages back to back."""
+    return rl_curves({arm: joined(stages) for arm, stages in runs.items()},
+                     {"reward": "reward", "frac_reward_zero_std": "zero-variance groups",
+                      "clipped_ratio": "truncated rollouts", "completion_length": "mean completion length"})
+
+
+def plot_by_op(math: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
+    """Accuracy by op after every checkpoint."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, samples in math.items():
+        ops = sorted({s["op"] for s in samples})
+        ax.plot(ops, [np.mean(at_ops(samples, [op])) for op in ops], marker="o", label=name)
+    ax.set(xlabel="op", ylabel="greedy accuracy (think)", ylim=(-0.02, 1.02), title="math accuracy by op")
+    ax.set_xticks(sorted({s["op"] for samples in math.values() for s in samples}))
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json`` (completions thinned), the figures, the tables and the claims."""
+    write_sample_spread(writer.folder, [{"checkpoint": name, **s, "completion": c}
+                                        for name, samples in metrics["math"].items()
+                                        for s, c in zip(samples, metrics["math_completions"][name])], KEPT_SAMPLES)
+    notes = (f"### Math accuracy by op after every checkpoint (think, greedy)\n\n"
+             f"{markdown_table(accuracy_by_op(metrics['math']))}\n\n"
+             f"### Length stages\n\n{markdown_table(stage_rows(metrics['runs'], metrics['profile']))}\n\n"
+             f"### Stage table before and after the cascade's Math RL\n\n{stage_markdown(metrics['rows'])}\n\n"
+             f"Timings (s): {json.dumps(metrics['timings'])}")
+    writer.save({k: v for k, v in metrics.items() if k != "math_completions"},
+                {"math_rl_curves": plot_curves(metrics["runs"]), "math_by_op": plot_by_op(metrics["math"])},
+                "Chapter 11: Math RL", claims(metrics), notes)

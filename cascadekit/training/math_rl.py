@@ -1,0 +1,126 @@
+"""Math RL (chapter 11): response-length extension with dynamic filtering once per epoch.
+
+The cascade's third RL stage, as the paper runs it:
+
+* **prompts**: ``math_rl.pool`` math prompts over ``math_rl.ops``, asked in
+  ``/think``; the toy's ops reach one past SFT's range, the "hard" band;
+* **reward**: the boxed answer after the think block, verified exactly, minus a
+  penalty for a format switch (:func:`cascadekit.rewards.math_rl_reward`);
+* **length extension**: one GRPO stage per maximum completion length in
+  ``math_rl.lengths`` (the paper's 24K -> 32K -> 40K), each starting from the
+  last; a rollout cut at the limit has no boxed answer and scores 0;
+* **dynamic filtering**: before each stage (one epoch over the pool), the
+  current policy samples a group per prompt at that stage's length; prompts it
+  always solves or never solves are dropped, each re-admitted with probability
+  ``math_rl.readmit`` (:func:`cascadekit.training.dynamic_sampling.screen_prompts`).
+  The screen is a cached stage of its own (``dynamic-filter``), so a chapter
+  rerun and a later chapter reuse it.
+
+Where the kit departs from the paper: the paper filters with the rollouts of the
+previous epoch; the kit screens with fresh rollouts of the current policy, which
+costs a group per pooled prompt and is counted in the chapter's compute.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from cascadekit.domains import chat_record, domains, draw_tasks
+from cascadekit.pipeline import Stage, StageOutput, chat_grpo, chat_rl_dataset, records_digest, run_stage
+from cascadekit.profiles import Profile
+from cascadekit.rewards import RewardFn, math_rl_reward
+from cascadekit.runtime import choose_device, load_model, load_tokenizer
+from cascadekit.training.cascade import unified_if_rl
+from cascadekit.training.dynamic_sampling import screen_prompts
+
+#: Screen this many prompts per generate call.
+SCREEN_CHUNK = 16
+
+
+@dataclass(frozen=True)
+class LengthStage:
+    """One length-extension stage: its limit, the screen before it (None without filtering) and its GRPO run.
+
+    ``grpo`` is None when the screen kept no prompt: the stage trained nothing
+    and the next one starts from the same checkpoint.
+    """
+
+    length: int
+    screen: Mapping[str, Any] | None
+    grpo: StageOutput | None
+    checkpoint: StageOutput
+
+    def rollouts(self, profile: Profile) -> int:
+        """Rollouts this stage sampled: the screen's groups plus GRPO's (steps x prompts x group)."""
+        screened = self.screen["rollouts"] if self.screen else 0
+        trained = self.grpo.metrics["steps"] * profile.rl.prompts_per_step * profile.rl.group_size if self.grpo else 0
+        return screened + trained
+
+
+def math_records(profile: Profile) -> list[dict[str, Any]]:
+    """The Math RL pool: ``math_rl.pool`` RL-split math prompts over ``math_rl.ops``, in ``/think``."""
+    lo, hi = profile.math_rl.ops
+    tasks = draw_tasks(domains()["math"], profile.math_rl.pool, profile.seed + 3, "rl", range(lo, hi + 1))
+    return [chat_record(task, True) for task in tasks]
+
+
+def math_reward(profile: Profile) -> RewardFn:
+    """Strict boxed-answer correctness minus ``math_rl.penalty`` for a format switch."""
+    return math_rl_reward(profile.math_rl.penalty)
+
+
+def at_length(profile: Profile, length: int) -> Profile:
+    """``profile`` with RL's maximum completion length set to ``length``."""
+    return dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, max_completion_length=length))
+
+
+def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Profile, epoch: int) -> StageOutput:
+    """Screen ``records`` with ``start``'s policy at ``rl.max_completion_length``: which prompts to keep.
+
+    Metrics: ``kept`` (indices into ``records``), ``verdicts`` (counts of mixed /
+    too easy / too hard), ``rollouts`` sampled and ``screen_s``.
+    """
+    reward, rl = math_reward(profile), profile.rl
+
+    def build(folder: Path) -> Mapping[str, Any]:
+        started = time.perf_counter()
+        result = screen_prompts(
+            load_model(start.checkpoint, choose_device(profile)), load_tokenizer(start.checkpoint),
+            chat_rl_dataset(records), reward,
+            target=len(records), group_size=rl.group_size, temperature=rl.temperature,
+            max_completion_length=rl.max_completion_length, chunk_size=SCREEN_CHUNK,
+            readmit_prob=profile.math_rl.readmit, seed=profile.seed + epoch, keep_markup=True,
+        )
+        report = result.report
+        return {"kept": sorted(int(i) for i in report.loc[report["kept"], "index"]),
+                "verdicts": {str(k): int(v) for k, v in result.counts().items()},
+                "readmitted": int((report["kept"] & (report["verdict"] != "mixed")).sum()),
+                "rollouts": len(report) * rl.group_size, "screen_s": round(time.perf_counter() - started, 1)}
+
+    inputs = {"start": start.key, "prompts": records_digest(records), "n_prompts": len(records),
+              "reward": reward.__name__, "rl": profile.to_dict()["rl"], "readmit": profile.math_rl.readmit,
+              "epoch": epoch, "seed": profile.seed}
+    return run_stage(Stage("dynamic-filter", inputs, build))
+
+
+def math_rl(start: StageOutput, profile: Profile, work_dir: Path, filtering: bool = True) -> list[LengthStage]:
+    """Math RL from ``start``: one stage per ``math_rl.lengths``, each filtered first when ``filtering``."""
+    records, reward = math_records(profile), math_reward(profile)
+    stages = []
+    for epoch, length in enumerate(profile.math_rl.lengths):
+        staged = at_length(profile, length)
+        screen = filter_stage(start, records, staged, epoch).metrics if filtering else None
+        kept = [records[i] for i in screen["kept"]] if screen else records
+        name = f"{'filtered' if filtering else 'unfiltered'}-{length}"
+        trained = chat_grpo(start, kept, staged, work_dir / name, reward=reward) if kept else None
+        start = trained or start
+        stages.append(LengthStage(length, screen, trained, start))
+    return stages
+
+
+def unified_math_rl(profile: Profile, work_dir: Path) -> StageOutput:
+    """The cascade's Math RL checkpoint: filtered length extension from the cascade's IF-RL checkpoint."""
+    return math_rl(unified_if_rl(profile, work_dir), profile, work_dir / "math-rl")[-1].checkpoint
