@@ -149,17 +149,21 @@ class MathRLConfig:
     """Chapter 11's Math RL: its prompts, the length-extension stages and dynamic filtering.
 
     ``pool`` math prompts over ``ops``, asked in ``/think``, make one epoch; each of
-    ``lengths`` (strictly increasing) is one GRPO stage of one epoch at that maximum
-    completion length, starting from the last. With dynamic filtering, each epoch
-    first drops the prompts the policy always or never solves, re-admitting each
-    dropped one with probability ``readmit``. ``penalty`` is the format-switch penalty.
+    ``lengths`` (strictly increasing) is one stage of ``epochs`` GRPO epochs at that
+    maximum completion length, starting from the last. With dynamic filtering, each
+    epoch first drops the prompts the policy always or never solves, re-admitting
+    each dropped one with probability ``readmit``. ``penalty`` is the format-switch
+    penalty; ``lr`` replaces ``rl.lr`` (Math RL's own rate, so that the earlier
+    stages, keyed by ``rl``, stay the same cached stages).
     """
 
     ops: tuple[int, int]
     pool: int
     lengths: tuple[int, ...]
+    epochs: int
     readmit: float
     penalty: float
+    lr: float
 
 
 @dataclass(frozen=True)
@@ -317,7 +321,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{f"reward_model.{k}": _POSITIVE for k in ("tasks", "pairs_per_task", "eval_tasks", "epochs", "lr",
                                                 "batch_size")},
     "reward_model.policy_samples": _NON_NEGATIVE,
-    "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
+    "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.epochs": _POSITIVE, "math_rl.lr": _POSITIVE, "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
     "math_rl.lengths": (lambda v: len(v) > 0 and all(n > 0 for n in v) and list(v) == sorted(set(v)),
                         "a non-empty, strictly increasing list of lengths > 0"),
     "code_rl.ops": _OPS, "code_rl.prompts": _POSITIVE, "code_rl.workers": _POSITIVE,

@@ -90,6 +90,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         arms[name] = math_rl(starts[start], profile, work_dir / name.replace(", ", "-").replace(" ", "-"), filtering)
         timings[f"{name}_s"] = round(time.perf_counter() - started, 1)
     checkpoints = {f"{start} start": out.checkpoint for start, out in starts.items()}
+    # each length's last epoch
     checkpoints.update({f"{CASCADE}, {s.length} tokens": s.checkpoint.checkpoint for s in arms[CASCADE]})
     checkpoints.update({f"{name}, final": stages[-1].checkpoint.checkpoint for name, stages in arms.items()
                         if name != CASCADE})
@@ -158,7 +159,7 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     start, final = math["IF-RL start"], math[final_name(CASCADE, metrics)]
     control = math[final_name("SFT start, filtered", metrics)]
     unfiltered = math[final_name("IF-RL start, unfiltered", metrics)]
-    stages = [math[f"{CASCADE}, {s['length']} tokens"] for s in runs[CASCADE]]
+    stages = [math[f"{CASCADE}, {length} tokens"] for length in dict.fromkeys(s["length"] for s in runs[CASCADE])]
     before_last, last = stages[-2] if len(stages) > 1 else start, stages[-1]
     rollouts = {arm: sum(s["rollouts"] for s in runs[arm]) for arm in runs}
     rows = [

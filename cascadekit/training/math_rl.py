@@ -42,10 +42,10 @@ SCREEN_CHUNK = 16
 
 @dataclass(frozen=True)
 class LengthStage:
-    """One length-extension stage: its limit, the screen before it (None without filtering) and its GRPO run.
+    """One epoch of Math RL: its length limit, the screen before it (None without filtering) and its GRPO run.
 
     ``grpo`` is None when the screen kept no prompt: the stage trained nothing
-    and the next one starts from the same checkpoint.
+    and the next epoch starts from the same checkpoint.
     """
 
     length: int
@@ -73,8 +73,9 @@ def math_reward(profile: Profile) -> RewardFn:
 
 
 def at_length(profile: Profile, length: int) -> Profile:
-    """``profile`` with RL's maximum completion length set to ``length``."""
-    return dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, max_completion_length=length))
+    """``profile`` with RL's learning rate set to ``math_rl.lr`` and its maximum completion length to ``length``."""
+    return dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, lr=profile.math_rl.lr,
+                                                               max_completion_length=length))
 
 
 def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Profile, epoch: int) -> StageOutput:
@@ -107,17 +108,22 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
 
 
 def math_rl(start: StageOutput, profile: Profile, work_dir: Path, filtering: bool = True) -> list[LengthStage]:
-    """Math RL from ``start``: one stage per ``math_rl.lengths``, each filtered first when ``filtering``."""
+    """Math RL from ``start``: ``math_rl.epochs`` epochs per ``math_rl.lengths``, each filtered first when ``filtering``.
+
+    One :class:`LengthStage` per epoch, in order.
+    """
     records, reward = math_records(profile), math_reward(profile)
     stages = []
-    for epoch, length in enumerate(profile.math_rl.lengths):
+    for length in profile.math_rl.lengths:
         staged = at_length(profile, length)
-        screen = filter_stage(start, records, staged, epoch).metrics if filtering else None
-        kept = [records[i] for i in screen["kept"]] if screen else records
-        name = f"{'filtered' if filtering else 'unfiltered'}-{length}"
-        trained = chat_grpo(start, kept, staged, work_dir / name, reward=reward) if kept else None
-        start = trained or start
-        stages.append(LengthStage(length, screen, trained, start))
+        for _ in range(profile.math_rl.epochs):
+            epoch = len(stages)
+            screen = filter_stage(start, records, staged, epoch).metrics if filtering else None
+            kept = [records[i] for i in screen["kept"]] if screen else records
+            name = f"{'filtered' if filtering else 'unfiltered'}-{length}-{epoch}"
+            trained = chat_grpo(start, kept, staged, work_dir / name, reward=reward) if kept else None
+            start = trained or start
+            stages.append(LengthStage(length, screen, trained, start))
     return stages
 
 
