@@ -49,10 +49,16 @@ def test_dropped_step_is_missing(problems):
 
 
 def test_changed_value_is_value_mismatch(problems):
+    tested = 0
     for p in problems:
-        verdict = judge(change_value(p), p)
+        text = change_value(p)
+        if text is None:
+            continue  # a reverse-mode problem whose only given value is the equation's
+        verdict = judge(text, p)
         assert not verdict.correct and verdict.n_value == 1 and verdict.n_dependency == 0
         assert verdict.answer_correct and verdict.n_missing == 0
+        tested += 1
+    assert tested >= 0.9 * len(problems)
 
 
 def test_swapped_parent_is_dependency_mismatch(problems):
