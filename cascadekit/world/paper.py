@@ -64,6 +64,9 @@ _KINDS: dict[str, tuple[tuple[int, ...], bool]] = {
 }
 _WEIGHTS = {"copy": 3, "plus": 3, "times": 3, "sum": 3, "difference": 2, "plus_sum": 1, "times_sum": 1,
             "plus_difference": 1, "times_difference": 1, "total": 4}
+_LEAF_WEIGHT = 6
+#: (kind, quantity parents, op cost, weight) for every derived node shape
+_OPTIONS = tuple((kind, k, k + const, _WEIGHTS[kind]) for kind, (counts, const) in _KINDS.items() for k in counts)
 
 
 @dataclass
@@ -113,43 +116,52 @@ def _structure(op: int, rng: random.Random, final_total: bool) -> list[_Node] | 
     open_: list[int] = []
     claimed: set[int] = set()  # instance nodes already inside a total
     remaining = op
-    while remaining:
+    for _ in range(8 * op):  # a draw out of range is drawn again, a bounded number of times
+        if not remaining:
+            break
         m = len(open_)
+        totalable = [i for i in range(len(nodes)) if _may_total(nodes, i, claimed)]
+        total_open = sum(i in open_ for i in totalable)
         choices: list[tuple[str, int, int]] = []  # kind, parents, open parents among them
+        weights: list[int] = []
         if m < _MAX_OPEN and remaining - 1 >= m + 1:
-            choices += [("leaf", 0, 0)] * 6
-        for kind, (counts, const) in _KINDS.items():
-            for k in counts:
-                for used in range(1 if m else 0, min(k, m) + 1):
-                    after_open, after = m - used + 1, remaining - k - const
-                    closes = after == 0 and after_open == 1 and (kind == "total" or not final_total)
-                    if not closes and not (0 < after and after_open <= min(after, _MAX_OPEN)):
+            choices.append(("leaf", 0, 0))
+            weights.append(_LEAF_WEIGHT)
+        for kind, k, cost, weight in _OPTIONS:
+            for used in range(1 if m else 0, (k if k < m else m) + 1):
+                after_open, after = m - used + 1, remaining - cost
+                if after == 0:
+                    if after_open != 1 or (final_total and kind != "total"):
                         continue
-                    if k - used <= len(nodes) - m:
-                        choices += [(kind, k, used)] * _WEIGHTS[kind]
+                elif after < 0 or after_open > after or after_open > _MAX_OPEN:
+                    continue
+                if kind == "total" and (used > total_open or k - used > len(totalable) - total_open):
+                    continue
+                if k - used <= len(nodes) - m:
+                    choices.append((kind, k, used))
+                    weights.append(weight)
         if not choices:
             return None
-        kind, k, used = rng.choice(choices)
+        kind, k, used = rng.choices(choices, weights)[0]
         if kind == "leaf":
             nodes.append(_Node("leaf", (), None, rng.choice(LEAF_VALUES)))
             open_.append(len(nodes) - 1)
             remaining -= 1
             continue
-        allowed = [i for i in range(len(nodes)) if kind != "total" or _may_total(nodes, i, claimed)]
-        pool_open = [i for i in open_ if i in allowed]
-        pool_used = [i for i in allowed if i not in open_]
-        if len(pool_open) < used or len(pool_used) < k - used:
-            return None
+        allowed = totalable if kind == "total" else range(len(nodes))
+        opened = set(open_)
+        pool_open = [i for i in allowed if i in opened]
+        pool_used = [i for i in allowed if i not in opened]
         parents = tuple(rng.sample(pool_open, used) + rng.sample(pool_used, k - used))
         node = _make(kind, parents, rng.choice(CONSTANTS) if _KINDS[kind][1] else None, nodes)
         if not _in_range(node):
-            return None
+            continue
         if kind == "total":
             claimed.update(parents)
         nodes.append(node)
         open_ = [i for i in open_ if i not in parents] + [len(nodes) - 1]
         remaining -= node.cost
-    return nodes if len(open_) == 1 and nodes[-1].kind != "leaf" else None
+    return nodes if not remaining and len(open_) == 1 and nodes[-1].kind != "leaf" else None
 
 
 def _may_total(nodes: list[_Node], index: int, claimed: set[int]) -> bool:
