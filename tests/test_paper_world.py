@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from cascadekit.verify.process import judge
+from cascadekit.verify.official_format import DIFFERENCES, fixture_cases, fixture_problems
+from cascadekit.verify.process import judge, parse_solution
 from cascadekit.world import CONTEXTS, Problem, generate_problem, generate_problems
 from cascadekit.world.paper import generate, official_op
 from cascadekit.world.render import SHARED_GRAPH_STYLES
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "paper_format.json").read_text())
 _ASSIGN = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\s*=\s*([^.;]+)")
 
 
@@ -136,32 +134,33 @@ def test_bad_mode_is_one_clear_error():
         generate(5, "A", random.Random(0), 0, "sideways")
 
 
-@pytest.mark.parametrize("entry", FIXTURE["problems"], ids=lambda e: e["problem"]["question"])
-def test_hand_written_paper_format_fixture(entry):
-    """Problems written by hand in the paper's format: the kit's verdict on each candidate solution."""
-    record = {k: v for k, v in entry["problem"].items() if k != "mode"}
-    problem = Problem.from_dict(record)
-    assert problem.op == official_op(problem) == text_op(problem.solution_text)
-    assert judge(problem.training_text, problem).correct
-    for case in entry["cases"]:
-        verdict = judge(case["text"], problem)
-        for field, expected in case["kit"].items():
-            assert getattr(verdict, field) == expected, (case["label"], field, verdict)
-        if "difference" not in case:
-            assert verdict.correct == case["official_correct"], case["label"]
+def test_hand_written_fixture_problems_are_paper_problems():
+    problems = fixture_problems()
+    assert {mode for _, mode in problems} == {"forward", "reverse"}
+    for problem, _ in problems:
+        assert problem.op == official_op(problem) == text_op(problem.solution_text)
+        assert judge(problem.training_text, problem).correct
 
 
-def test_the_fixture_lists_every_kept_difference():
-    kept = {c["difference"] for e in FIXTURE["problems"] for c in e["cases"] if "difference" in c}
-    assert kept == {"name normalisation", "letters glued to other characters",
-                    "an intermediate letter hides an earlier quantity's letter", "text after a new question"}
+@pytest.mark.parametrize("case", fixture_cases(), ids=lambda c: c.label)
+def test_hand_written_fixture_verdicts(case):
+    """The kit's verdict on each hand-written candidate; it agrees with the official parser's unless a kept difference says why not."""
+    verdict = judge(case.text, case.problem)
+    for field, expected in case.expected.items():
+        assert getattr(verdict, field) == expected, (field, verdict)
+    if case.difference is None:
+        assert verdict.correct == case.official_correct
+    else:
+        assert case.difference in DIFFERENCES and verdict.correct != case.official_correct
+
+
+def test_every_kept_difference_has_a_fixture_case():
+    assert {c.difference for c in fixture_cases() if c.difference} == set(DIFFERENCES)
 
 
 def test_reverse_values_are_true_values_not_the_last_constant():
     """The official parser reads ``o = 4 + i = 4 + x = x + 4`` as 4; the kit waits for x and reads 6."""
-    entry = FIXTURE["problems"][2]
-    problem = Problem.from_dict({k: v for k, v in entry["problem"].items() if k != "mode"})
-    from cascadekit.verify.process import parse_solution
+    problem = next(p for p, mode in fixture_problems() if "moths" in p.question)
     steps = {s.name: s for s in parse_solution(problem.solution_text).steps}
     assert steps["adult bees in fir zoo"].value == 6 and steps["adult moths in ash zoo"].value == 2
     assert steps["total number of adult insects in fir zoo"].parents == {"adult bees in fir zoo"}

@@ -5,20 +5,23 @@ guessing from the answer distribution already "solves" easy problems). Following
 the paper (appendix A.4), the judge parses a solution into a dependency graph and
 checks it node by node against the gold graph:
 
-1. **Parse.** Each ``Define <quantity> as <letter>; ...`` starts a step. The step's
-   node is the normalized quantity name (the letter is only a handle). Its
-   parents are the quantities its expressions mention, following letters back
-   to the quantities they stand for, through intermediate letters such as
-   ``l = P + J`` inside a step. Its value is the last arithmetic expression in
-   the step that can be computed (digits, ``+ - * /`` and parentheses, never
-   ``eval``), falling back to the last number written. A solution without any
+1. **Parse.** ``Define <quantity> as <letter>;`` steps are read as the official
+   parser (``SolutionParser`` of the Interplay code) reads them: the letter is one
+   ASCII letter; a step's node is the normalized quantity name; its parents are
+   the quantities named by its assignment to its own letter, through the step's
+   intermediate letters (``l = P + J; so W = 2 * l``); its value is that
+   assignment's last side with the letters' known values put in (digits,
+   ``+ - * /`` and parentheses, never ``eval``), falling back to the last number.
+   A reverse-mode side in the unknown ``x`` waits until the solution has solved
+   for it. The differences the kit keeps, each with its reason, are
+   :data:`cascadekit.verify.official_format.DIFFERENCES`. A solution without any
    ``Define`` is read in the toy ``minimal`` rendering's grammar, one sentence
    per step that names its parents: ``<quantity> = <expression over quantities>
    = ... = <value>.``
 2. **Compare.** For each gold node: is it present, are its parents right, is its
    value right? Extra nodes cost nothing here.
 3. **Decide.** Correct only when every gold node passes *and* the final answer
-   (from ``<answer>`` or ``Answer:``) matches. Process accuracy is the fraction of
+   (the first ``<answer>``, else the first ``Answer:``, as officially) matches. Process accuracy is the fraction of
    gold nodes that pass.
 
 The judge never raises on malformed text; anything it cannot read counts as
@@ -143,7 +146,7 @@ class ProcessVerdict:
     reason: str
 
 
-_DEFINE = re.compile(r"Define\s+(.{1,400}?)\s+as\s+(?:[A-Za-z]+\s+){0,3}?([A-Za-z]);", re.IGNORECASE | re.DOTALL)
+_DEFINE = re.compile(r"Define\s+(.{1,400}?)\s+(?:as|a)\s+(?:[A-Za-z]+\s+){0,3}?([A-Za-z]);", re.IGNORECASE | re.DOTALL)
 _LAST_DEFINE = re.compile(r"\bDefine\s+", re.IGNORECASE)
 _ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z])\s*=\s*([^.;]+)")
 _LETTER = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z](?![A-Za-z0-9_])")
@@ -261,14 +264,8 @@ def _lettered_steps(body: str) -> tuple[ParsedStep, ...]:
     with no assignment to its own letter has no parents and the step's last
     number as its value. Later definitions of a letter replace earlier ones.
 
-    Where the kit departs from the official parser (each listed with its reason
-    in chapter 02): a letter counts only standing alone (``Pa`` or ``total`` name no
-    letter), parents come from the first side of an assignment only (the later
-    sides restate it in numbers, or in reverse mode in the unknown), a side that
-    is prose names no parent, a step's intermediate letter hides an earlier
-    quantity's letter instead of adding both, and a side that waits on the
-    unknown of a reverse-mode solution is evaluated once the solution has found it
-    instead of falling back to its last constant.
+    Where the kit departs from the official parser, and why:
+    :data:`cascadekit.verify.official_format.DIFFERENCES`.
     """
     quantity_of: dict[str, str] = {}  # letter -> the quantity it was last defined for
     values: dict[str, Fraction] = {}  # letter -> its last computed value
