@@ -356,9 +356,9 @@ def _ancestors(nodes: list[_Node], target: int) -> set[int]:
 def _reverse_unknown(nodes: list[_Node], solution: int, rng: random.Random) -> tuple[int, list[_Linear]] | None:
     """A leaf to make unknown: every quantity depending on it rises with it, so the equation solves.
 
-    A difference never subtracts a quantity that depends on the unknown, and no
-    quantity depending on it may lose it (``a = 0``): the solution writes each
-    one in ``x`` until the equation is solved.
+    A difference never subtracts a quantity that depends on the unknown, no
+    quantity depending on it may lose it (``a = 0``), and the given total is
+    positive: the solution writes each one in ``x`` until the equation is solved.
     """
     leaves = [i for i in range(solution) if nodes[i].kind == "leaf"]
     rng.shuffle(leaves)
@@ -368,7 +368,7 @@ def _reverse_unknown(nodes: list[_Node], solution: int, rng: random.Random) -> t
         for i in range(leaf + 1, solution + 1):
             if depends.intersection(nodes[i].parents):
                 depends.add(i)
-        if solution in depends and all(forms[i].a > 0 for i in depends) and not any(
+        if solution in depends and nodes[solution].value > 0 and all(forms[i].a > 0 for i in depends) and not any(
                 "difference" in nodes[i].kind and nodes[i].parents[1] in depends for i in depends):
             return leaf, forms
     return None
