@@ -37,6 +37,8 @@ holds true values and true parents for both modes.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 import string
 from dataclasses import dataclass
@@ -114,59 +116,68 @@ def _structure(op: int, rng: random.Random, final_total: bool) -> list[_Node] | 
     """
     nodes: list[_Node] = []
     open_: list[int] = []
-    claimed: set[int] = set()  # instance nodes already inside a total
+    totalable: list[int] = []  # instance nodes no total holds yet: what a new total may sum
     remaining = op
     for _ in range(8 * op):  # a draw out of range is drawn again, a bounded number of times
         if not remaining:
             break
         m = len(open_)
-        totalable = [i for i in range(len(nodes)) if _may_total(nodes, i, claimed)]
         total_open = sum(i in open_ for i in totalable)
-        choices: list[tuple[str, int, int]] = []  # kind, parents, open parents among them
-        weights: list[int] = []
-        if m < _MAX_OPEN and remaining - 1 >= m + 1:
-            choices.append(("leaf", 0, 0))
-            weights.append(_LEAF_WEIGHT)
-        for kind, k, cost, weight in _OPTIONS:
-            for used in range(1 if m else 0, (k if k < m else m) + 1):
-                after_open, after = m - used + 1, remaining - cost
-                if after == 0:
-                    if after_open != 1 or (final_total and kind != "total"):
-                        continue
-                elif after < 0 or after_open > after or after_open > _MAX_OPEN:
-                    continue
-                if kind == "total" and (used > total_open or k - used > len(totalable) - total_open):
-                    continue
-                if k - used <= len(nodes) - m:
-                    choices.append((kind, k, used))
-                    weights.append(weight)
+        choices, cumulative = _choices(remaining, m, min(len(nodes) - m, 4), total_open,
+                                       min(len(totalable) - total_open, 4), final_total)
         if not choices:
             return None
-        kind, k, used = rng.choices(choices, weights)[0]
+        kind, k, used = rng.choices(choices, cum_weights=cumulative)[0]
         if kind == "leaf":
             nodes.append(_Node("leaf", (), None, rng.choice(LEAF_VALUES)))
             open_.append(len(nodes) - 1)
+            totalable.append(len(nodes) - 1)
             remaining -= 1
             continue
         allowed = totalable if kind == "total" else range(len(nodes))
-        opened = set(open_)
-        pool_open = [i for i in allowed if i in opened]
-        pool_used = [i for i in allowed if i not in opened]
+        pool_open = [i for i in allowed if i in open_]
+        pool_used = [i for i in allowed if i not in open_]
         parents = tuple(rng.sample(pool_open, used) + rng.sample(pool_used, k - used))
         node = _make(kind, parents, rng.choice(CONSTANTS) if _KINDS[kind][1] else None, nodes)
         if not _in_range(node):
             continue
-        if kind == "total":
-            claimed.update(parents)
         nodes.append(node)
+        if kind == "total":
+            totalable = [i for i in totalable if i not in parents]
+        else:
+            totalable.append(len(nodes) - 1)
         open_ = [i for i in open_ if i not in parents] + [len(nodes) - 1]
         remaining -= node.cost
     return nodes if not remaining and len(open_) == 1 and nodes[-1].kind != "leaf" else None
 
 
-def _may_total(nodes: list[_Node], index: int, claimed: set[int]) -> bool:
-    """A total sums instance quantities only, each inside one total at most."""
-    return nodes[index].kind != "total" and index not in claimed
+@functools.lru_cache(maxsize=None)
+def _choices(remaining: int, m: int, reusable: int, total_open: int, total_free: int,
+             final_total: bool) -> tuple[tuple[tuple[str, int, int], ...], tuple[int, ...]]:
+    """The steps a walk may take from its state, with cumulative weights: (kind, parents, open parents among them).
+
+    ``reusable`` and ``total_free`` (nodes that are not open, for any node or for a
+    total) are capped at 4, the most parents a node takes.
+    """
+    choices: list[tuple[str, int, int]] = []
+    weights: list[int] = []
+    if m < _MAX_OPEN and remaining - 1 >= m + 1:
+        choices.append(("leaf", 0, 0))
+        weights.append(_LEAF_WEIGHT)
+    for kind, k, cost, weight in _OPTIONS:
+        for used in range(1 if m else 0, min(k, m) + 1):
+            after_open, after = m - used + 1, remaining - cost
+            if after == 0:
+                if after_open != 1 or (final_total and kind != "total"):
+                    continue
+            elif after < 0 or after_open > after or after_open > _MAX_OPEN:
+                continue
+            if kind == "total" and (used > total_open or k - used > total_free):
+                continue
+            if k - used <= reusable:
+                choices.append((kind, k, used))
+                weights.append(weight)
+    return tuple(choices), tuple(itertools.accumulate(weights))
 
 
 def _make(kind: str, parents: tuple[int, ...], const: int | None, nodes: list[_Node]) -> _Node:
