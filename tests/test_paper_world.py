@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import random
 import re
-from collections import Counter
 
 import pytest
 
@@ -41,7 +41,7 @@ def text_op(solution: str) -> int:
 
 @pytest.fixture(scope="module")
 def paper_problems() -> list[Problem]:
-    return [generate(op, c, __import__("random").Random(seed), seed, mode)
+    return [generate(op, c, random.Random(seed), seed, mode)
             for op in range(2, 21) for c in CONTEXTS for seed in range(8) for mode in ("forward", "reverse")]
 
 
@@ -123,13 +123,11 @@ def test_a_total_holds_exactly_the_quantities_of_its_place(paper_problems):
 
 def test_same_seed_same_problem_and_json_round_trip():
     for mode in ("forward", "reverse"):
-        import random
         a, b = (generate(9, "C", random.Random(4), 4, mode) for _ in range(2))
         assert a == b and Problem.from_dict(a.to_dict()) == a
 
 
 def test_bad_mode_is_one_clear_error():
-    import random
     with pytest.raises(ValueError, match="unknown mode"):
         generate(5, "A", random.Random(0), 0, "sideways")
 
@@ -164,8 +162,3 @@ def test_reverse_values_are_true_values_not_the_last_constant():
     steps = {s.name: s for s in parse_solution(problem.solution_text).steps}
     assert steps["adult bees in fir zoo"].value == 6 and steps["adult moths in ash zoo"].value == 2
     assert steps["total number of adult insects in fir zoo"].parents == {"adult bees in fir zoo"}
-
-
-def test_modes_of_a_corpus_are_counted_by_the_text():
-    counts = Counter(p.solution_text.startswith("Define") for p in generate_problems([6], ["A"], 40, 2, style="paper"))
-    assert counts[True] and counts[False]
