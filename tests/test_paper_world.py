@@ -162,3 +162,27 @@ def test_reverse_values_are_true_values_not_the_last_constant():
     steps = {s.name: s for s in parse_solution(problem.solution_text).steps}
     assert steps["adult bees in fir zoo"].value == 6 and steps["adult moths in ash zoo"].value == 2
     assert steps["total number of adult insects in fir zoo"].parents == {"adult bees in fir zoo"}
+
+
+def test_the_asked_node_holds_the_answer_in_every_rendering(paper_problems):
+    from cascadekit.world.paper import asked_node
+
+    toy = [generate_problem(op, "A", seed, style) for op in (2, 9) for seed in range(3) for style in SHARED_GRAPH_STYLES]
+    for p in [*paper_problems, *toy]:
+        assert p.nodes[asked_node(p)].value == p.answer
+    reverse = next(p for p in paper_problems if asked_node(p) == 0)
+    assert reverse.nodes[-1].name.startswith("total number of")
+
+
+def test_a_reverse_problem_draws_with_its_unknown_highlighted(paper_problems):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cascadekit.world.draw import draw_graph
+
+    reverse = next(p for p in paper_problems if p.solution_text.startswith("The question") and p.op >= 6)
+    figure = draw_graph(reverse)
+    highlighted = [t.get_text() for t in figure.axes[0].texts if t.get_bbox_patch()
+                   and t.get_bbox_patch().get_facecolor()[:3] == matplotlib.colors.to_rgb("#ffd8a8")]
+    assert highlighted == [f"{reverse.nodes[0].name[:29]}…\n= {reverse.answer}" if len(reverse.nodes[0].name) > 30
+                           else f"{reverse.nodes[0].name}\n= {reverse.answer}"]

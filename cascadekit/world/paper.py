@@ -52,6 +52,7 @@ MODES = ("forward", "reverse")
 LEAF_VALUES = range(1, 5)
 CONSTANTS = range(1, 5)
 UNKNOWN = "x"
+REVERSE_PREAMBLE = "The question is difficult, so we use equations to solve it."
 _LETTERS = [c for c in string.ascii_letters if c != UNKNOWN]
 _MAX_OPEN = 4
 _ATTEMPTS = 400
@@ -95,6 +96,11 @@ def official_op(problem: Problem) -> int:
     if problem.style == STYLE:
         return problem.op
     return problem.op + sum(not node.parents for node in problem.nodes)
+
+
+def asked_node(problem: Problem) -> int:
+    """The index of the gold node the question asks for: the unknown (first) in reverse mode, else the last."""
+    return 0 if problem.solution_text.startswith(REVERSE_PREAMBLE) else len(problem.nodes) - 1
 
 
 def _value(kind: str, values: list[int], const: int | None) -> int:
@@ -444,7 +450,7 @@ def _try(op: int, ctx: Context, rng: random.Random, seed: int | None, mode: str)
     if reverse:
         given, form, a = nodes[query].value, forms[query], forms[query].a
         statements.append(f"The {names.name(nodes[query])} equals {given}.")
-        steps.insert(0, "The question is difficult, so we use equations to solve it.")
+        steps.insert(0, REVERSE_PREAMBLE)
         steps.append(
             f"We know {letters[query]} = {given}, so we have {form} = {given} and we solve it through the "
             f"following steps: Simplifying the equation: {form} = {given}. Move all terms to one side: "
