@@ -17,6 +17,12 @@ Four rewards, from the paper's finding 4 (process supervision against reward hac
   best setting is ``alpha = 0.2``.
 * ``strict_reward``: 1 only when the answer is right and the penalty is 0.
 
+The answer is read as the judge reads it: the first ``<answer>`` tag's number, else
+the first ``Answer:``, as a number (``7.0`` is 7). Here the kit departs from the
+official Interplay reward, which compares the ``<answer>`` tag's text as a string
+(``7.0`` or a missing tag scores 0 there) while its own process parser reads the
+number as the kit does; the kit keeps that one reading for the verdict and the reward.
+
 Part II's RL stages reward with the domain's own verifier instead
 (:func:`verifier_reward`): the dataset's ``domain`` and ``gold`` columns say which
 judge scores a completion and against what. Math RL subtracts a penalty for an

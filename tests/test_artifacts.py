@@ -164,3 +164,31 @@ def test_the_shipped_part2_base_is_the_toy_profiles_base():
 
     key = chat_base_key(resolve("08", "toy").profile)
     verify(shipped_root() / "chat-base" / key, "chat-base", key)
+
+
+def test_toy_and_smoke_cache_keys_and_world_data_are_pinned():
+    """Toy bases are 30+ CPU minutes each and shipped: nothing may move their keys or the problems behind them.
+
+    The values were recorded before the ``paper`` rendering and the official op
+    count were added (issue 21); a change here must come with rebuilt, re-shipped bases.
+    """
+    import hashlib
+
+    from cascadekit.chapters import resolve
+    from cascadekit.experiments.context_transfer import B_SHARES, variant_key
+    from cascadekit.training.pretrain import pretrain_key
+    from cascadekit.world import generate_problem
+    from cascadekit.world.corpus import rendering_fingerprint
+
+    for chapter in ("03", "04", "05", "06", "07"):
+        assert pretrain_key(resolve(chapter, "toy").profile) == "c3f961507249"
+        assert pretrain_key(resolve(chapter, "smoke").profile) == "6de4be210453"
+    toy = resolve("05", "toy").profile
+    assert [variant_key(toy, s) for s in B_SHARES] == ["25c4eb38ae44", "cffcf35f5300", "01a0db59e8ae", "0508a3199b10"]
+    assert rendering_fingerprint("minimal") == "1951b723c56dab62"
+    assert rendering_fingerprint("compact") == "de183542266e42f6"
+    pinned = {"minimal": "0370a71efd976292ec8c5112394a0c893934553c908dad74389880061a26aec6",
+              "compact": "04b2184dafc154066936f643028604cdd711f0f979b76419f60fcbe59971809f"}
+    for style, digest in pinned.items():
+        records = [generate_problem(op, c, s, style).to_dict() for op in range(2, 31) for c in "ABC" for s in range(4)]
+        assert hashlib.sha256(json.dumps(records).encode()).hexdigest() == digest, style

@@ -20,6 +20,7 @@ def test_paper_profile_is_the_interplay_setting() -> None:
     assert p.tokenizer.vocab_size == 2200 and p.pretrain.tokens == 10_000_000_000
     assert (p.evaluation.temperature, p.evaluation.top_p, p.evaluation.max_new_tokens, p.evaluation.samples) == (0.7, 1.0, 1024, 128)
     assert list(p.world.ops("in_distribution")) == list(range(2, 11))
+    assert p.world.rendering == "paper", "the paper's bands count ops as the paper does: the paper rendering's op"
     assert list(p.world.ops("edge")) == list(range(11, 15)) and list(p.world.ops("hard")) == list(range(15, 21))
 
 
@@ -114,7 +115,7 @@ def test_every_shipped_profile_validates_and_every_field_is_checked() -> None:
         ({"world.ops_hard": [8, 10**9]}, "must be an op range"),
         ({"world.ops_hard": [8, 9, 10]}, "expected a list of 2 integers"),
         ({"world.ops_hard": "8-10"}, "expected a list of 2 integers"),
-        ({"world.rendering": "fancy"}, "world.rendering='fancy': must be one of full, compact, minimal"),
+        ({"world.rendering": "fancy"}, "world.rendering='fancy': must be one of full, compact, minimal, paper"),
         ({"evaluation.backend": "magic"}, "evaluation.backend='magic': must be one of hf, vllm"),
         ({"model.architecture": "gpt9"}, "model.architecture='gpt9': must be one of qwen2, qwen3"),
         ({"device": "tpu"}, "device='tpu': must be one of cpu, cuda"),

@@ -65,7 +65,8 @@ def test_one_wrong_value_costs_one_over_gold(problem):
 
 
 def test_extra_nodes_cost_process_and_strict(problem):
-    text = "Define owls in Nowhere as Q7; so Q7 = 3. " + _gold_completion(problem)
+    free = next(c for c in "QZYXW" if f" {c};" not in problem.solution_text and f" {c} " not in problem.solution_text)
+    text = f"Define owls in Nowhere as {free}; so {free} = 3. " + _gold_completion(problem)
     assert _call(process_reward, problem, [text]) == [pytest.approx(1 - 1 / len(problem.nodes))]
     assert _call(strict_reward, problem, [text]) == [0.0]
 
@@ -94,3 +95,15 @@ def test_bad_arguments(problem):
     with pytest.raises(ValueError):
         mixed_reward(1.5)
     assert _call(process_reward, problem, ["", "\x00<answer>", None]) == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("tail", ["Answer: {n}.", "Answer: {n}. </solution> <answer> {n}.0 </answer>"])
+def test_the_answer_is_read_as_the_judge_reads_it_not_as_the_official_reward_does(problem, tail):
+    """A kept difference (chapter 02): the official reward compares the ``<answer>`` tag's text as a string, so a
+    missing tag or ``7.0`` scores 0 there; its own process parser, like the kit's judge, reads ``Answer: 7`` and ``7.0``
+    as the number 7. The kit's rewards use that one reading."""
+    steps = problem.solution_text.rsplit("Answer:", 1)[0]
+    completion = f"<solution> {steps}{tail.format(n=problem.answer)}"
+    scores = {fn.__name__: fn(prompts=[""], completions=[completion], gold=[problem.to_dict()])[0]
+              for fn in (outcome_reward, process_reward, strict_reward, mixed_reward(0.2))}
+    assert scores == {"outcome_reward": 1.0, "process_reward": 1.0, "strict_reward": 1.0, "mixed_reward_0.2": 1.0}

@@ -16,8 +16,8 @@ _DEFINED = re.compile(r"Define .+? as (\w+);")
 
 
 def solution_steps(problem: Problem) -> list[str]:
-    """The gold solution's steps: ``Define ...`` ones, or the ``minimal`` rendering's sentences."""
-    if problem.solution_text.startswith("Define "):
+    """The gold solution's steps: ``Define ...`` ones (a reverse-mode preamble left out), or ``minimal`` sentences."""
+    if "Define " in problem.solution_text:
         return _STEP.findall(problem.solution_text)
     return re.split(r"(?<=\.)\s+", problem.solution_text.split("Answer:")[0].strip())
 
@@ -46,10 +46,17 @@ def drop_step(problem: Problem) -> str:
     return with_steps(problem, steps[:middle] + steps[middle + 1:])
 
 
-def change_value(problem: Problem) -> str:
-    """Add one to the first step's stated value: a value mismatch (the answer stays right)."""
+def change_value(problem: Problem) -> str | None:
+    """Add one to the first given value a step states: a value mismatch (the answer stays right).
+
+    None when no step states a given value (a small reverse-mode problem whose only leaf is the unknown).
+    """
     steps = solution_steps(problem)
-    steps[0] = re.sub(r"= (\d+)\.$", lambda m: f"= {int(m.group(1)) + 1}.", steps[0])
+    given = re.compile(r"(?:so \w+ |^[^=;]+ )= (\d+)\.$")
+    index = next((i for i, step in enumerate(steps) if given.search(step) and "We know" not in step), None)
+    if index is None:
+        return None
+    steps[index] = re.sub(r"= (\d+)\.$", lambda m: f"= {int(m.group(1)) + 1}.", steps[index])
     return with_steps(problem, steps)
 
 

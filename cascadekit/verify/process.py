@@ -5,20 +5,23 @@ guessing from the answer distribution already "solves" easy problems). Following
 the paper (appendix A.4), the judge parses a solution into a dependency graph and
 checks it node by node against the gold graph:
 
-1. **Parse.** Each ``Define <quantity> as <letter>; ...`` starts a step. The step's
-   node is the normalized quantity name (the letter is only a handle). Its
-   parents are the quantities its expressions mention, following letters back
-   to the quantities they stand for, through intermediate letters such as
-   ``l = P + J`` inside a step. Its value is the last arithmetic expression in
-   the step that can be computed (digits, ``+ - * /`` and parentheses, never
-   ``eval``), falling back to the last number written. A solution without any
+1. **Parse.** ``Define <quantity> as <letter>;`` steps are read as the official
+   parser (``SolutionParser`` of the Interplay code) reads them: the letter is one
+   ASCII letter; a step's node is the normalized quantity name; its parents are
+   the quantities named by its assignment to its own letter, through the step's
+   intermediate letters (``l = P + J; so W = 2 * l``); its value is that
+   assignment's last side with the letters' known values put in (digits,
+   ``+ - * /`` and parentheses, never ``eval``), falling back to the last number.
+   A reverse-mode side in the unknown ``x`` waits until the solution has solved
+   for it. The differences the kit keeps, each with its reason, are
+   :data:`cascadekit.verify.official_format.DIFFERENCES`. A solution without any
    ``Define`` is read in the toy ``minimal`` rendering's grammar, one sentence
    per step that names its parents: ``<quantity> = <expression over quantities>
    = ... = <value>.``
 2. **Compare.** For each gold node: is it present, are its parents right, is its
    value right? Extra nodes cost nothing here.
 3. **Decide.** Correct only when every gold node passes *and* the final answer
-   (from ``<answer>`` or ``Answer:``) matches. Process accuracy is the fraction of
+   (the first ``<answer>``, else the first ``Answer:``, as officially) matches. Process accuracy is the fraction of
    gold nodes that pass.
 
 The judge never raises on malformed text; anything it cannot read counts as
@@ -143,10 +146,17 @@ class ProcessVerdict:
     reason: str
 
 
-_DEFINE = re.compile(r"Define\s+([^;]{1,200}?)\s+as\s+([A-Za-z]\w*)")
-_STEP_END = re.compile(r"Define\s|Answer\s*:")
+_DEFINE = re.compile(r"Define\s+(.{1,400}?)\s+(?:as|a)\s+(?:[A-Za-z]+\s+){0,3}?([A-Za-z]);", re.IGNORECASE | re.DOTALL)
+_LAST_DEFINE = re.compile(r"\bDefine\s+", re.IGNORECASE)
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z])\s*=\s*([^.;]+)")
+_LETTER = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z](?![A-Za-z0-9_])")
+_EXPRESSION = re.compile(r"[0-9A-Za-z\s()+\-*/.]*")
 _IDENTIFIER = re.compile(r"[A-Za-z]\w*")
-_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_IDENTIFIER_GLUED = re.compile(r"[A-Za-z][A-Za-z0-9_]|[0-9][A-Za-z]")
+_TAG = re.compile(r"<[^<>]{0,200}>")
+_NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
+_ANSWER_TAG = re.compile(r"<answer>\s*([-+]?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"Answer:\s*([-+]?[0-9]+(?:\.[0-9]+)?)")
 _SENTENCE_END = re.compile(r"\.(?:\s+|$)")
 _OPERATOR = re.compile(r"[-+*/()]")
 _MAX_TEXT = 200_000
@@ -160,13 +170,24 @@ def _solution_body(text: str) -> str:
     return body[: min(ends)] if ends else body
 
 
+def _lettered_text(text: str) -> str:
+    """Where ``Define`` steps are read: after ``<solution>`` up to a runaway ``<question>``, tags removed.
+
+    As in the official parser, steps after the answer tag still count; the kit
+    only stops at a new ``<question>`` (a policy that ran on into another problem).
+    """
+    start = text.find("<solution>")
+    body = text[start + len("<solution>"):] if start >= 0 else text
+    end = body.find("<question>")
+    return _TAG.sub(" ", body if end < 0 else body[:end])
+
+
 def _parse_answer(text: str) -> Fraction | None:
-    """The number after the last ``<answer>``, else after the last ``Answer:``."""
-    for marker in (r"<answer>", r"Answer\s*:"):
-        hits = list(re.finditer(marker, text))
-        if hits:
-            match = _NUMBER.search(text, hits[-1].end(), hits[-1].end() + 64)
-            return parse_number(match.group()) if match else None
+    """The number right after the first ``<answer>``, else after the first ``Answer:`` (the official order)."""
+    for pattern in (_ANSWER_TAG, _ANSWER_LINE):
+        match = pattern.search(text)
+        if match:
+            return parse_number(match.group(1).lstrip("+"))
     return None
 
 
@@ -178,39 +199,122 @@ def _step_value(clauses: list[str], rest: str) -> Fraction | None:
             if value is not None:
                 return value
     numbers = _NUMBER.findall(rest)
-    return parse_number(numbers[-1]) if numbers else None
+    return parse_number(numbers[-1].lstrip("+")) if numbers else None
 
 
 def parse_solution(text: str) -> ParsedSolution:
     """Read a solution into steps (quantity, parents, value) and a final answer."""
     text = str(text)[:_MAX_TEXT]
-    body = _solution_body(text)
-    steps = _lettered_steps(body) if _DEFINE.search(body) else _named_steps(body)
-    return ParsedSolution(steps, _parse_answer(text))
+    lettered = _lettered_text(text)
+    if _DEFINE.search(lettered):
+        return ParsedSolution(_lettered_steps(lettered), _parse_answer(text))
+    return ParsedSolution(_named_steps(_solution_body(text)), _parse_answer(text))
+
+
+def _last_number(text: str) -> Fraction | None:
+    numbers = _NUMBER.findall(text)
+    return parse_number(numbers[-1].lstrip("+")) if numbers else None
+
+
+def _substituted(side: str, values: dict[str, Fraction]) -> Fraction | None:
+    """The value of an expression side over letters, with every letter's known value put in; else None."""
+    if _EXPRESSION.fullmatch(side) is None or _IDENTIFIER_GLUED.search(side):
+        return None
+    missing = False
+
+    def put(match: re.Match) -> str:
+        nonlocal missing
+        value = values.get(match.group())
+        if value is None:
+            missing = True
+            return "0"
+        return f"({value.numerator}/{value.denominator})"
+
+    text = _LETTER.sub(put, side)
+    return None if missing else evaluate(text)
+
+
+def _mentions(side: str) -> list[str]:
+    """The letters an expression side names; none when the side is prose, not an expression."""
+    if _EXPRESSION.fullmatch(side) is None or _IDENTIFIER_GLUED.search(side):
+        return []
+    return _LETTER.findall(side)
+
+
+class _Step:
+    """A ``Define`` step while the solution is read."""
+
+    def __init__(self, name: str, letter: str):
+        self.name, self.letter = name, letter
+        self.parents: set[str] = set()
+        self.value: Fraction | None = None
+        self.pending: list[str] = []  # own-letter right-hand sides still waiting for an unknown letter
 
 
 def _lettered_steps(body: str) -> tuple[ParsedStep, ...]:
-    """Steps of the paper's grammar: ``Define <quantity> as <letter>; so <letter> = ...``."""
-    letters: dict[str, frozenset[str]] = {}  # letter -> the quantities it stands for
-    steps = []
-    for match in _DEFINE.finditer(body):
-        end = _STEP_END.search(body, match.end())
-        rest = body[match.end(): end.start() if end else len(body)]
-        name, letter = normalize_name(match.group(1)), match.group(2)
-        parents: set[str] = set()
-        clauses = [c for c in rest.split(";") if c.strip()]
-        for clause in clauses:
-            target, *sides = clause.split("=")
-            mentioned = frozenset().union(*(letters.get(word, frozenset())
-                                            for side in sides for word in _IDENTIFIER.findall(side)
-                                            if word != letter))
-            target_word = target.strip().removeprefix("so ").strip()
-            if sides and target_word != letter and _IDENTIFIER.fullmatch(target_word):
-                letters[target_word] = mentioned  # an intermediate letter, e.g. l = P + J
-            parents |= mentioned
-        steps.append(ParsedStep(name, letter, frozenset(parents), _step_value(clauses, rest)))
-        letters[letter] = frozenset({name})
-    return tuple(steps)
+    """Steps of the paper's grammar, read as the official ``SolutionParser`` reads them.
+
+    A step is ``Define <quantity> as <letter>;`` up to the next ``Define`` (and
+    before ``Answer:``); the letter is one ASCII letter. Its assignments are
+    ``<letter> = <expression> = ...`` up to the next ``.`` or ``;``. An assignment
+    to the step's own letter gives its parents (the quantities its letters stand
+    for, through the step's intermediate letters) and its value (the last side,
+    letters' known values put in, else the assignment's last number). An
+    assignment to another letter is an intermediate, local to its step. A step
+    with no assignment to its own letter has no parents and the step's last
+    number as its value. Later definitions of a letter replace earlier ones.
+
+    Where the kit departs from the official parser, and why:
+    :data:`cascadekit.verify.official_format.DIFFERENCES`.
+    """
+    quantity_of: dict[str, str] = {}  # letter -> the quantity it was last defined for
+    values: dict[str, Fraction] = {}  # letter -> its last computed value
+    steps: list[_Step] = []
+    matches = list(_DEFINE.finditer(body))
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(body)
+        rest = body[match.end():end]
+        answer_at = rest.find("Answer:")
+        rest = rest if answer_at < 0 else rest[:answer_at]
+        raw = match.group(1)
+        inner = list(_LAST_DEFINE.finditer(raw))
+        step = _Step(normalize_name(raw[inner[-1].end():] if inner else raw), match.group(2))
+        local: dict[str, set[str]] = {}
+        found_own = False
+        for assignment in _ASSIGNMENT.finditer(rest):
+            target, sides = assignment.group(1), assignment.group(2).split("=")
+            parents: set[str] = set()
+            for letter in _mentions(sides[0].strip()):
+                if letter in local:
+                    parents |= local[letter]
+                elif letter in quantity_of:
+                    parents.add(quantity_of[letter])
+            last = sides[-1].strip()
+            value = _substituted(last, values)
+            waits = value is None and bool(_mentions(last))
+            if value is None and not waits:
+                value = _last_number(assignment.group(0))
+            if target == step.letter:
+                step.parents |= parents
+                if value is not None:
+                    found_own, step.value, step.pending = True, value, []
+                elif waits:
+                    found_own, step.pending = True, [last]
+            else:
+                local[target] = parents
+            if value is not None:
+                values[target] = value
+        if not found_own:
+            step.value = _last_number(rest)
+        if step.value is not None:
+            values[step.letter] = step.value
+        quantity_of[step.letter] = step.name
+        steps.append(step)
+    for step in steps:  # reverse mode: sides in the unknown, once the solution has found it
+        if step.value is None:
+            step.value = next((v for side in step.pending if (v := _substituted(side, values)) is not None),
+                              values.get(step.letter))
+    return tuple(ParsedStep(s.name, s.letter, frozenset(s.parents), s.value) for s in steps)
 
 
 def _named_steps(body: str) -> tuple[ParsedStep, ...]:

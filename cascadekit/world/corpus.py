@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 
 from cascadekit.atomic import atomic_open
 from cascadekit.world.contexts import context_id
+from cascadekit.world import paper
 from cascadekit.world.graph import check_op, sample_graph
 from cascadekit.world.render import Problem, check_style, render_problem
 
@@ -42,7 +43,8 @@ def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "f
     """One problem with exactly ``op`` operations, a pure function of its arguments.
 
     The seed fixes the graph, the names' positions and the letters; the context
-    and style only choose the words. So ``generate_problem(5, "A", 0)`` and
+    and style only choose the words (except ``paper``, which draws its own graph
+    with the paper's op count, forward or reverse: :mod:`cascadekit.world.paper`). So ``generate_problem(5, "A", 0)`` and
     ``generate_problem(5, "B", 0, "compact")`` are the same arithmetic in two
     costumes, which is handy for showing that contexts share structure.
     """
@@ -50,6 +52,8 @@ def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "f
     check_style(style)
     context = context_id(context)
     rng = random.Random(seed)
+    if style == paper.STYLE:
+        return paper.generate(op, context, rng, seed)
     return render_problem(sample_graph(op, rng), context, style, rng, seed=seed)
 
 

@@ -1,12 +1,13 @@
 """Draw a problem's gold dependency graph with matplotlib (no graph library needed).
 
 Nodes sit in layers by depth (a node's layer is one more than its deepest
-parent), the queried quantity last; arrows run from parent to child.
+parent), the queried quantity highlighted; arrows run from parent to child.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cascadekit.world.paper import asked_node
 from cascadekit.world.render import Problem
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def draw_graph(problem: Problem, ax=None, max_label: int = 30) -> Figure:
         for parent in node.parents:
             ax.annotate("", xy=pos[node.name], xytext=pos[parent],
                         arrowprops={"arrowstyle": "-|>", "color": "0.3", "lw": 1.2, "shrinkA": 28, "shrinkB": 28}, zorder=3)
-    query = problem.nodes[-1].name
+    query = problem.nodes[asked_node(problem)].name  # a reverse-mode problem asks for its unknown
     for name, (x, y) in pos.items():
         label = name if len(name) <= max_label else name[: max_label - 1] + "…"
         ax.text(x, y, f"{label}\n= {values[name]}", ha="center", va="center", fontsize=8,

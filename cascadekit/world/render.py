@@ -10,7 +10,7 @@ words change. A rendered problem has three parts, as in the paper:
   ``Define <quantity> as <letter>; so <letter> = <expr> = <value>.``, with an
   intermediate letter for a scaled or shifted sum, then ``Answer: <n>.``
 
-Three styles spell the names: ``full`` as the paper does ("the number of adult
+Three styles here spell the names: ``full`` as the paper does ("the number of adult
 lions in Maple Zoo"), ``compact`` with shorter words ("lions in Maple"), and
 ``minimal`` for the CPU-sized toy profile: one place per problem, left unnamed
 ("lions"), and steps that name their quantities instead of going through letters:
@@ -41,7 +41,10 @@ from typing import Any, Mapping
 from cascadekit.world.contexts import Context, Name, get_context
 from cascadekit.world.graph import Graph, Node
 
-STYLES = ("full", "compact", "minimal")
+#: Renderings of the one graph :func:`cascadekit.world.graph.sample_graph` draws for a seed.
+SHARED_GRAPH_STYLES = ("full", "compact", "minimal")
+#: Every rendering; ``paper`` draws its own graphs (:mod:`cascadekit.world.paper`).
+STYLES = (*SHARED_GRAPH_STYLES, "paper")
 #: Places a problem spreads over: three in the paper-like styles; one in ``minimal``,
 #: where the single place goes unnamed (more only when a huge graph needs them).
 PLACES_PER_PROBLEM = {"full": 3, "compact": 3, "minimal": 1}
@@ -301,8 +304,14 @@ def _letters(count: int, rng: random.Random) -> list[str]:
 
 def render_problem(graph: Graph, context: str, style: str, rng: random.Random,
                    seed: int | None = None) -> Problem:
-    """Name, phrase and shuffle a graph into a Problem (deterministic given ``rng``)."""
+    """Name, phrase and shuffle a graph into a Problem (deterministic given ``rng``).
+
+    The ``paper`` rendering draws its own graphs (:mod:`cascadekit.world.paper`):
+    ask :func:`cascadekit.world.generate_problem` for it.
+    """
     check_style(style)
+    if style not in PLACES_PER_PROBLEM:
+        raise ValueError(f"the {style!r} rendering draws its own graphs: use generate_problem(..., style={style!r})")
     ctx = get_context(context)
     quantities = assign_quantities(graph, ctx, rng, PLACES_PER_PROBLEM[style])
     with_place = style != "minimal" or len({q.place for q in quantities}) > 1

@@ -1,0 +1,82 @@
+"""Where the kit's judge still reads a solution differently from the official Interplay parser, and why.
+
+The judge (:mod:`cascadekit.verify.process`) reads ``Define`` steps as the official
+``SolutionParser`` does. Each difference it keeps is named in :data:`DIFFERENCES`
+with its reason, and shown by at least one case of the hand-written fixture
+``data/fixtures/paper_format.json``: problems in the paper's format with candidate
+solutions, the kit's verdict on each and the official parser's (recorded by
+running it on the fixture; its code is not part of the kit).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from cascadekit.codeversion import REPO_DIR
+from cascadekit.verify.process import judge
+from cascadekit.world.render import Problem
+
+FIXTURE = REPO_DIR / "data" / "fixtures" / "paper_format.json"
+
+DIFFERENCES: dict[str, str] = {
+    "name normalisation": (
+        "A name differing only in case, a leading 'the' or punctuation names the same quantity; the official parser "
+        "calls it missing and counts an extra node. The kit's gold graphs (the shipped toy data's too) store "
+        "normalized names."),
+    "letters glued to other characters": (
+        "The official parser takes every letter inside a word as a variable, so prose in a step ('so we have', "
+        "'Simplifying') adds parents, and a glued 'sT' names two. Its gold graphs are parsed the same way and carry "
+        "the same noise, which can hide a real wrong parent; the kit's gold graph is the true one, so a letter "
+        "counts only standing alone and a side that is prose names no parent."),
+    "parents from the first side only": (
+        "Later sides restate the first with numbers put in (forward mode) or in the unknown x (reverse mode); the "
+        "official parser reads letters on every side, so in reverse mode every quantity downstream of the unknown "
+        "also 'depends' on it."),
+    "an intermediate letter hides an earlier quantity's letter": (
+        "When a step reuses a quantity's letter as an intermediate, the official parser adds both the quantity and "
+        "the intermediate's parents; the kit reads the letter as the step defined it last."),
+    "reverse-mode values": (
+        "A reverse-mode side such as 'x + 4' has no value until the equation is solved; the official parser falls "
+        "back to its last number (4) and records that as the quantity's value, the kit evaluates it with the "
+        "solved x (6), the true value its gold graph holds."),
+    "text after a new question": (
+        "A policy that runs on past its answer into a new <question> writes another problem's steps; the official "
+        "parser reads them (a redefinition replaces the real step), the kit stops at the new question."),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One candidate solution of the fixture, with the kit's verdict now and the official parser's."""
+
+    problem: Problem
+    mode: str
+    label: str
+    text: str
+    expected: dict[str, Any]  # verdict fields the kit must give
+    official_correct: bool
+    difference: str | None
+
+    @property
+    def kit_correct(self) -> bool:
+        return judge(self.text, self.problem).correct
+
+
+def fixture_problems() -> list[tuple[Problem, str]]:
+    """The fixture's problems with their mode (forward or reverse)."""
+    raw = json.loads(FIXTURE.read_text())
+    return [(_problem(entry), entry["problem"]["mode"]) for entry in raw["problems"]]
+
+
+def fixture_cases() -> list[Case]:
+    """Every candidate solution of the fixture, in order."""
+    raw = json.loads(FIXTURE.read_text())
+    return [Case(_problem(entry), entry["problem"]["mode"], case["label"], case["text"], case["kit"],
+                 case["official_correct"], case.get("difference"))
+            for entry in raw["problems"] for case in entry["cases"]]
+
+
+def _problem(entry: dict[str, Any]) -> Problem:
+    return Problem.from_dict({k: v for k, v in entry["problem"].items() if k != "mode"})
