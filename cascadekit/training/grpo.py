@@ -115,8 +115,8 @@ def build_grpo_config(
         save_strategy="no",
         report_to="none",
     )
-    if use_vllm:
-        kwargs["vllm_mode"] = "colocate" if num_nodes == 1 else "server"
+    if use_vllm:  # a server across nodes, or where the profile puts vLLM on GPUs of its own
+        kwargs["vllm_mode"] = "server" if num_nodes > 1 or profile.engine.vllm == "server" else "colocate"
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
 

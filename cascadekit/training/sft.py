@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from datasets import Dataset
+from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
@@ -45,7 +46,8 @@ from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
 from cascadekit.pipeline import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
-from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, with_lora
+from cascadekit.runtime import choose_device, load_tokenizer, save_checkpoint, with_lora
+from cascadekit.trainable import engine_settings, load_trainable
 
 STAGES = (1, 2)
 #: LoRA rank and alpha for SFT when ``sft.use_lora`` (every linear layer).
@@ -111,8 +113,8 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
 
 
 def trainable(model: PreTrainedModel, profile: Profile) -> PreTrainedModel:
-    """The model itself (full fine-tuning) or wrapped in a LoRA adapter on every linear layer."""
-    return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora else model
+    """The model itself (full fine-tuning, or one that already carries its adapter) or wrapped in a LoRA adapter."""
+    return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora and not isinstance(model, PeftModel) else model
 
 
 def train_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, profile: Profile, stage: int,
@@ -142,16 +144,19 @@ def training_settings(profile: Profile) -> dict[str, Any]:
 def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
-    inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed}
+    inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
+              **engine_settings(profile.engine)}
     run_dir = cache_root() / "runs" / f"sft-{Stage('sft', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        model, info = train_stage(load_model(start.checkpoint, choose_device(profile)), tokenizer, profile, stage,
-                                  run_dir, callbacks)
+        model, note = load_trainable(start.checkpoint, choose_device(profile), profile.engine,
+                                     lora=profile.sft.use_lora, rank=LORA_RANK, alpha=LORA_ALPHA,
+                                     max_seq_length=seq_len(profile, stage))
+        model, info = train_stage(model, tokenizer, profile, stage, run_dir, callbacks)
         save_checkpoint(model, tokenizer, dest, merge_lora=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-        return info
+        return {**info, "trainable": str(note)}
 
     return run_stage(Stage("sft", inputs, build))
 
