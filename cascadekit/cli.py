@@ -207,6 +207,49 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_launch(args: argparse.Namespace) -> int:
+    """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
+
+    ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
+    ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
+    training node's command (``--machine-rank``, with ``--main-address`` across
+    nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead.
+    """
+    import os
+
+    from cascadekit.launch import plan
+    from cascadekit.profiles import load_profile, parse_overrides
+
+    flags = {key: value for key, value in (("engine.nodes", args.nodes), ("engine.gpus_per_node", args.gpus_per_node),
+                                           ("engine.vllm_gpus", args.vllm_gpus)) if value is not None}
+    profile = load_profile(args.scale, {**parse_overrides(args.set), **flags})
+    pairs = [*args.set, *(f"{key}={value}" for key, value in flags.items())]  # the stage's experiment sees the same profile
+    the_plan = plan(profile, args.stage, accumulation=args.accumulation,
+                    main_address=args.main_address or "$MAIN_ADDR", server_address=args.server_address or "$VLLM_ADDR",
+                    extra=[f"--set={pair}" for pair in pairs])
+    if args.dry_run:
+        print(the_plan.describe())
+        return 0
+    if args.slurm:
+        _refuse_overwrite(args.slurm)
+        Path(args.slurm).write_text(the_plan.slurm)
+        print(f"wrote {args.slurm}: submit it with sbatch")
+        return 0
+    if args.role == "serve":
+        if the_plan.server is None:
+            raise ValueError(f"stage {args.stage} at scale {args.scale} runs no vLLM server (engine.vllm is "
+                             f"{profile.engine.vllm!r})")
+        command, env = the_plan.server, {}
+    else:
+        if not 0 <= args.machine_rank < the_plan.train_nodes:
+            raise ValueError(f"--machine-rank must be in 0..{the_plan.train_nodes - 1}, got {args.machine_rank}")
+        if (the_plan.train_nodes > 1 and not args.main_address) or (the_plan.server and not args.server_address):
+            raise ValueError("running a node needs --main-address (across nodes) and --server-address (with a "
+                             "vLLM server): the host names the plan leaves as $MAIN_ADDR and $VLLM_ADDR")
+        command, env = the_plan.node_commands[args.machine_rank], the_plan.env
+    os.execvpe(command[0], command, {**os.environ, **env})
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One of chapter 04's probes (:mod:`cascadekit.experiments.probes`): print its table, write JSON and text.
 
@@ -277,7 +320,7 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> None:
     """``--scale``, ``--seed``, ``--set`` and ``--threads``: what every command that trains takes."""
-    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
     parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"profile override on top of {settings}, repeatable")
@@ -335,6 +378,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(probe, "chapter 04's settings")
     probe.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
     probe.set_defaults(func=cmd_probe)
+
+    launch = sub.add_parser("launch", help="run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server")
+    launch.add_argument("stage", help="sft, rlhf, if-rl, math-rl, code-rl or swe-rl")
+    launch.add_argument("--scale", default="full", choices=("paper", "small", "full"))
+    launch.add_argument("--nodes", type=_bounded_int(1, 1024), default=None, help="training nodes (engine.nodes)")
+    launch.add_argument("--gpus-per-node", type=_bounded_int(1, 64), default=None)
+    launch.add_argument("--vllm-gpus", type=_bounded_int(0, 8192), default=None,
+                        help="GPUs of the vLLM server (engine.vllm_gpus)")
+    launch.add_argument("--accumulation", type=_bounded_int(1, 4096), default=1, help="gradient accumulation steps")
+    launch.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="profile override, repeatable (passed on to the stage's experiment)")
+    launch.add_argument("--dry-run", action="store_true", help="validate and print every command; run nothing")
+    launch.add_argument("--slurm", default="", help="write the Slurm batch script here instead of running")
+    launch.add_argument("--role", default="train", choices=("train", "serve"))
+    launch.add_argument("--machine-rank", type=_bounded_int(0, 1023), default=0)
+    launch.add_argument("--main-address", default="", help="host name of training node 0")
+    launch.add_argument("--server-address", default="", help="host name of the vLLM server")
+    launch.set_defaults(func=cmd_launch)
 
     book = sub.add_parser("book", help="build the HTML book from notebooks executed by `cascadekit run`")
     book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")

@@ -150,11 +150,12 @@ class EngineConfig:
 
     No stage of the CPU scales reads this section, and no stage key hashes it, so
     a change here never invalidates a cached or shipped checkpoint of the smoke or
-    toy scale. ``distributed`` is ``none`` (one process, or plain DDP),
+    toy scale. ``nodes`` x ``gpus_per_node`` train; ``distributed`` is ``none`` (one process, or plain DDP),
     ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
     (:mod:`cascadekit.launch`). ``vllm`` is ``none`` (generation by transformers),
     ``colocate`` (vLLM in the training processes, TRL's ``vllm_mode="colocate"``)
-    or ``server`` (TRL's ``vllm-serve`` on ``vllm_gpus`` GPUs of its own).
+    or ``server`` (TRL's ``vllm-serve`` on ``vllm_gpus`` GPUs of its own: the first
+    GPUs of a one-node job, else whole extra nodes beside the ``nodes`` that train).
     ``quantization`` ``4bit`` loads the frozen base in NF4 through bitsandbytes for
     QLoRA (one GPU only). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.released_data`).
@@ -171,20 +172,30 @@ class EngineConfig:
     data: str
 
     def __post_init__(self) -> None:
-        if self.vllm == "server" and not 0 < self.vllm_gpus < self.nodes * self.gpus_per_node:
-            raise ProfileError(f"engine.vllm=server needs 0 < engine.vllm_gpus < nodes x gpus_per_node "
-                               f"({self.nodes * self.gpus_per_node}), got {self.vllm_gpus}: the server's GPUs "
-                               f"are taken from the job's and at least one must train")
-        if self.vllm != "server" and self.vllm_gpus:
+        if self.vllm == "server":
+            if self.nodes == 1 and not 0 < self.vllm_gpus < self.gpus_per_node:
+                raise ProfileError(f"engine.vllm=server on one node shares it: 0 < engine.vllm_gpus < "
+                                   f"gpus_per_node ({self.gpus_per_node}), got {self.vllm_gpus}")
+            if self.nodes > 1 and (self.vllm_gpus <= 0 or self.vllm_gpus % self.gpus_per_node):
+                raise ProfileError(f"engine.vllm=server across nodes runs on whole nodes of its own: engine.vllm_gpus "
+                                   f"must be a positive multiple of gpus_per_node ({self.gpus_per_node}), "
+                                   f"got {self.vllm_gpus}")
+        elif self.vllm_gpus:
             raise ProfileError(f"engine.vllm_gpus={self.vllm_gpus} only means something with engine.vllm=server")
         if self.quantization == "4bit" and (self.distributed != "none" or self.nodes * self.gpus_per_node > 1):
             raise ProfileError("engine.quantization=4bit is the single-GPU QLoRA path: it needs "
                                "engine.distributed=none on one GPU (nodes=1, gpus_per_node=1)")
 
     @property
-    def world_size(self) -> int:
-        """Every GPU of the job, the vLLM server's included."""
-        return self.nodes * self.gpus_per_node
+    def server_nodes(self) -> int:
+        """Nodes the vLLM server has to itself (beside the ``nodes`` that train); 0 when it shares a node or is off."""
+        return self.vllm_gpus // self.gpus_per_node if self.vllm == "server" and self.nodes > 1 else 0
+
+    @property
+    def training_processes(self) -> int:
+        """One training process per GPU that trains (the server's GPUs on a shared node excluded)."""
+        shared = self.vllm_gpus if self.vllm == "server" and self.nodes == 1 else 0
+        return self.nodes * self.gpus_per_node - shared
 
 
 @dataclass(frozen=True)

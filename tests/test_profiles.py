@@ -91,8 +91,9 @@ def test_every_shipped_profile_validates_and_every_field_is_checked() -> None:
 @pytest.mark.parametrize(
     "name, overrides, needle",
     [
-        ("full", {"engine.vllm_gpus": 64}, "engine.vllm=server needs 0 < engine.vllm_gpus < nodes x gpus_per_node (64)"),
-        ("full", {"engine.vllm_gpus": 0}, "engine.vllm=server needs"),
+        ("full", {"engine.vllm_gpus": 4}, "engine.vllm=server across nodes runs on whole nodes of its own"),
+        ("full", {"engine.vllm_gpus": 0}, "engine.vllm=server across nodes"),
+        ("full", {"engine.nodes": 1}, "engine.vllm=server on one node shares it: 0 < engine.vllm_gpus < gpus_per_node (8)"),
         ("toy", {"engine.vllm_gpus": 2}, "engine.vllm_gpus=2 only means something with engine.vllm=server"),
         ("small", {"engine.gpus_per_node": 2}, "engine.quantization=4bit is the single-GPU QLoRA path"),
         ("small", {"engine.distributed": "fsdp"}, "engine.quantization=4bit is the single-GPU QLoRA path"),
@@ -111,7 +112,9 @@ def test_engine_overrides_apply_together() -> None:
     """A server on one node needs both fields at once: the cross-field rule sees them together."""
     p = load_profile("small", {"engine.quantization": "none", "engine.gpus_per_node": 2, "engine.vllm": "server",
                                "engine.vllm_gpus": 1})
-    assert p.engine.world_size == 2 and p.engine.vllm == "server"
+    assert p.engine.training_processes == 1 and p.engine.server_nodes == 0
+    full = load_profile("full").engine
+    assert (full.nodes, full.training_processes, full.server_nodes) == (8, 64, 1)
 
 
 @pytest.mark.parametrize(
