@@ -250,6 +250,34 @@ def cmd_launch(args: argparse.Namespace) -> int:
     os.execvpe(command[0], command, {**os.environ, **env})
 
 
+def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
+    """The stage table of a list of checkpoints (:mod:`cascadekit.evaluation.checkpoints`), e.g. the paper's released ones."""
+    from cascadekit.domains import check_record
+    from cascadekit.evaluation.checkpoints import evaluate_checkpoints, parse_checkpoints
+    from cascadekit.profiles import load_profile, parse_overrides, set_threads
+
+    checkpoints = parse_checkpoints(args.checkpoints)
+    profile = load_profile(args.scale, parse_overrides(args.set))
+    records = None
+    if args.records:
+        records = []
+        with Path(args.records).open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if number > MAX_LINES or len(line) > MAX_LINE_BYTES:
+                    raise ValueError(f"{args.records}:{number}: more than {MAX_LINES:,} lines or a line longer "
+                                     f"than {MAX_LINE_BYTES:,} characters")
+                if not line.strip():
+                    continue
+                try:
+                    records.append(check_record(json.loads(line)))
+                except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+                    raise ValueError(f"{args.records}:{number}: {err}") from None
+    set_threads(args.threads)
+    evaluate_checkpoints(checkpoints, profile, Path(args.out), records, allow_download=args.allow_download or None)
+    print((Path(args.out) / "stage_table.md").read_text())
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One of chapter 04's probes (:mod:`cascadekit.experiments.probes`): print its table, write JSON and text.
 
@@ -378,6 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(probe, "chapter 04's settings")
     probe.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
     probe.set_defaults(func=cmd_probe)
+
+    checkpoints = sub.add_parser("evaluate-checkpoints",
+                                 help="the stage table of a list of checkpoints (folders or hub names), e.g. released ones")
+    checkpoints.add_argument("checkpoints", nargs="+", metavar="STAGE=SOURCE",
+                             help="e.g. SFT=nvidia/Nemotron-Cascade-8B-SFT (in stage order)")
+    checkpoints.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"),
+                             help="the profile: suite size, generation length and backend")
+    checkpoints.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
+    checkpoints.add_argument("--records", default="", help="JSONL of chat records to ask instead of the kit's suites")
+    checkpoints.add_argument("--out", default="runs/checkpoints", help="folder for stage_table.md, rows.json, samples")
+    checkpoints.add_argument("--allow-download", action="store_true", help="download hub checkpoints not yet cached")
+    checkpoints.add_argument("--threads", type=_bounded_int(0, 256), default=0)
+    checkpoints.set_defaults(func=cmd_evaluate_checkpoints)
 
     launch = sub.add_parser("launch", help="run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server")
     launch.add_argument("stage", help="sft, rlhf, if-rl, math-rl, code-rl or swe-rl")
