@@ -381,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_verify)
 
     run = sub.add_parser("run", help="execute the notebooks headlessly with papermill")
-    run.add_argument("--scale", default="smoke", help="smoke, toy, paper or full")
+    run.add_argument("--scale", default="smoke", help="smoke, toy, paper, small or full")
     run.add_argument("--out", default="runs/smoke")
     run.add_argument("--only", default="", help="comma-separated chapters, e.g. 01,02")
     run.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
