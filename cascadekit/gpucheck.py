@@ -16,6 +16,9 @@ nothing is downloaded. Each row ends ``ok``, ``skipped (why)`` or ``failed (why)
   generation by transformers.
 * **vLLM generation**: throughput of vLLM sampling the saved checkpoint.
 
+The GRPO and vLLM rows decode what they sample, so their copy of the model has
+its embedding cut to the check's small tokenizer (everything else is the 0.6B shape).
+
 Without a CUDA device every row is skipped and the exit status is 0 (CI runs it so);
 with one, the exit status is 1 when any row failed. The whole check is sized to
 finish in a few minutes on one H100 or H200.
@@ -39,6 +42,7 @@ __all__ = ["Row", "main", "qwen3_0_6b_config", "run_checks", "train_flops_per_to
 
 SEQ_LEN = 2048
 BATCH = 8
+DEVICE = "cuda"  # every check runs here (a module constant, so the checks' code can be dry-run on a CPU)
 
 
 @dataclass(frozen=True)
@@ -75,13 +79,14 @@ def train_flops_per_token(config: Any, seq_len: int) -> int:
 
 
 def _sync() -> None:
-    torch.cuda.synchronize()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def matmul_peak(size: int = 8192, repeats: int = 20) -> float:
     """The best measured bf16 matmul throughput in TFLOP/s (square ``size`` matrices)."""
-    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(size, size, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=DEVICE, dtype=torch.bfloat16)
     for _ in range(3):
         a @ b
     best = math.inf
@@ -98,7 +103,7 @@ def _model(dtype: torch.dtype = torch.bfloat16) -> Any:
     from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    return Qwen3ForCausalLM(qwen3_0_6b_config()).to(device="cuda", dtype=dtype)
+    return Qwen3ForCausalLM(qwen3_0_6b_config()).to(device=DEVICE, dtype=dtype)
 
 
 def _steps(model: Any, steps: int, batch: int = BATCH, seq_len: int = SEQ_LEN) -> float:
@@ -106,12 +111,12 @@ def _steps(model: Any, steps: int, batch: int = BATCH, seq_len: int = SEQ_LEN) -
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (batch, seq_len), device="cuda")
+    ids = torch.randint(0, vocab, (batch, seq_len), device=DEVICE)
     times = []
     for _ in range(steps + 1):
         _sync()
         start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
@@ -133,15 +138,29 @@ def check_train(peak: float | None) -> str:
     return f"{tokens / seconds:,.0f} tokens/s, {achieved:.0f} TFLOP/s, {mfu} ({BATCH}x{SEQ_LEN} tokens, {seconds:.2f} s/step)"
 
 
-def _saved_model(folder: Path) -> Path:
-    """The random 0.6B-shaped model and a small byte-level tokenizer, saved as a checkpoint folder."""
+def _saved_model(folder: Path, full_vocabulary: bool = True) -> Path:
+    """The random 0.6B-shaped model and a small byte-level tokenizer, saved as a checkpoint folder.
+
+    Rows that decode what they generate (GRPO, vLLM) take ``full_vocabulary=False``:
+    the embedding cut to the small tokenizer's vocabulary, so no sampled id lies
+    outside it; the training rows keep the real 151,936-entry embedding and head.
+    """
+    from transformers import Qwen3ForCausalLM
+
     from cascadekit.chat import install_chat_template
     from cascadekit.tokenizer import train_tokenizer
 
     if not (folder / "config.json").exists():
-        _model().save_pretrained(folder)
-        tokenizer = train_tokenizer(["what is 12 plus 30 ? the answer is 42 ."] * 50, 300)
-        install_chat_template(tokenizer).save_pretrained(folder)
+        tokenizer = install_chat_template(train_tokenizer(["what is 12 plus 30 ? the answer is 42 ."] * 50, 300))
+        if full_vocabulary:
+            model = _model()
+        else:
+            config = qwen3_0_6b_config()
+            config.vocab_size = len(tokenizer)
+            torch.manual_seed(0)
+            model = Qwen3ForCausalLM(config).to(device=DEVICE, dtype=torch.bfloat16)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
     return folder
 
 
@@ -168,7 +187,7 @@ def check_grpo(folder: Path, work: Path) -> str:
 
     profile = load_profile("small", {"evaluation.backend": "hf", "rl.prompts_per_step": 4, "rl.group_size": 8,
                                      "rl.max_completion_length": 128, "rl.use_lora": False})
-    tokenizer = load_tokenizer(_saved_model(folder))
+    tokenizer = load_tokenizer(_saved_model(folder, full_vocabulary=False))
     model = load_model(folder, _placement())
     prompts = Dataset.from_dict({"prompt": [f"what is {i} plus {i} ?" for i in range(4)]})
 
@@ -185,7 +204,7 @@ def check_grpo(folder: Path, work: Path) -> str:
 def check_vllm(folder: Path) -> str:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(_saved_model(folder)), dtype="bfloat16", gpu_memory_utilization=0.4, seed=0,
+    llm = LLM(model=str(_saved_model(folder, full_vocabulary=False)), dtype="bfloat16", gpu_memory_utilization=0.4, seed=0,
               max_model_len=1024, enforce_eager=True)
     params = SamplingParams(temperature=1.0, max_tokens=256, ignore_eos=True)
     start = time.perf_counter()
@@ -198,7 +217,7 @@ def check_vllm(folder: Path) -> str:
 def _placement() -> Any:
     from cascadekit.runtime import Placement
 
-    return Placement("cuda", "bfloat16", "gpucheck")
+    return Placement(DEVICE, "bfloat16", "gpucheck")
 
 
 def _missing(*modules: str) -> str:
@@ -241,8 +260,9 @@ def run_checks(work: Path) -> list[Row]:
     rows.append(_row("bf16 train step", lambda: check_train(peak[0] if peak else None)))
     rows.append(_row("LoRA step", lambda: check_adapter(folder, "none", False)))
     rows.append(_row("4-bit QLoRA step", lambda: check_adapter(folder, "4bit", False), ("bitsandbytes",)))
-    rows.append(_row("GRPO step", lambda: check_grpo(folder, work / "grpo"), ("trl",)))
-    rows.append(_row("vLLM generation", lambda: check_vllm(folder), ("vllm",)))
+    small_vocabulary = work / "qwen3-0.6b-random-small-vocabulary"
+    rows.append(_row("GRPO step", lambda: check_grpo(small_vocabulary, work / "grpo"), ("trl",)))
+    rows.append(_row("vLLM generation", lambda: check_vllm(small_vocabulary), ("vllm",)))
     rows.append(_row("Unsloth LoRA step", lambda: check_adapter(folder, "none", True), ("unsloth",)))
     return rows
 

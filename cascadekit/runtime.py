@@ -45,7 +45,8 @@ from transformers.integrations import is_deepspeed_zero3_enabled
 
 __all__ = [
     "CPU", "DOWNLOAD_ENV", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
-    "checkpoint_folder", "choose_device", "cuda_device", "download_allowed", "hub_cache_dir", "load_chat_tokenizer",
+    "checkpoint_folder", "choose_device", "cuda_device", "download_allowed", "four_bit_config", "hub_cache_dir",
+    "load_chat_tokenizer",
     "load_model", "load_tokenizer", "lora_config", "require", "save_checkpoint", "with_lora",
 ]
 

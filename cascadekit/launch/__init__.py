@@ -150,7 +150,7 @@ def _server_command(profile: Profile, gpus: int) -> list[str]:
 
     options = {"model": profile.model.pretrained, "data_parallel_size": gpus, "tensor_parallel_size": 1,
                "host": "0.0.0.0", "port": VLLM_PORT, "dtype": "bfloat16",
-               "max_model_len": profile.rl.max_completion_length + profile.sft.stage2_seq_len}
+               "max_model_len": profile.model.max_positions}
     fields = {f.name for f in dataclasses.fields(ScriptArguments)}
     unknown = sorted(set(options) - fields)
     if unknown:  # a TRL release that renamed an option
