@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run, experiment, probe, book and env.
+"""The ``cascadekit`` command line: data, verify, run, experiment, probe, launch, evaluate-checkpoints, book and env.
 
 Every argument is checked before any work starts: bad input (an unknown scale,
 context, split, style or chapter, an op range out of bounds, a count too large,
@@ -231,8 +231,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print(the_plan.describe())
         return 0
     if args.slurm:
-        _refuse_overwrite(args.slurm)
-        Path(args.slurm).write_text(the_plan.slurm)
+        from cascadekit.atomic import atomic_write_text
+
+        atomic_write_text(args.slurm, the_plan.slurm)
         print(f"wrote {args.slurm}: submit it with sbatch")
         return 0
     if args.role == "serve":

@@ -107,3 +107,9 @@ def test_grpo_reads_the_launched_job(tmp_path, monkeypatch):
     cfg = grpo.build_grpo_config(load_profile("full", {"engine.nodes": 4}), str(tmp_path))
     assert cfg.per_device_train_batch_size == 128 * 16 // 32 and cfg.vllm_mode == "server"
     assert cfg.vllm_server_base_url == "http://gpu-009:8000"
+
+
+def test_the_slurm_script_is_written(tmp_path, capsys):
+    job = tmp_path / "job.sh"
+    assert main(["launch", "rlhf", "--nodes", "4", "--slurm", str(job)]) == 0
+    assert job.read_text().startswith("#!/bin/bash\n#SBATCH --job-name=cascadekit-rlhf") and "sbatch" in capsys.readouterr().out
