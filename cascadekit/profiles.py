@@ -170,6 +170,7 @@ class EngineConfig:
     vllm: str
     vllm_gpus: int
     data: str
+    data_dir: str = ""  # a local copy of the released sets (one folder per set name); "" streams from the hub
 
     def __post_init__(self) -> None:
         if self.vllm == "server":

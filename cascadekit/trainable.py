@@ -52,13 +52,18 @@ class Note:
 def engine_settings(engine: Any) -> dict[str, Any]:
     """The ``engine`` fields that change what a stage trains, as extra stage-key inputs: none by default.
 
-    4-bit loading and Unsloth's kernels change the trained weights, so a stage that
-    uses them gets another key; full-precision PEFT (every CPU scale) adds nothing,
-    so the keys of the smoke and toy stages, and their shipped checkpoints, stay as they were.
+    4-bit loading, Unsloth's kernels and released data change the trained weights,
+    so a stage that uses them gets another key (released data by set and folder,
+    not by content); full-precision PEFT on the kit's world (every CPU scale) adds
+    nothing, so the keys of the smoke and toy stages, and their shipped checkpoints,
+    stay as they were.
     """
-    if engine.quantization == "none" and not engine.unsloth:
-        return {}
-    return {"engine": {"quantization": engine.quantization, "unsloth": engine.unsloth}}
+    settings: dict[str, Any] = {}
+    if engine.quantization != "none" or engine.unsloth:
+        settings.update(quantization=engine.quantization, unsloth=engine.unsloth)
+    if engine.data != "world":
+        settings.update(data=engine.data, data_dir=engine.data_dir)
+    return {"engine": settings} if settings else {}
 
 
 def unsloth_available() -> bool:

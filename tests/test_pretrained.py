@@ -114,8 +114,10 @@ def test_trainable_paths_on_the_cpu(released):
 
 
 def test_engine_settings_leave_the_cpu_stage_keys_alone():
-    assert engine_settings(load_profile("toy").engine) == {} == engine_settings(load_profile("full").engine)
-    assert engine_settings(load_profile("small").engine) == {"engine": {"quantization": "4bit", "unsloth": True}}
+    assert engine_settings(load_profile("toy").engine) == {} == engine_settings(load_profile("paper").engine)
+    assert engine_settings(load_profile("full").engine) == {"engine": {"data": "released", "data_dir": ""}}
+    assert engine_settings(load_profile("small").engine) == {"engine": {"quantization": "4bit", "unsloth": True,
+                                                                        "data": "released", "data_dir": ""}}
 
 
 def test_gpu_packages_missing_are_one_clear_error(released):
