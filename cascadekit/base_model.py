@@ -33,7 +33,9 @@ from cascadekit.domains import domains, draw_tasks, raw_text, surfaces_fingerpri
 from cascadekit.models import start_model
 from cascadekit.pipeline import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
-from cascadekit.runtime import base_model_source, choose_device, download_allowed, load_tokenizer, save_checkpoint
+from cascadekit.runtime import (
+    base_model_source, choose_device, download_allowed, load_chat_tokenizer, load_tokenizer, save_checkpoint,
+)
 from cascadekit.tokenizer import train_tokenizer
 from cascadekit.training.pretrain import pack, train_lm
 
@@ -69,10 +71,9 @@ def build_chat_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
     A profile that names released weights (``model.pretrained``) starts from their tokenizer instead.
     """
     if source := base_model_source(profile):
-        tokenizer = load_tokenizer(source, allow_download=download_allowed(profile))
-    else:
-        texts = [t for name in domains() for t in domain_texts(profile, name, TOKENIZER_TASKS_PER_DOMAIN)]
-        tokenizer = train_tokenizer(texts, profile.tokenizer.vocab_size)
+        return load_chat_tokenizer(source, allow_download=download_allowed(profile))
+    texts = [t for name in domains() for t in domain_texts(profile, name, TOKENIZER_TASKS_PER_DOMAIN)]
+    tokenizer = train_tokenizer(texts, profile.tokenizer.vocab_size)
     tokenizer.add_tokens(list(MARKUP_TOKENS), special_tokens=True)
     return install_chat_template(tokenizer)
 

@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run, experiment, probe, book and env.
+"""The ``cascadekit`` command line: data, verify, run, experiment, probe, launch, evaluate-checkpoints, book and env.
 
 Every argument is checked before any work starts: bad input (an unknown scale,
 context, split, style or chapter, an op range out of bounds, a count too large,
@@ -207,6 +207,78 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_launch(args: argparse.Namespace) -> int:
+    """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
+
+    ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
+    ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
+    training node's command (``--machine-rank``, with ``--main-address`` across
+    nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead.
+    """
+    import os
+
+    from cascadekit.launch import plan
+    from cascadekit.profiles import load_profile, parse_overrides
+
+    flags = {key: value for key, value in (("engine.nodes", args.nodes), ("engine.gpus_per_node", args.gpus_per_node),
+                                           ("engine.vllm_gpus", args.vllm_gpus)) if value is not None}
+    profile = load_profile(args.scale, {**parse_overrides(args.set), **flags})
+    pairs = [*args.set, *(f"{key}={value}" for key, value in flags.items())]  # the stage's experiment sees the same profile
+    the_plan = plan(profile, args.stage, accumulation=args.accumulation,
+                    main_address=args.main_address or "$MAIN_ADDR", server_address=args.server_address or "$VLLM_ADDR",
+                    extra=[f"--set={pair}" for pair in pairs])
+    if args.dry_run:
+        print(the_plan.describe())
+        return 0
+    if args.slurm:
+        from cascadekit.atomic import atomic_write_text
+
+        atomic_write_text(args.slurm, the_plan.slurm)
+        print(f"wrote {args.slurm}: submit it with sbatch")
+        return 0
+    if args.role == "serve":
+        if the_plan.server is None:
+            raise ValueError(f"stage {args.stage} at scale {args.scale} runs no vLLM server (engine.vllm is "
+                             f"{profile.engine.vllm!r})")
+        command, env = the_plan.server, {}
+    else:
+        if not 0 <= args.machine_rank < the_plan.train_nodes:
+            raise ValueError(f"--machine-rank must be in 0..{the_plan.train_nodes - 1}, got {args.machine_rank}")
+        if (the_plan.train_nodes > 1 and not args.main_address) or (the_plan.server and not args.server_address):
+            raise ValueError("running a node needs --main-address (across nodes) and --server-address (with a "
+                             "vLLM server): the host names the plan leaves as $MAIN_ADDR and $VLLM_ADDR")
+        command, env = the_plan.node_commands[args.machine_rank], the_plan.env
+    os.execvpe(command[0], command, {**os.environ, **env})
+
+
+def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
+    """The stage table of a list of checkpoints (:mod:`cascadekit.evaluation.checkpoints`), e.g. the paper's released ones."""
+    from cascadekit.domains import check_record
+    from cascadekit.evaluation.checkpoints import evaluate_checkpoints, parse_checkpoints
+    from cascadekit.profiles import load_profile, parse_overrides, set_threads
+
+    checkpoints = parse_checkpoints(args.checkpoints)
+    profile = load_profile(args.scale, parse_overrides(args.set))
+    records = None
+    if args.records:
+        records = []
+        with Path(args.records).open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if number > MAX_LINES or len(line) > MAX_LINE_BYTES:
+                    raise ValueError(f"{args.records}:{number}: more than {MAX_LINES:,} lines or a line longer "
+                                     f"than {MAX_LINE_BYTES:,} characters")
+                if not line.strip():
+                    continue
+                try:
+                    records.append(check_record(json.loads(line)))
+                except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+                    raise ValueError(f"{args.records}:{number}: {err}") from None
+    set_threads(args.threads)
+    evaluate_checkpoints(checkpoints, profile, Path(args.out), records, allow_download=args.allow_download or None)
+    print((Path(args.out) / "stage_table.md").read_text())
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One of chapter 04's probes (:mod:`cascadekit.experiments.probes`): print its table, write JSON and text.
 
@@ -277,7 +349,7 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> None:
     """``--scale``, ``--seed``, ``--set`` and ``--threads``: what every command that trains takes."""
-    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "full"))
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
     parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"profile override on top of {settings}, repeatable")
@@ -310,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_verify)
 
     run = sub.add_parser("run", help="execute the notebooks headlessly with papermill")
-    run.add_argument("--scale", default="smoke", help="smoke, toy, paper or full")
+    run.add_argument("--scale", default="smoke", help="smoke, toy, paper, small or full")
     run.add_argument("--out", default="runs/smoke")
     run.add_argument("--only", default="", help="comma-separated chapters, e.g. 01,02")
     run.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
@@ -335,6 +407,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(probe, "chapter 04's settings")
     probe.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
     probe.set_defaults(func=cmd_probe)
+
+    checkpoints = sub.add_parser("evaluate-checkpoints",
+                                 help="the stage table of a list of checkpoints (folders or hub names), e.g. released ones")
+    checkpoints.add_argument("checkpoints", nargs="+", metavar="STAGE=SOURCE",
+                             help="e.g. SFT=nvidia/Nemotron-Cascade-8B-SFT (in stage order)")
+    checkpoints.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"),
+                             help="the profile: suite size, generation length and backend")
+    checkpoints.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
+    checkpoints.add_argument("--records", default="", help="JSONL of chat records to ask instead of the kit's suites")
+    checkpoints.add_argument("--out", default="runs/checkpoints", help="folder for stage_table.md, rows.json, samples")
+    checkpoints.add_argument("--allow-download", action="store_true", help="download hub checkpoints not yet cached")
+    checkpoints.add_argument("--threads", type=_bounded_int(0, 256), default=0)
+    checkpoints.set_defaults(func=cmd_evaluate_checkpoints)
+
+    launch = sub.add_parser("launch", help="run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server")
+    launch.add_argument("stage", help="sft, rlhf, if-rl, math-rl, code-rl or swe-rl")
+    launch.add_argument("--scale", default="full", choices=("paper", "small", "full"))
+    launch.add_argument("--nodes", type=_bounded_int(1, 1024), default=None, help="training nodes (engine.nodes)")
+    launch.add_argument("--gpus-per-node", type=_bounded_int(1, 64), default=None)
+    launch.add_argument("--vllm-gpus", type=_bounded_int(0, 8192), default=None,
+                        help="GPUs of the vLLM server (engine.vllm_gpus)")
+    launch.add_argument("--accumulation", type=_bounded_int(1, 4096), default=1, help="gradient accumulation steps")
+    launch.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="profile override, repeatable (passed on to the stage's experiment)")
+    launch.add_argument("--dry-run", action="store_true", help="validate and print every command; run nothing")
+    launch.add_argument("--slurm", default="", help="write the Slurm batch script here instead of running")
+    launch.add_argument("--role", default="train", choices=("train", "serve"))
+    launch.add_argument("--machine-rank", type=_bounded_int(0, 1023), default=0)
+    launch.add_argument("--main-address", default="", help="host name of training node 0")
+    launch.add_argument("--server-address", default="", help="host name of the vLLM server")
+    launch.set_defaults(func=cmd_launch)
 
     book = sub.add_parser("book", help="build the HTML book from notebooks executed by `cascadekit run`")
     book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")

@@ -1,4 +1,4 @@
-"""Scale profiles: smoke, toy, paper and full.
+"""Scale profiles: smoke, toy, paper, small and full.
 
 A profile is plain data (``profiles.yaml`` beside this file) loaded into frozen
 dataclasses. Notebooks print the resolved profile at the top and accept
@@ -180,6 +180,61 @@ class CodeRLConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data.
+
+    No stage of the CPU scales reads this section, and no stage key hashes it, so
+    a change here never invalidates a cached or shipped checkpoint of the smoke or
+    toy scale. ``nodes`` x ``gpus_per_node`` train; ``distributed`` is ``none`` (one process, or plain DDP),
+    ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
+    (:mod:`cascadekit.launch`). ``vllm`` is ``none`` (generation by transformers),
+    ``colocate`` (vLLM in the training processes, TRL's ``vllm_mode="colocate"``)
+    or ``server`` (TRL's ``vllm-serve`` on ``vllm_gpus`` GPUs of its own: the first
+    GPUs of a one-node job, else whole extra nodes beside the ``nodes`` that train).
+    ``quantization`` ``4bit`` loads the frozen base in NF4 through bitsandbytes for
+    QLoRA (one GPU only). ``data`` is ``world`` (the kit's synthetic six domains)
+    or ``released`` (the papers' released data sets, :mod:`cascadekit.released_data`).
+    """
+
+    allow_download: bool
+    quantization: str
+    unsloth: bool  # Unsloth's loader and LoRA when installed; PEFT (with a note) when not
+    distributed: str
+    nodes: int
+    gpus_per_node: int
+    vllm: str
+    vllm_gpus: int
+    data: str
+    data_dir: str = ""  # a local copy of the released sets (one folder per set name); "" streams from the hub
+
+    def __post_init__(self) -> None:
+        if self.vllm == "server":
+            if self.nodes == 1 and not 0 < self.vllm_gpus < self.gpus_per_node:
+                raise ProfileError(f"engine.vllm=server on one node shares it: 0 < engine.vllm_gpus < "
+                                   f"gpus_per_node ({self.gpus_per_node}), got {self.vllm_gpus}")
+            if self.nodes > 1 and (self.vllm_gpus <= 0 or self.vllm_gpus % self.gpus_per_node):
+                raise ProfileError(f"engine.vllm=server across nodes runs on whole nodes of its own: engine.vllm_gpus "
+                                   f"must be a positive multiple of gpus_per_node ({self.gpus_per_node}), "
+                                   f"got {self.vllm_gpus}")
+        elif self.vllm_gpus:
+            raise ProfileError(f"engine.vllm_gpus={self.vllm_gpus} only means something with engine.vllm=server")
+        if self.quantization == "4bit" and (self.distributed != "none" or self.nodes * self.gpus_per_node > 1):
+            raise ProfileError("engine.quantization=4bit is the single-GPU QLoRA path: it needs "
+                               "engine.distributed=none on one GPU (nodes=1, gpus_per_node=1)")
+
+    @property
+    def server_nodes(self) -> int:
+        """Nodes the vLLM server has to itself (beside the ``nodes`` that train); 0 when it shares a node or is off."""
+        return self.vllm_gpus // self.gpus_per_node if self.vllm == "server" and self.nodes > 1 else 0
+
+    @property
+    def training_processes(self) -> int:
+        """One training process per GPU that trains (the server's GPUs on a shared node excluded)."""
+        shared = self.vllm_gpus if self.vllm == "server" and self.nodes == 1 else 0
+        return self.nodes * self.gpus_per_node - shared
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -195,6 +250,7 @@ class Profile:
     reward_model: RewardModelConfig
     math_rl: MathRLConfig
     code_rl: CodeRLConfig
+    engine: EngineConfig
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,6 +296,7 @@ _SECTIONS = {
     "reward_model": RewardModelConfig,
     "math_rl": MathRLConfig,
     "code_rl": CodeRLConfig,
+    "engine": EngineConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
 
@@ -261,6 +318,10 @@ DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
 ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.models._ARCHITECTURES
+QUANTIZATIONS = ("none", "4bit")  # cascadekit.runtime.load_model
+DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.launch
+VLLM_MODES = ("none", "colocate", "server")  # none, or TRL's GRPOConfig.vllm_mode
+DATA_SOURCES = ("world", "released")  # cascadekit.released_data
 
 
 def _positive(v: Any) -> bool:
@@ -321,11 +382,15 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{f"reward_model.{k}": _POSITIVE for k in ("tasks", "pairs_per_task", "eval_tasks", "epochs", "lr",
                                                 "batch_size")},
     "reward_model.policy_samples": _NON_NEGATIVE,
-    "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.epochs": _POSITIVE, "math_rl.lr": _POSITIVE, "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
+    "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.epochs": _POSITIVE, "math_rl.lr": _POSITIVE,
+    "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
     "math_rl.lengths": (lambda v: len(v) > 0 and all(n > 0 for n in v) and list(v) == sorted(set(v)),
                         "a non-empty, strictly increasing list of lengths > 0"),
     "code_rl.ops": _OPS, "code_rl.prompts": _POSITIVE, "code_rl.workers": _POSITIVE,
     "code_rl.temperatures": (lambda v: len(v) > 0 and all(t > 0 for t in v), "a non-empty list of temperatures > 0"),
+    "engine.quantization": _one_of(*QUANTIZATIONS), "engine.distributed": _one_of(*DISTRIBUTED),
+    "engine.nodes": _POSITIVE, "engine.gpus_per_node": _POSITIVE, "engine.vllm": _one_of(*VLLM_MODES),
+    "engine.vllm_gpus": _NON_NEGATIVE, "engine.data": _one_of(*DATA_SOURCES),
 }
 
 
@@ -445,6 +510,7 @@ def apply_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
     Each value must already have the field's type (see :func:`check_value`); text
     from a command line goes through :func:`parse_overrides` first.
     """
+    changes: dict[str, dict[str, Any]] = {}  # section -> field -> value, applied together (cross-field rules)
     for key, value in overrides.items():
         if not isinstance(key, str):
             raise ProfileError(f"override key {_short(key)} is not a string")
@@ -453,8 +519,9 @@ def apply_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
         if not fname:
             profile = dataclasses.replace(profile, **{section: new_value})
             continue
-        current = getattr(profile, section)
-        profile = dataclasses.replace(profile, **{section: dataclasses.replace(current, **{fname: new_value})})
+        changes.setdefault(section, {})[fname] = new_value
+    for section, values in changes.items():
+        profile = dataclasses.replace(profile, **{section: dataclasses.replace(getattr(profile, section), **values)})
     return profile
 
 
@@ -492,7 +559,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def add_scale_arguments(parser: argparse.ArgumentParser, default: str = "toy") -> None:
     """The arguments every command line that runs at a scale shares: ``--scale``, ``--threads``, overrides."""
-    parser.add_argument("--scale", default=default, help="smoke, toy, paper or full")
+    parser.add_argument("--scale", default=default, help="smoke, toy, paper, small or full")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (0: torch's default; 1 is much faster on a CPU shared with other jobs)")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")

@@ -19,6 +19,10 @@
   into place, so a checkpoint cut mid-save never sits under the real name.
 - :func:`base_model_source` is the profile's ``model.pretrained``: the released
   weights a GPU profile starts from (empty at the CPU scales, which build from scratch).
+  :func:`load_chat_tokenizer` is that model's own tokenizer with the kit's chat
+  markers and ``/think`` ``/no_think`` template. ``load_model(quantization="4bit")``
+  loads the frozen base in NF4 through bitsandbytes (QLoRA, a GPU only);
+  :mod:`cascadekit.trainable` turns a loaded model into what a stage trains.
 """
 from __future__ import annotations
 
@@ -40,9 +44,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 __all__ = [
-    "CPU", "DOWNLOAD_ENV", "DownloadNotAllowed", "Placement", "base_model_source", "checkpoint_folder",
-    "choose_device", "cuda_device", "download_allowed", "hub_cache_dir", "load_model", "load_tokenizer",
-    "lora_config", "save_checkpoint", "with_lora",
+    "CPU", "DOWNLOAD_ENV", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
+    "checkpoint_folder", "choose_device", "cuda_device", "download_allowed", "four_bit_config", "hub_cache_dir",
+    "load_chat_tokenizer",
+    "load_model", "load_tokenizer", "lora_config", "require", "save_checkpoint", "with_lora",
 ]
 
 #: Set to ``1`` to let :func:`load_model` and :func:`load_tokenizer` download a hub model that is not cached.
@@ -162,13 +167,32 @@ def download_allowed(profile: Any = None, allow: bool | None = None) -> bool:
     """Whether a hub model that is not cached may be downloaded.
 
     ``allow`` wins when given; else ``CASCADEKIT_ALLOW_DOWNLOAD=1`` allows it; else the
-    profile's ``model.allow_download`` (False when the profile has no such field).
+    profile's ``engine.allow_download`` (False when the profile has no such field).
     """
     if allow is not None:
         return bool(allow)
     if os.environ.get(DOWNLOAD_ENV, "").strip().lower() in _TRUE:
         return True
-    return bool(getattr(getattr(profile, "model", None), "allow_download", False))
+    return bool(getattr(getattr(profile, "engine", None), "allow_download", False))
+
+
+class MissingExtra(ImportError):
+    """A GPU-only package that is not installed, with the extra that installs it."""
+
+
+def require(module: str, extra: str, why: str) -> Any:
+    """``import module``, or :class:`MissingExtra` saying ``why`` it is needed and ``pip install 'cascadekit[extra]'``.
+
+    GPU packages (bitsandbytes, vLLM, DeepSpeed, Unsloth) are imported only here,
+    when a path needs them, so the CPU install never imports or requires them.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingExtra(f"{why} needs the {module!r} package, which is not installed: "
+                           f"pip install 'cascadekit[{extra}]' ({err})") from err
 
 
 def _hub_offline() -> bool:
@@ -232,17 +256,37 @@ def _from_source(what: str, source: str | os.PathLike, load: Callable[..., T], a
     return load(str(_snapshot(name, local_files_only=False)), **kwargs)
 
 
+QUANTIZATIONS = ("none", "4bit")
+
+
+def four_bit_config(placement: Placement) -> Any:
+    """bitsandbytes NF4 with double quantization, computing in the placement's dtype (the QLoRA recipe)."""
+    require("bitsandbytes", "gpu", "4-bit loading (QLoRA)")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=placement.torch_dtype)
+
+
 def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
-               allow_download: bool | None = None) -> PreTrainedModel:
+               allow_download: bool | None = None, quantization: str = "none") -> PreTrainedModel:
     """A causal LM from a checkpoint folder or a hub name, on ``placement``'s device in its :attr:`~Placement.weights_dtype`.
 
     ``placement`` defaults to :data:`CPU` (float32 on the CPU, what the toy scale
     trains in); pass ``choose_device(profile)`` to follow a profile. A folder holding
     a LoRA adapter (``adapter_config.json``) loads its base model with the adapter.
     ``allow_download`` None follows ``CASCADEKIT_ALLOW_DOWNLOAD`` (see :func:`download_allowed`).
+    ``quantization="4bit"`` holds the weights in NF4 (:func:`four_bit_config`): a
+    CUDA placement and bitsandbytes (the ``gpu`` extra) only, each refused clearly.
     """
     placement = placement or CPU
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
     kwargs: dict[str, Any] = {"dtype": placement.weights_dtype}
+    if quantization == "4bit":
+        if not placement.on_gpu:
+            raise ValueError(f"4-bit loading needs a CUDA GPU (bitsandbytes); the placement is {placement}")
+        kwargs["quantization_config"] = four_bit_config(placement)
     if placement.on_gpu and not is_deepspeed_zero3_enabled():  # ZeRO-3 shards the weights itself
         kwargs["device_map"] = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
     return _from_source("model", source, AutoModelForCausalLM.from_pretrained, allow_download, **kwargs)
@@ -251,6 +295,29 @@ def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
 def load_tokenizer(source: str | os.PathLike, *, allow_download: bool | None = None) -> PreTrainedTokenizerBase:
     """The tokenizer of a checkpoint folder (saved with ``save_pretrained``) or of a hub model."""
     return _from_source("tokenizer", source, AutoTokenizer.from_pretrained, allow_download)
+
+
+def load_chat_tokenizer(source: str | os.PathLike, *, allow_download: bool | None = None) -> PreTrainedTokenizerBase:
+    """A released model's own tokenizer, made the kit's: chat markers as special tokens, the /think template.
+
+    The tokenizer of ``source`` (folder or hub name, under the download rule of
+    :func:`load_tokenizer`) keeps its vocabulary; each of the kit's chat markers it
+    lacks (:data:`cascadekit.chat.MARKUP_TOKENS`) is added as a special token (a
+    Qwen3 tokenizer has them all, so its ids stay the model's), and the kit's chat
+    template replaces the model's own, so ``apply_chat_template`` renders exactly
+    what :func:`cascadekit.chat.render` does. A tokenizer without a pad token pads
+    with its end-of-text token.
+    """
+    from cascadekit.chat import MARKUP_TOKENS, install_chat_template
+
+    tokenizer = load_tokenizer(source, allow_download=allow_download)
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in MARKUP_TOKENS if t not in vocab]
+    if missing:
+        tokenizer.add_tokens(missing, special_tokens=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return install_chat_template(tokenizer)
 
 
 def checkpoint_folder(source: str | os.PathLike, *, allow_download: bool | None = None) -> Path:
@@ -296,6 +363,23 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _is_4bit(model: PreTrainedModel) -> bool:
+    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model.base_model, "is_loaded_in_4bit", False))
+
+
+def _merged_on_full_weights(model: PeftModel) -> PreTrainedModel:
+    """A QLoRA model's adapter merged into its base reloaded unquantized (bf16), not into the NF4 weights.
+
+    Merging into the 4-bit weights would round the merged weights to NF4; the
+    QLoRA recipe merges into the full-precision base the adapter was trained on.
+    """
+    base_source = model.peft_config[model.active_adapter].base_model_name_or_path
+    with tempfile.TemporaryDirectory(prefix="cascadekit-adapter-") as adapter:
+        model.save_pretrained(adapter)
+        base = _from_source("model", base_source, AutoModelForCausalLM.from_pretrained, None, dtype=torch.bfloat16)
+        return PeftModel.from_pretrained(base, adapter).merge_and_unload()
+
+
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: str | os.PathLike, *,
                     merge_lora: bool = False, files: Mapping[str, str | bytes] | None = None) -> Path:
     """Save ``model`` (and ``tokenizer``, and extra ``files`` by name) as the checkpoint folder ``dest``.
@@ -309,7 +393,7 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if merge_lora and isinstance(model, PeftModel):
-        model = copy.deepcopy(model).merge_and_unload()
+        model = _merged_on_full_weights(model) if _is_4bit(model) else copy.deepcopy(model).merge_and_unload()
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
     try:
         model.save_pretrained(tmp)

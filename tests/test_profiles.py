@@ -5,8 +5,8 @@ import pytest
 from cascadekit.profiles import ProfileError, load_profile, parse_overrides, profile_names
 
 
-def test_all_four_profiles_load() -> None:
-    assert set(profile_names()) == {"smoke", "toy", "paper", "full"}
+def test_all_five_profiles_load() -> None:
+    assert set(profile_names()) == {"smoke", "toy", "paper", "small", "full"}
     for name in profile_names():
         profile = load_profile(name)
         assert profile.name == name and profile.summary().startswith(f"profile {name!r}")
@@ -87,6 +87,35 @@ def test_every_shipped_profile_validates_and_every_field_is_checked() -> None:
                 if hint in (int, float) or typing.get_origin(hint) is tuple or key.endswith(
                         ("rendering", "backend", "architecture")):
                     assert key in _RULES, f"{key} has no bound: add one to profiles._RULES"
+
+
+@pytest.mark.parametrize(
+    "name, overrides, needle",
+    [
+        ("full", {"engine.vllm_gpus": 4}, "engine.vllm=server across nodes runs on whole nodes of its own"),
+        ("full", {"engine.vllm_gpus": 0}, "engine.vllm=server across nodes"),
+        ("full", {"engine.nodes": 1}, "engine.vllm=server on one node shares it: 0 < engine.vllm_gpus < gpus_per_node (8)"),
+        ("toy", {"engine.vllm_gpus": 2}, "engine.vllm_gpus=2 only means something with engine.vllm=server"),
+        ("small", {"engine.gpus_per_node": 2}, "engine.quantization=4bit is the single-GPU QLoRA path"),
+        ("small", {"engine.distributed": "fsdp"}, "engine.quantization=4bit is the single-GPU QLoRA path"),
+        ("toy", {"engine.vllm": "off"}, "engine.vllm='off': must be one of none, colocate, server"),
+        ("toy", {"engine.distributed": "zero2"}, "must be one of none, zero3, fsdp"),
+        ("toy", {"engine.data": "web"}, "must be one of world, released"),
+    ],
+)
+def test_engine_settings_that_cannot_run_together_are_refused(name: str, overrides: dict, needle: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        load_profile(name, overrides)
+    assert needle in str(info.value)
+
+
+def test_engine_overrides_apply_together() -> None:
+    """A server on one node needs both fields at once: the cross-field rule sees them together."""
+    p = load_profile("small", {"engine.quantization": "none", "engine.gpus_per_node": 2, "engine.vllm": "server",
+                               "engine.vllm_gpus": 1})
+    assert p.engine.training_processes == 1 and p.engine.server_nodes == 0
+    full = load_profile("full").engine
+    assert (full.nodes, full.training_processes, full.server_nodes) == (8, 64, 1)
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,8 @@ def test_a_cached_hub_name_loads_offline(model, tokenizer, tmp_path, monkeypatch
 def test_download_permission(monkeypatch):
     assert not download_allowed(SMOKE)
     assert download_allowed(SMOKE, allow=True) and not download_allowed(None, allow=False)
-    assert download_allowed(types.SimpleNamespace(model=types.SimpleNamespace(allow_download=True)))
+    assert download_allowed(types.SimpleNamespace(engine=types.SimpleNamespace(allow_download=True)))
+    assert download_allowed(load_profile("small", {"engine.allow_download": True}))
     monkeypatch.setenv(runtime.DOWNLOAD_ENV, "1")
     assert download_allowed(SMOKE) and not download_allowed(SMOKE, allow=False)
 

@@ -3,6 +3,7 @@ turns), full and LoRA stages, and the cached stages on a tiny model."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,3 +133,33 @@ def test_evaluation_settings_do_not_enter_a_stage_key() -> None:
     plain = training_settings(load_profile("smoke"))
     assert plain == training_settings(load_profile("smoke", {"sft.eval_tasks": 9, "sft.max_new_tokens": 99}))
     assert plain != training_settings(load_profile("smoke", {"sft.lr": 0.5}))
+
+
+# --- released data (engine.data: released) --------------------------------------------------------
+
+RELEASED = Path(__file__).parent / "fixtures" / "released"
+
+
+def released_profile(**overrides):
+    return load_profile("smoke", {"engine.data": "released", "engine.data_dir": str(RELEASED),
+                                  "sft.stage1_tasks": 1, **overrides})
+
+
+def test_released_sft_records_train_one_stage(tmp_path):
+    profile = released_profile()
+    records = stage_records(profile, 1)
+    assert sorted(r["domain"] for r in records) == ["code", "general", "math"]  # the first row of each domain
+    assert all(r["source"].startswith("nvidia/Nemotron-Cascade-SFT-Stage-1:") for r in records)
+    tokenizer = build_chat_tokenizer(profile)
+    dataset, dropped = sft_dataset(records, tokenizer, seq_len(profile, 1))
+    assert len(dataset) + dropped == 3 and len(dataset) > 0
+    model = build_model(profile.model, tokenizer, seed=0)
+    trained, info = train_stage(model, tokenizer, profile, 1, tmp_path / "run")
+    assert info["records"] == len(dataset) and info["steps"] >= 1
+
+
+def test_released_data_changes_the_sft_key_and_world_data_does_not():
+    from cascadekit.trainable import engine_settings
+
+    assert engine_settings(load_profile("smoke").engine) == {}
+    assert engine_settings(released_profile().engine) == {"engine": {"data": "released", "data_dir": str(RELEASED)}}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -136,9 +136,17 @@ class Rollout:
         return transcript(self.turns, self.results) if self.results else self.turns[0]
 
 
-def rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records: Sequence[dict[str, Any]],
-            max_new_tokens: int, batch_size: int) -> list[Rollout]:
-    """Answer every record, turn by turn: a turn with tool calls gets the tool's results and another turn."""
+#: A batch generator: ``(prompts, max_new_tokens, batch_size) -> [(text up to <|im_end|>, token count)]``.
+Generator = Callable[[Sequence[str], int, int], list[tuple[str, int]]]
+
+
+def rollout(model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase | None, records: Sequence[dict[str, Any]],
+            max_new_tokens: int, batch_size: int, generate_fn: Generator | None = None) -> list[Rollout]:
+    """Answer every record, turn by turn: a turn with tool calls gets the tool's results and another turn.
+
+    Turns come from :func:`generate` on ``model``, or from ``generate_fn`` when given (vLLM:
+    :func:`cascadekit.evaluation.checkpoints.vllm_generator`).
+    """
     chats = [list(prompt_of(r)) for r in records]
     rollouts = [Rollout([], []) for _ in records]
     active = list(range(len(records)))
@@ -146,7 +154,9 @@ def rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records:
         prompts = [render(chats[i][0], chats[i][1], add_generation_prompt=True, prefill_empty_think=False)
                    for i in active]
         still = []
-        for i, (text, n_tokens) in zip(active, generate(model, tokenizer, prompts, max_new_tokens, batch_size)):
+        answers = (generate_fn(prompts, max_new_tokens, batch_size) if generate_fn
+                   else generate(model, tokenizer, prompts, max_new_tokens, batch_size))
+        for i, (text, n_tokens) in zip(active, answers):
             rollouts[i].turns.append(text)
             rollouts[i].tokens += n_tokens
             respond = domains()[records[i]["domain"]].respond

@@ -25,6 +25,7 @@ At GPU scale the same :func:`build_grpo_config` turns on vLLM for rollouts:
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from collections import defaultdict
@@ -44,6 +45,8 @@ from cascadekit.runtime import choose_device, lora_config, save_checkpoint
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
+#: ``host:port`` of a running ``trl vllm-serve`` (set by :mod:`cascadekit.launch` for server mode).
+VLLM_SERVER_ENV = "CASCADEKIT_VLLM_SERVER"
 
 
 def build_grpo_config(
@@ -51,8 +54,8 @@ def build_grpo_config(
     output_dir: str,
     *,
     max_steps: int | None = None,
-    num_processes: int = 1,
-    num_nodes: int = 1,
+    num_processes: int | None = None,
+    num_nodes: int | None = None,
     gradient_accumulation_steps: int = 1,
     **overrides: Any,
 ) -> GRPOConfig:
@@ -63,7 +66,9 @@ def build_grpo_config(
     micro-batches; TRL generates them all at once (``steps_per_generation`` equals
     the accumulation steps), so each rollout batch makes exactly one update.
     ``max_steps`` defaults to ``rl.samples / rl.prompts_per_step`` (``samples``
-    counts prompts, each with ``group_size`` rollouts).
+    counts prompts, each with ``group_size`` rollouts). ``num_processes`` and
+    ``num_nodes`` default to the job's (``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, as
+    ``accelerate launch`` and ``torchrun`` set them; one process without them).
 
     Device and precision come from :func:`cascadekit.runtime.choose_device` (a GPU
     profile on a machine without CUDA runs on the CPU in float32). vLLM generates
@@ -75,6 +80,10 @@ def build_grpo_config(
     ``vllm_importance_sampling_correction``); the policy ratio stays 1.
     """
     rl = profile.rl
+    if num_processes is None:  # the launcher's processes (torchrun/accelerate set WORLD_SIZE), else one
+        num_processes = int(os.environ.get("WORLD_SIZE", 1))
+    if num_nodes is None:
+        num_nodes = max(1, num_processes // int(os.environ.get("LOCAL_WORLD_SIZE", num_processes)))
     completions_per_step = rl.prompts_per_step * rl.group_size
     micro_batches = num_processes * gradient_accumulation_steps
     if completions_per_step % micro_batches:
@@ -115,8 +124,10 @@ def build_grpo_config(
         save_strategy="no",
         report_to="none",
     )
-    if use_vllm:
-        kwargs["vllm_mode"] = "colocate" if num_nodes == 1 else "server"
+    if use_vllm:  # a server across nodes, or where the profile puts vLLM on GPUs of its own
+        kwargs["vllm_mode"] = "server" if num_nodes > 1 or profile.engine.vllm == "server" else "colocate"
+        if kwargs["vllm_mode"] == "server" and os.environ.get(VLLM_SERVER_ENV):  # set by cascadekit.launch
+            kwargs["vllm_server_base_url"] = f"http://{os.environ[VLLM_SERVER_ENV]}"
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
 

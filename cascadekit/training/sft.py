@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from datasets import Dataset
+from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
@@ -45,21 +46,46 @@ from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
 from cascadekit.pipeline import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
-from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, with_lora
+from cascadekit.released_data import released_sets, stream_records
+from cascadekit.runtime import choose_device, download_allowed, load_tokenizer, save_checkpoint, with_lora
+from cascadekit.trainable import engine_settings, load_trainable
 
 STAGES = (1, 2)
 #: LoRA rank and alpha for SFT when ``sft.use_lora`` (every linear layer).
 LORA_RANK, LORA_ALPHA = 16, 32
 
 
+#: The released SFT set of each stage (the paper's 16K stage, then its 32K stage), for ``engine.data: released``.
+RELEASED_STAGES = {1: "cascade-sft-stage1", 2: "cascade-sft-stage2"}
+
+
 def stage_records(profile: Profile, stage: int) -> list[dict[str, Any]]:
-    """The stage's chat records: ``stageN_tasks`` SFT-split prompts per domain, both modes each."""
+    """The stage's chat records: ``stageN_tasks`` SFT-split prompts per domain, both modes each.
+
+    With ``engine.data: released`` they are the stage's released SFT set instead
+    (:func:`released_stage_records`).
+    """
     n = profile.sft.stage1_tasks if stage == 1 else profile.sft.stage2_tasks
+    if profile.engine.data == "released":
+        return released_stage_records(profile, stage, n)
     records = []
     for name in stage_domains(stage):
         tasks = draw_tasks(domains()[name], n, profile.seed * 10 + stage, "sft", surface_ops(profile))
         records.extend(r for t in tasks for r in chat_records(t))
     return records
+
+
+def released_stage_records(profile: Profile, stage: int, per_domain: int) -> list[dict[str, Any]]:
+    """The first ``per_domain`` rows (0: every row) of each domain of the stage's released SFT set.
+
+    Read from ``engine.data_dir``/<set name> (a local copy in the released layout)
+    when set, else streamed from the hub, which needs downloads allowed.
+    """
+    name = RELEASED_STAGES[stage]
+    source = Path(profile.engine.data_dir).expanduser() / name if profile.engine.data_dir else None
+    allow = download_allowed(profile)
+    return [record for domain in released_sets()[name].files
+            for record in stream_records(name, domain, source, limit=per_domain or None, allow_download=allow)]
 
 
 def seq_len(profile: Profile, stage: int) -> int:
@@ -79,8 +105,9 @@ def sft_dataset(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenize
     malformed one is one clear error naming its field. Returns the dataset and how
     many records were dropped for length.
     """
-    kept = [{"messages": r["messages"], "tools": r["tools"]} for r in map(check_record, records)
-            if token_length(r, tokenizer) <= max_length]
+    # a released record (it names its source) carries no toy gold: SFT reads only its messages and tools
+    checked = (check_record(r, check_gold=not r.get("source")) for r in records)
+    kept = [{"messages": r["messages"], "tools": r["tools"]} for r in checked if token_length(r, tokenizer) <= max_length]
     return Dataset.from_list(kept), len(records) - len(kept)
 
 
@@ -111,8 +138,8 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
 
 
 def trainable(model: PreTrainedModel, profile: Profile) -> PreTrainedModel:
-    """The model itself (full fine-tuning) or wrapped in a LoRA adapter on every linear layer."""
-    return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora else model
+    """The model itself (full fine-tuning, or one that already carries its adapter) or wrapped in a LoRA adapter."""
+    return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora and not isinstance(model, PeftModel) else model
 
 
 def train_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, profile: Profile, stage: int,
@@ -142,16 +169,19 @@ def training_settings(profile: Profile) -> dict[str, Any]:
 def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
-    inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed}
+    inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
+              **engine_settings(profile.engine)}
     run_dir = cache_root() / "runs" / f"sft-{Stage('sft', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        model, info = train_stage(load_model(start.checkpoint, choose_device(profile)), tokenizer, profile, stage,
-                                  run_dir, callbacks)
+        model, note = load_trainable(start.checkpoint, choose_device(profile), profile.engine,
+                                     lora=profile.sft.use_lora, rank=LORA_RANK, alpha=LORA_ALPHA,
+                                     max_seq_length=seq_len(profile, stage))
+        model, info = train_stage(model, tokenizer, profile, stage, run_dir, callbacks)
         save_checkpoint(model, tokenizer, dest, merge_lora=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-        return info
+        return {**info, "trainable": str(note)}
 
     return run_stage(Stage("sft", inputs, build))
 

@@ -1,0 +1,111 @@
+"""Evaluating a list of checkpoints, released or the kit's, into one stage table, with vLLM when it is there.
+
+``cascadekit evaluate-checkpoints SFT=nvidia/... RLHF=... --scale full`` gives a
+reader with a GPU the paper's stage-by-stage view without training: each
+``STAGE=SOURCE`` (a checkpoint folder or a hub name, downloaded only when allowed)
+is loaded with its own tokenizer and the kit's chat template
+(:func:`cascadekit.runtime.load_chat_tokenizer`), asked every prompt of the kit's
+suites (or of ``--records``, chat records in the kit's format) in both modes, and
+judged by the domains' verifiers; the rows go into one table
+(:func:`cascadekit.evaluation.stage_table.stage_markdown`) and the paper-vs-run
+table of the last stage.
+
+Generation is vLLM's when the profile's ``evaluation.backend`` is ``vllm``, vLLM
+is installed and a GPU is there (greedy, like the transformers path), else
+transformers'; the summary says which. The kit's suites are the toy DAG
+surfaces: a released 8B model answers them, but the paper's benchmarks (AIME,
+LiveCodeBench, SWE-bench...) are not loaded here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from cascadekit.atomic import atomic_write_json, atomic_write_text
+from cascadekit.chat import stop_token_ids
+from cascadekit.domains import check_record
+from cascadekit.evaluation.stage_table import (
+    Generator, aggregate, judge_records, paper_vs_run, rollout, stage_markdown, suite_records,
+)
+from cascadekit.profiles import Profile
+from cascadekit.runtime import checkpoint_folder, choose_device, load_chat_tokenizer, load_model, require
+
+__all__ = ["evaluate_checkpoints", "parse_checkpoints", "vllm_generator"]
+
+
+def parse_checkpoints(pairs: Sequence[str]) -> list[tuple[str, str]]:
+    """``["SFT=path", ...]`` as ``[(stage, source)]``; one ValueError for a malformed or repeated stage."""
+    out: list[tuple[str, str]] = []
+    for pair in pairs:
+        stage, sep, source = pair.partition("=")
+        stage, source = stage.strip(), source.strip()
+        if not sep or not stage or not source:
+            raise ValueError(f"checkpoint {pair!r} is not of the form STAGE=FOLDER_OR_HUB_NAME")
+        if any(stage == s for s, _ in out):
+            raise ValueError(f"stage {stage!r} is named twice")
+        out.append((stage, source))
+    if not out:
+        raise ValueError("name at least one checkpoint as STAGE=FOLDER_OR_HUB_NAME")
+    return out
+
+
+def vllm_generator(folder: Path, tokenizer: Any) -> Generator:
+    """Greedy vLLM completions of rendered prompts, cut at the chat's stop ids, as the transformers path gives them."""
+    vllm = require("vllm", "gpu", "vLLM generation")
+    llm = vllm.LLM(model=str(folder), dtype="bfloat16", seed=0)
+    stops = stop_token_ids(tokenizer)
+
+    def generate(prompts: Sequence[str], max_new_tokens: int, batch_size: int) -> list[tuple[str, int]]:
+        params = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=stops,
+                                     skip_special_tokens=False)
+        out = []
+        for result in llm.generate(list(prompts), params):
+            ids = list(result.outputs[0].token_ids)
+            n = len(ids) - (1 if ids and ids[-1] in stops else 0)
+            out.append((result.outputs[0].text, n))
+        return out
+
+    return generate
+
+
+def _use_vllm(profile: Profile) -> bool:
+    return (profile.evaluation.backend == "vllm" and choose_device(profile).on_gpu
+            and importlib.util.find_spec("vllm") is not None)
+
+
+def evaluate_checkpoints(checkpoints: Sequence[tuple[str, str]], profile: Profile, out: Path,
+                         records: Sequence[dict[str, Any]] | None = None,
+                         allow_download: bool | None = None) -> list[dict[str, Any]]:
+    """Every checkpoint on the same records; writes ``stage_table.md``, ``rows.json`` and ``samples.jsonl`` to ``out``.
+
+    Records are checked before any model loads, so a malformed one costs no GPU time.
+    """
+    records = list(suite_records(profile) if records is None else records)
+    for record in records:
+        check_record(record)
+    use_vllm = _use_vllm(profile)
+    rows: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    for stage, source in checkpoints:
+        tokenizer = load_chat_tokenizer(source, allow_download=allow_download)
+        if use_vllm:
+            answers = rollout(None, None, records, profile.sft.max_new_tokens, profile.evaluation.batch_size,
+                              vllm_generator(checkpoint_folder(source, allow_download=allow_download), tokenizer))
+        else:
+            model = load_model(source, choose_device(profile), allow_download=allow_download)
+            answers = rollout(model, tokenizer, records, profile.sft.max_new_tokens, profile.evaluation.batch_size)
+        judged = judge_records(records, answers, stage)
+        rows += [asdict(row) for row in aggregate(judged, stage)]
+        samples += [{**s, "source": source} for s in judged]
+    out.mkdir(parents=True, exist_ok=True)
+    backend = "vLLM" if use_vllm else "transformers"
+    table = "\n\n".join([f"Checkpoints: {', '.join(f'{s} = {src}' for s, src in checkpoints)}; "
+                         f"{len(records)} records; generation: {backend} (greedy).", stage_markdown(rows),
+                         paper_vs_run(rows, checkpoints[-1][0])])
+    atomic_write_text(out / "stage_table.md", table + "\n")
+    atomic_write_json(out / "rows.json", rows)
+    atomic_write_text(out / "samples.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
+    return rows
