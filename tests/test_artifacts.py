@@ -192,3 +192,20 @@ def test_toy_and_smoke_cache_keys_and_world_data_are_pinned():
     for style, digest in pinned.items():
         records = [generate_problem(op, c, s, style).to_dict() for op in range(2, 31) for c in "ABC" for s in range(4)]
         assert hashlib.sha256(json.dumps(records).encode()).hexdigest() == digest, style
+
+
+def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypatch):
+    """Chapter 12 starts from Math RL's last checkpoint: every stage on the way is shipped under its toy key."""
+    from cascadekit import pipeline
+    from cascadekit.chapters import resolve
+    from cascadekit.training.math_rl import unified_math_rl
+
+    real = pipeline.get_or_build
+
+    def shipped_only(kind, key, build, **kwargs):
+        def never(folder):
+            raise AssertionError(f"{kind}/{key} is not shipped and would be built")
+        return real(kind, key, never, **kwargs)
+
+    monkeypatch.setattr(pipeline, "get_or_build", shipped_only)
+    assert unified_math_rl(resolve("11", "toy").profile, tmp_path).key == "2ef99822f49d"
