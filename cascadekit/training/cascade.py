@@ -13,6 +13,10 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
 * **Math RL's length extension** (:func:`length_extension`): GRPO stages with a
   growing maximum completion length, each starting from the last (the paper's
   24K -> 32K -> 40K for its 8B model).
+* **Code RL** (:func:`code_rl_stage`): code prompts over ``code_rl.ops`` in
+  ``/think``, the pass-all-tests reward (the code verifier's 0/1), one arm per
+  sampling temperature, rollouts verified while the batch still generates
+  (:class:`cascadekit.training.async_rewards.StreamingRewards`, ``code_rl.workers``).
 * **IF-RL**: instruction-following prompts, rewarded by the strict instruction
   verifier. The unified model runs it in ``/no_think`` only (the paper's choice,
   because the verifier alone can cost human alignment); the paper's dedicated
@@ -121,3 +125,27 @@ def length_extension(start: StageOutput, records: Sequence[Mapping[str, Any]], p
         start = chat_grpo(start, records, staged, work_dir / f"length-{length}", reward=reward)
         outputs.append(start)
     return outputs
+
+
+def code_rl_records(profile: Profile) -> list[dict[str, Any]]:
+    """``code_rl.prompts`` RL-split code prompts over ``code_rl.ops``, all asked with ``/think``.
+
+    Think only: the paper's Code RL trains long reasoning, and at toy scale the
+    think mode is the one that sometimes solves op 4 (the no_think answer is the
+    same code block written without its steps).
+    """
+    ops = range(profile.code_rl.ops[0], profile.code_rl.ops[1] + 1)
+    tasks = draw_tasks(domains()["code"], profile.code_rl.prompts, profile.seed + 4, "rl", ops)
+    return [chat_record(t, True) for t in tasks]
+
+
+def code_rl_stage(start: StageOutput, profile: Profile, temperature: float, work_dir: Path) -> StageOutput:
+    """Code RL from ``start`` at one sampling ``temperature``: pass-all-tests reward, streamed verification.
+
+    The reward is the code verifier's all-or-nothing score (every hidden test
+    passes, else 0, never raising), through :func:`verifier_reward`; ``code_rl.workers``
+    threads verify each rollout as soon as it ends.
+    """
+    staged = dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, temperature=temperature))
+    return chat_grpo(start, code_rl_records(profile), staged, work_dir, reward=verifier_reward,
+                     workers=profile.code_rl.workers)
