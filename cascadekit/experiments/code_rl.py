@@ -46,7 +46,7 @@ from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.plots import rl_curves
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, write_sample_spread
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
 from cascadekit.training.cascade import code_rl_stage, unified_if_rl
 
 START = "before Code RL"
@@ -187,20 +187,10 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
                             "frac_reward_zero_std": "share of groups with no signal"})
 
 
-def arm_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """:func:`arm_table` as a markdown table."""
-    if not rows:
-        return ""
-    keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(str(row.get(k, "")) for k in keys) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
     """``metrics.json`` (per-sample results thinned), the curves, the tables and the claims."""
     write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
-    notes = (f"### Arms\n\n{arm_markdown(arm_table(metrics))}\n\n"
+    notes = (f"### Arms\n\n{markdown_table(arm_table(metrics))}\n\n"
              f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}\n\n{stage_markdown(metrics['code_rows'])}"
              f"\n\n### Stage table before and after each arm\n\n{stage_markdown(metrics['rows'])}\n\n"
              f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
