@@ -27,10 +27,16 @@ gives the same rollouts and rewards as one without, only the time differs.
 ``stream=False`` keeps the same pool but sends everything when the reward is
 called: the blocking baseline of :mod:`cascadekit.training.async_rewards_benchmark`.
 
-What is hidden depends on how spread the rollouts' end times are: verification of
-the rollout that ends last can never hide behind generation. The paper's setup
-also overlaps the next batch's work; strict on-policy GRPO here needs this batch's
-rewards before the update, so only generation is there to hide behind.
+What is hidden depends on how spread the rollouts' end times are: verification
+can only start when a rollout ends, and at toy scale most rollouts of a batch end
+in the second half of its generation, so only that window is there to hide
+verification in (the rollout that ends last can never be hidden). The paper's
+setup also overlaps the next batch's work; strict on-policy GRPO here needs this
+batch's rewards before the update, so only generation is there to hide behind.
+On a CPU, sandboxed verification is itself CPU work (one interpreter per run):
+workers on the same cores as generation slow generation down, so streaming pays
+most when verification runs elsewhere (other cores, other machines) or waits on
+something other than this CPU.
 
 Scope: TRL 1.16's HF generation path on one process (the kit's CPU and one-GPU
 runs); it wraps the trainer's private ``_generate_and_score_completions`` and the

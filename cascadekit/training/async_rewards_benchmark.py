@@ -1,6 +1,6 @@
 """How much verification do streamed rewards hide behind generation? One run prints sync and async steps.
 
-``python -m cascadekit.training.async_rewards_benchmark [--scale toy] [--steps 6] [--repeats 2] [--delay-ms 0]``
+``python -m cascadekit.training.async_rewards_benchmark [--scale toy] [--steps 6] [--repeats 2] [--delay-ms 0] [--workers N]``
 
 Two GRPO runs per repeat from the same checkpoint, data and seed (the cascade's
 Code RL start and chapter 12's code prompts, ``/think``), with the same pool of
@@ -18,7 +18,7 @@ waited for rewards (TRL's ``_calculate_rewards``, timed by
 run's wait; the share hidden is ``1 - async wait / sync wait``. ``--delay-ms`` adds
 a sleep to every verification (a slower verifier: more tests, a remote sandbox)
 so that verification can be made to take as long as generation; the script
-prints the ratio. Runs alternate (sync, async, async, sync, ...) so that a shared
+prints the ratio. ``--workers`` sets the pool's size (default ``code_rl.workers``). Runs alternate (sync, async, async, sync, ...) so that a shared
 machine's load drifts onto both alike; the first step of each run is warm-up and
 left out.
 """
@@ -98,11 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the first is warm-up)")
     parser.add_argument("--repeats", type=int, default=2, help="sync/async run pairs")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="extra verification time per completion")
+    parser.add_argument("--workers", type=int, default=0, help="verification workers (0: the profile's code_rl.workers)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave torch's default)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    profile = resolve("12", args.scale).profile
+    profile = resolve("12", args.scale, {"code_rl.workers": args.workers} if args.workers else None).profile
     rl = profile.rl
     print(f"scale {args.scale}: {rl.prompts_per_step} code prompts x {rl.group_size} rollouts per step, up to "
           f"{rl.max_completion_length} tokens, {profile.code_rl.workers} verification workers, "
