@@ -200,9 +200,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
         if chat:
             model.generation_config.eos_token_id = stop_token_ids(tokenizer)
             scored = reading_markup(reward, tokenizer, END_OF_TURN)
-        if workers:
-            if not chat:
-                raise ValueError("streaming rewards (workers > 0) are for Part II chat stages")
+        if chat and workers:  # it reads the chat markers itself, from the same ids
             scored = streaming = StreamingRewards(reward, tokenizer, workers, end=END_OF_TURN)
             hooks.append(streaming.attach)
         if in_order:

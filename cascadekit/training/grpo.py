@@ -431,8 +431,9 @@ def train_grpo(
     Progress bars come from the Trainer. ``reward_weights`` weighs several
     reward functions (TRL sums them); ``config_overrides`` go to
     :func:`build_grpo_config`. Each of ``hooks`` is called with the trainer before
-    training (e.g. :meth:`cascadekit.training.async_rewards.StreamingRewards.attach`). The model is trained in place (with LoRA when
-    ``profile.rl.use_lora``, in which case ``result.model`` is the PEFT model).
+    training (e.g. :meth:`cascadekit.training.async_rewards.StreamingRewards.attach`).
+    The model is trained in place (with LoRA when ``profile.rl.use_lora``, in which
+    case ``result.model`` is the PEFT model).
     """
     if reward_weights is not None:
         config_overrides["reward_weights"] = list(reward_weights)
