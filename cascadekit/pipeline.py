@@ -35,6 +35,7 @@ from cascadekit.domains import check_record, prompt_text
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.tokenizer import load_tokenizer
+from cascadekit.training.async_rewards import StreamingRewards
 from cascadekit.training.grpo import train_grpo
 from cascadekit.training.pretrain import MIDTRAIN_MIXTURE, cached_pretrained, midtrain, pretrain_key
 from cascadekit.world import Problem
@@ -145,7 +146,7 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 
 
 def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
-              reward: RewardFn = verifier_reward, in_order: bool = False) -> StageOutput:
+              reward: RewardFn = verifier_reward, in_order: bool = False, workers: int = 0) -> StageOutput:
     """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
 
     The prompt is the chat up to the assistant turn, rendered without a
@@ -153,10 +154,14 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
     end-of-turn marker, and the reward reads it with its chat markers
     (:func:`cascadekit.rewards.reading_markup`). ``in_order`` feeds the prompts in
     the order given instead of shuffled, so a caller can compose each batch (the
-    half-half RLHF batches of chapter 09).
+    half-half RLHF batches of chapter 09). ``workers`` > 0 verifies each rollout
+    on that many threads as soon as it ends, while the rest of the batch is still
+    generating (:class:`cascadekit.training.async_rewards.StreamingRewards`; the
+    reward must score each completion on its own). The rewards are the same, so
+    ``workers`` is not part of the stage's key; the metrics say what was hidden.
     """
     return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir,
-                       chat=True, in_order=in_order)
+                       chat=True, in_order=in_order, workers=workers)
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
@@ -180,7 +185,7 @@ def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn, profile: Profile,
-                work_dir: Path, chat: bool = False, in_order: bool = False) -> StageOutput:
+                work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0) -> StageOutput:
     """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``.
 
     ``chat`` (Part II): rollouts stop at ``<|im_end|>`` as well as the tokenizer's
@@ -191,16 +196,25 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
         model = load_model(start.checkpoint, choose_device(profile))
-        scored, overrides = reward, {}
+        scored, overrides, hooks, streaming = reward, {}, [], None
         if chat:
             model.generation_config.eos_token_id = stop_token_ids(tokenizer)
             scored = reading_markup(reward, tokenizer, END_OF_TURN)
+        if chat and workers:  # it reads the chat markers itself, from the same ids
+            scored = streaming = StreamingRewards(reward, tokenizer, workers, end=END_OF_TURN)
+            hooks.append(streaming.attach)
         if in_order:
             overrides["shuffle_dataset"] = False
-        result = train_grpo(model, tokenizer, dataset, scored, profile, str(work_dir), max_steps=steps, **overrides)
+        result = train_grpo(model, tokenizer, dataset, scored, profile, str(work_dir), max_steps=steps, hooks=hooks,
+                            **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
-        return {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
-                "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
+        metrics = {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
+                   "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
+        if streaming is not None:
+            metrics["streaming_rewards"] = {"workers": workers, **streaming.summary(),
+                                            "score_s": round(float(result.timings["score_s"].sum()), 2),
+                                            "generate_s": round(float(result.timings["generate_s"].sum()), 2)}
+        return metrics
 
     inputs = {"start": start.key, "prompts": digest, "n_prompts": len(dataset),
               "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}

@@ -1,4 +1,6 @@
-"""The cascade's RL stages after SFT: RLHF (chapter 09) and IF-RL (chapter 10); Math RL builds on them.
+"""The cascade's RL stages after SFT: RLHF (chapter 09), IF-RL (chapter 10) and Code RL (chapter 12).
+
+Math RL (chapter 11) has a module of its own, :mod:`cascadekit.training.math_rl`.
 
 Each stage is the kit's strict on-policy GRPO (:func:`cascadekit.pipeline.chat_grpo`)
 on one domain's RL-split prompts, from the previous stage's checkpoint, with that
@@ -10,6 +12,10 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
   rewarded by the reward model's predicted quality. Arms differ in the mode each
   prompt is asked in: *half-half* (every batch half ``/think``, half ``/no_think``,
   the paper's choice for the unified model), *think only*, *no_think only*.
+* **Code RL** (:func:`code_rl_stage`): code prompts over ``code_rl.ops`` in
+  ``/think``, the pass-all-tests reward (the code verifier's 0/1), one arm per
+  sampling temperature, rollouts verified while the batch still generates
+  (:class:`cascadekit.training.async_rewards.StreamingRewards`, ``code_rl.workers``).
 * **IF-RL**: instruction-following prompts, rewarded by the strict instruction
   verifier. The unified model runs it in ``/no_think`` only (the paper's choice,
   because the verifier alone can cost human alignment); the paper's dedicated
@@ -18,6 +24,7 @@ cache key, shipped under ``data/checkpoints/``), and no chapter imports another.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +106,27 @@ def if_rl_stage(start: StageOutput, profile: Profile, think: bool, reward: Rewar
 def unified_if_rl(profile: Profile, work_dir: Path) -> StageOutput:
     """The cascade's IF-RL checkpoint: ``/no_think`` instruction prompts, the verifier alone, from :func:`unified_rlhf`."""
     return if_rl_stage(unified_rlhf(profile, work_dir / "rlhf"), profile, False, verifier_reward, work_dir / "if-rl")
+
+
+def code_rl_records(profile: Profile) -> list[dict[str, Any]]:
+    """``code_rl.prompts`` RL-split code prompts over ``code_rl.ops``, all asked with ``/think``.
+
+    Think only: the paper's Code RL trains long reasoning, and at toy scale the
+    think mode is the one that sometimes solves op 4 (the no_think answer is the
+    same code block written without its steps).
+    """
+    ops = range(profile.code_rl.ops[0], profile.code_rl.ops[1] + 1)
+    tasks = draw_tasks(domains()["code"], profile.code_rl.prompts, profile.seed + 4, "rl", ops)
+    return [chat_record(t, True) for t in tasks]
+
+
+def code_rl_stage(start: StageOutput, profile: Profile, temperature: float, work_dir: Path) -> StageOutput:
+    """Code RL from ``start`` at one sampling ``temperature``: pass-all-tests reward, streamed verification.
+
+    The reward is the code verifier's all-or-nothing score (every hidden test
+    passes, else 0, never raising), through :func:`verifier_reward`; ``code_rl.workers``
+    threads verify each rollout as soon as it ends.
+    """
+    staged = dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, temperature=temperature))
+    return chat_grpo(start, code_rl_records(profile), staged, work_dir, reward=verifier_reward,
+                     workers=profile.code_rl.workers)

@@ -434,14 +434,17 @@ def train_grpo(
     max_steps: int | None = None,
     reward_weights: Sequence[float] | None = None,
     callbacks: Sequence[TrainerCallback] = (),
+    hooks: Sequence[Callable[[GRPOTrainer], None]] = (),
     **config_overrides: Any,
 ) -> GRPOResult:
     """Run strict on-policy GRPO on ``prompts_dataset`` with the profile's RL settings.
 
     Progress bars come from the Trainer. ``reward_weights`` weighs several
     reward functions (TRL sums them); ``config_overrides`` go to
-    :func:`build_grpo_config`. The model is trained in place (with LoRA when
-    ``profile.rl.use_lora``, in which case ``result.model`` is the PEFT model).
+    :func:`build_grpo_config`. Each of ``hooks`` is called with the trainer before
+    training (e.g. :meth:`cascadekit.training.async_rewards.StreamingRewards.attach`).
+    The model is trained in place (with LoRA when ``profile.rl.use_lora``, in which
+    case ``result.model`` is the PEFT model).
     """
     if reward_weights is not None:
         config_overrides["reward_weights"] = list(reward_weights)
@@ -451,6 +454,8 @@ def train_grpo(
     )
     timer = PhaseTimer()
     timer.attach(trainer)
+    for hook in hooks:
+        hook(trainer)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start

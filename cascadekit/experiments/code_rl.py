@@ -1,0 +1,199 @@
+"""Chapter 12: Code RL, one GRPO arm per sampling temperature, with streamed (asynchronous) rewards.
+
+Regenerate the toy results (``data/results/12_code_rl``) with::
+
+    cascadekit experiment 12 --scale toy --threads 1
+
+Every arm is :func:`cascadekit.training.cascade.code_rl_stage`: strict on-policy
+GRPO on the same ``code_rl.prompts`` code prompts (ops ``code_rl.ops``, ``/think``),
+rewarded 1 only when every hidden test passes in the sandbox, at one of
+``code_rl.temperatures``. The arm at the profile's ``rl.temperature`` is the
+cascade's Code RL checkpoint (the one SWE RL starts from).
+
+What the chapter measures:
+
+* **score** on held-out code prompts at each op of ``code_rl.ops`` (the model before
+  Code RL solves op 3 and rarely op 4: op 4 is where Code RL can teach), paired by prompt
+  with the start;
+* **exploration and entropy** per arm: the share of groups with a learning signal
+  (not all rollouts scoring the same), and the policy's token entropy and its
+  growth over the run (the paper: a higher temperature explores better but risks
+  an entropy explosion). TRL measures entropy at the sampling temperature, so
+  arms are compared by their growth, not their level;
+* **forgetting**: the stage table (all domains, both modes) before and after
+  each arm, math and instruction following in particular;
+* **asynchronous rewards**: what the streamed verification hid behind generation
+  in each arm (:meth:`cascadekit.training.async_rewards.StreamingRewards.summary`;
+  the timed comparison is :mod:`cascadekit.training.async_rewards_benchmark`).
+
+As in the paper, Code RL starts from the cascade's Math RL checkpoint
+(:func:`cascadekit.training.math_rl.unified_math_rl`, shipped at toy scale).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from matplotlib.figure import Figure
+
+from cascadekit.chapters import ChapterConfig
+from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.domains import chat_records, domains, draw_tasks
+from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change
+from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
+from cascadekit.plots import rl_curves
+from cascadekit.profiles import Profile
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.training.cascade import code_rl_stage
+from cascadekit.training.math_rl import unified_math_rl
+
+START = "before Code RL"
+KEPT_SAMPLES = 120
+#: Steps at each end of a run whose mean entropy the growth compares.
+ENTROPY_WINDOW = 0.25
+#: "Flat" claims (no forgetting) hold when the change's interval lies within +- this.
+FORGETTING_TOLERANCE = 0.05
+#: The paper's asynchronous reward computation (8 DGX H100 nodes, batch 128, rollout 8).
+PAPER_VERIFY_S = (1172.4, 416.2)
+
+
+def arm_name(temperature: float) -> str:
+    return f"Code RL T={temperature:g}"
+
+
+def cascade_temperature(profile: Profile) -> float:
+    """The arm that continues the cascade: the temperature nearest the profile's ``rl.temperature``."""
+    return min(profile.code_rl.temperatures, key=lambda t: abs(t - profile.rl.temperature))
+
+
+def code_eval_records(profile: Profile) -> list[dict[str, Any]]:
+    """``sft.eval_tasks`` eval-split code prompts per op of ``code_rl.ops``, each in both modes, op by op."""
+    records = []
+    for op in range(profile.code_rl.ops[0], profile.code_rl.ops[1] + 1):
+        for task in draw_tasks(domains()["code"], profile.sft.eval_tasks, profile.seed, "eval", [op]):
+            records.extend({**r, "op": op} for r in chat_records(task))
+    return records
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """The temperature arms from the cascade's last checkpoint, and the tables before and after each."""
+    profile, work_dir = config.profile, Path(work_dir)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    start = unified_math_rl(profile, work_dir)
+    timings["start_s"] = round(time.perf_counter() - started, 1)
+    runs = {}
+    for temperature in profile.code_rl.temperatures:
+        started = time.perf_counter()
+        runs[arm_name(temperature)] = code_rl_stage(start, profile, temperature, work_dir / f"code-rl-T{temperature:g}")
+        timings[f"{arm_name(temperature)}_s"] = round(time.perf_counter() - started, 1)
+    records, code_records = suite_records(profile), code_eval_records(profile)
+    checkpoints = {START: start.checkpoint, **{name: out.checkpoint for name, out in runs.items()}}
+    tables = {name: stage_table(path, profile, name, records) for name, path in checkpoints.items()}
+    code_tables = {name: stage_table(path, profile, name, code_records) for name, path in checkpoints.items()}
+    timings.update({f"table {name}_s": t["wall_s"] + code_tables[name]["wall_s"] for name, t in tables.items()})
+    code_samples = {name: [{**s, "op": r["op"]} for s, r in zip(compact({name: t})[name], code_records)]
+                    for name, t in code_tables.items()}
+    return {
+        "rows": [row for t in tables.values() for row in t["rows"]],
+        "code_rows": [row for t in code_tables.values() for row in t["rows"]],
+        "samples": {name: t["samples"] + code_tables[name]["samples"] for name, t in tables.items()},
+        "per_sample": compact(tables), "code_per_sample": code_samples,
+        "start_key": start.key, "cascade_arm": arm_name(cascade_temperature(profile)),
+        "runs": {name: {"key": out.key, "temperature": t, **out.metrics}
+                 for (name, out), t in zip(runs.items(), profile.code_rl.temperatures)},
+        "timings": timings, "profile": profile.to_dict(), "chapter_settings": dict(config.settings),
+        "overrides": dict(config.overrides),
+    }
+
+
+def entropy_growth(curves: Sequence[Mapping[str, Any]], window: float = ENTROPY_WINDOW) -> tuple[float, float, float]:
+    """(change, low, high) of the mean token entropy: the last ``window`` of steps minus the first."""
+    values = [float(c["entropy"]) for c in curves]
+    n = max(1, int(len(values) * window))
+    return bootstrap_interval(values[-n:], values[:n], paired=False)
+
+
+def signal_share(curves: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per step, the share of groups whose rollouts did not all score the same (1 - TRL's zero-std share)."""
+    return [1.0 - float(c["frac_reward_zero_std"]) for c in curves]
+
+
+def arm_table(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm: held-out code score per op (think), exploration, entropy and its growth, hidden verification."""
+    rows = []
+    for name, arm in metrics["runs"].items():
+        row: dict[str, Any] = {"arm": name, "temperature": arm["temperature"]}
+        for op in sorted({s["op"] for s in metrics["code_per_sample"][name]}):
+            mean, low, high = mean_of([s for s in metrics["code_per_sample"][name] if s["op"] == op],
+                                      names=["code"], think=True)
+            row[f"op {op} think score"] = f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+        share, low, high = bootstrap_interval(signal_share(arm["curves"]))
+        row["groups with signal"] = f"{share:.3f} [{low:.3f}, {high:.3f}]"
+        row["entropy (first step)"] = round(float(arm["curves"][0]["entropy"]), 3)
+        growth, low, high = entropy_growth(arm["curves"])
+        row["entropy growth"] = f"{growth:+.3f} [{low:+.3f}, {high:+.3f}]"
+        row["verification hidden (estimate)"] = arm.get("streaming_rewards", {}).get("hidden_share_estimate")
+        rows.append(row)
+    return rows
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
+    temperatures = sorted(arm["temperature"] for arm in metrics["runs"].values())
+    low_t, high_t = arm_name(temperatures[0]), arm_name(temperatures[-1])
+    cascade = metrics["cascade_arm"]
+    code, samples = metrics["code_per_sample"], metrics["per_sample"]
+    hard = max(s["op"] for s in code[START])
+    rows = [
+        claim_row(f"Code RL raises held-out code pass rate, ops {min(s['op'] for s in code[START])}-{hard}, think "
+                  f"({cascade})", "LiveCodeBench v6 rises after Code RL",
+                  *paired_change(code[START], code[cascade], names=["code"], think=True), "up"),
+        claim_row(f"... on the hardest op ({hard}), think", "the gain is on problems the model could not yet solve",
+                  *paired_change([s for s in code[START] if s["op"] == hard],
+                                 [s for s in code[cascade] if s["op"] == hard], names=["code"], think=True), "up"),
+        claim_row(f"... and it carries into no_think (ops {min(s['op'] for s in code[START])}-{hard})",
+                  "not reported separately for the unified model",
+                  *paired_change(code[START], code[cascade], names=["code"], think=False), "up"),
+        claim_row(f"higher temperature explores more: share of groups with a learning signal, "
+                  f"T={temperatures[-1]:g} minus T={temperatures[0]:g} (per step)",
+                  "a higher temperature explores better",
+                  *bootstrap_interval(signal_share(metrics["runs"][high_t]["curves"]),
+                                      signal_share(metrics["runs"][low_t]["curves"]), paired=False), "up"),
+        claim_row(f"... and scores higher: held-out code, think, T={temperatures[-1]:g} minus T={temperatures[0]:g}",
+                  "a higher temperature gives better performance",
+                  *paired_change(code[low_t], code[high_t], names=["code"], think=True), "up"),
+        claim_row(f"the highest temperature risks entropy growth: T={temperatures[-1]:g}, mean token entropy, "
+                  f"last quarter of steps minus first", "entropy explosion at high temperature",
+                  *entropy_growth(metrics["runs"][high_t]["curves"]), "up"),
+        claim_row(f"little forgetting: math score change after Code RL ({cascade}), both modes, within "
+                  f"+-{FORGETTING_TOLERANCE:g}", "sequential RL stages rarely degrade earlier domains",
+                  *paired_change(samples[START], samples[cascade], names=["math"]), "flat",
+                  tolerance=FORGETTING_TOLERANCE),
+        claim_row(f"little forgetting: instruction following change after Code RL, both modes, within "
+                  f"+-{FORGETTING_TOLERANCE:g}", "IF-RL's gains survive later stages",
+                  *paired_change(samples[START], samples[cascade], names=["instructions"]), "flat",
+                  tolerance=FORGETTING_TOLERANCE),
+    ]
+    return rows
+
+
+def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Reward, mean completion length, token entropy and zero-variance share per GRPO step, one line per arm."""
+    return rl_curves(runs, {"reward": "pass-all-tests reward", "completion_length": "mean completion length (tokens)",
+                            "entropy": "mean token entropy (at the arm's T)",
+                            "frac_reward_zero_std": "share of groups with no signal"})
+
+
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json`` (per-sample results thinned), the curves, the tables and the claims."""
+    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    notes = (f"### Arms\n\n{markdown_table(arm_table(metrics))}\n\n"
+             f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}\n\n{stage_markdown(metrics['code_rows'])}"
+             f"\n\n### Stage table before and after each arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+             f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
+             f"mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
+    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"code_rl_curves": plot_curves(metrics["runs"])},
+                "Chapter 12: Code RL", claims(metrics), notes)
