@@ -145,7 +145,8 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 
 
 def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
-              reward: RewardFn = verifier_reward, in_order: bool = False) -> StageOutput:
+              reward: RewardFn = verifier_reward, in_order: bool = False,
+              watched: Sequence[RewardFn] = ()) -> StageOutput:
     """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
 
     The prompt is the chat up to the assistant turn, rendered without a
@@ -153,10 +154,13 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
     end-of-turn marker, and the reward reads it with its chat markers
     (:func:`cascadekit.rewards.reading_markup`). ``in_order`` feeds the prompts in
     the order given instead of shuffled, so a caller can compose each batch (the
-    half-half RLHF batches of chapter 09).
+    half-half RLHF batches of chapter 09). ``watched`` rewards score every rollout
+    too, with weight 0: the policy never trains on them, and their mean per step
+    lands in the curves as ``reward/<name>`` (chapter 13 watches execution truth
+    while training on an execution-free reward).
     """
     return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir,
-                       chat=True, in_order=in_order)
+                       chat=True, in_order=in_order, watched=watched)
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
@@ -180,7 +184,8 @@ def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn, profile: Profile,
-                work_dir: Path, chat: bool = False, in_order: bool = False) -> StageOutput:
+                work_dir: Path, chat: bool = False, in_order: bool = False,
+                watched: Sequence[RewardFn] = ()) -> StageOutput:
     """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``.
 
     ``chat`` (Part II): rollouts stop at ``<|im_end|>`` as well as the tokenizer's
@@ -191,13 +196,16 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
         model = load_model(start.checkpoint, choose_device(profile))
-        scored, overrides = reward, {}
+        rewards, overrides = [reward, *watched], {}
         if chat:
             model.generation_config.eos_token_id = stop_token_ids(tokenizer)
-            scored = reading_markup(reward, tokenizer, END_OF_TURN)
+            rewards = [reading_markup(r, tokenizer, END_OF_TURN) for r in rewards]
         if in_order:
             overrides["shuffle_dataset"] = False
-        result = train_grpo(model, tokenizer, dataset, scored, profile, str(work_dir), max_steps=steps, **overrides)
+        if watched:
+            overrides["reward_weights"] = [1.0] + [0.0] * len(watched)
+        result = train_grpo(model, tokenizer, dataset, rewards if watched else rewards[0], profile, str(work_dir),
+                            max_steps=steps, **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         return {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
                 "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
@@ -206,6 +214,8 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
               "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
+    if watched:
+        inputs["watched"] = [r.__name__ for r in watched]
     return run_stage(Stage("grpo", inputs, build))
 
 
