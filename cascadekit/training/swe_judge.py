@@ -146,27 +146,31 @@ def held_out_check(probabilities: Sequence[float], examples: Sequence[Mapping[st
             "brier": float(np.mean([(p - y) ** 2 for p, y in zip(probabilities, labels)])), "by_source": by_source}
 
 
-def _digest(examples: Sequence[Mapping[str, Any]]) -> str:
+def _digest(tasks: Sequence[Task]) -> str:
     digest = hashlib.sha256()
-    for e in examples:
-        digest.update(json.dumps([e["prompt"], e["answer"], e["label"]]).encode())
+    for task in tasks:
+        digest.update(json.dumps([task.prompt, task.gold], sort_keys=True).encode())
     return digest.hexdigest()[:16]
 
 
 def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Task], profile: Profile) -> StageOutput:
     """The judge trained from ``start`` (the SFT checkpoint, also the sampled policy), cached by its inputs.
 
-    Metrics: the examples per source and label, the loss log and the held-out check.
+    The key names the tasks and the settings that decide the candidates, not the
+    labelled candidates themselves, so a cached or shipped judge is used without
+    sampling or executing anything. Metrics: the examples per source and label,
+    the loss log and the held-out check.
     """
     cfg = profile.swe_rl
-    train_examples = judge_examples(train, profile, profile.seed, start)
-    held_examples = judge_examples(held_out, profile, profile.seed + 1, start)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k.startswith("judge_")}
-    inputs = {"start": start.key, **settings, "examples": _digest(train_examples),
-              "held_out": _digest(held_examples), "seed": profile.seed}
+    inputs = {"start": start.key, **settings, "tasks": _digest(train), "held_out": _digest(held_out),
+              "sampling": {"temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens},
+              "seed": profile.seed}
     run_dir = cache_root() / "runs" / f"swe-judge-{Stage('swe-judge', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:
+        train_examples = judge_examples(train, profile, profile.seed, start)
+        held_examples = judge_examples(held_out, profile, profile.seed + 1, start)
         tokenizer = load_tokenizer(start.checkpoint)
         tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
         model = load_reward_model(start.checkpoint, cfg.judge_layers, labels=2)
