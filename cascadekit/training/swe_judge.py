@@ -122,7 +122,7 @@ def yes_probabilities(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 
 
 def auc(scores: Sequence[float], labels: Sequence[int]) -> float:
-    """The probability that a random passing answer outscores a random failing one (ties count half); nan if one class is missing."""
+    """AUC: how often a random passing answer outscores a random failing one (ties half); nan without both."""
     s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
     pos, neg = s[y], s[~y]
     if not len(pos) or not len(neg):
@@ -180,8 +180,9 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
                             max_length=limit, add_special_tokens=False)
         data = Dataset.from_dict({**encoded, "labels": [e["label"] for e in train_examples]})
         args = TrainingArguments(
-            output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs, per_device_train_batch_size=cfg.judge_batch_size,
-            learning_rate=cfg.judge_lr, lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
+            output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs,
+            per_device_train_batch_size=cfg.judge_batch_size, learning_rate=cfg.judge_lr,
+            lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
             **choose_device(profile).trainer_arguments(), logging_steps=10, save_strategy="no", report_to="none",
             seed=profile.seed, data_seed=profile.seed)
         trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer))

@@ -89,7 +89,8 @@ def _golds(completions: list[Any], kwargs: dict[str, Any]) -> list[dict[str, Any
 
 def lexical_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """The lexical half: the patch's sequence similarity to the gold patch (0 without a readable patch)."""
-    return [patch_similarity(completion_text(c), gold["patch"]) for c, gold in zip(completions, _golds(completions, kwargs))]
+    golds = _golds(completions, kwargs)
+    return [patch_similarity(completion_text(c), gold["patch"]) for c, gold in zip(completions, golds)]
 
 
 lexical_reward.__name__ = "swe_lexical"
