@@ -146,7 +146,8 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 
 
 def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
-              reward: RewardFn = verifier_reward, in_order: bool = False, workers: int = 0) -> StageOutput:
+              reward: RewardFn = verifier_reward, in_order: bool = False, workers: int = 0,
+              watched: Sequence[RewardFn] = ()) -> StageOutput:
     """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
 
     The prompt is the chat up to the assistant turn, rendered without a
@@ -159,9 +160,13 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
     generating (:class:`cascadekit.training.async_rewards.StreamingRewards`; the
     reward must score each completion on its own). The rewards are the same, so
     ``workers`` is not part of the stage's key; the metrics say what was hidden.
+    ``watched`` rewards score every rollout too, with weight 0: the policy never
+    trains on them, and their mean per step lands in the curves as
+    ``reward/<name>`` (chapter 13 watches execution truth while training on an
+    execution-free reward).
     """
     return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir,
-                       chat=True, in_order=in_order, workers=workers)
+                       chat=True, in_order=in_order, workers=workers, watched=watched)
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
@@ -185,7 +190,8 @@ def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn, profile: Profile,
-                work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0) -> StageOutput:
+                work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0,
+                watched: Sequence[RewardFn] = ()) -> StageOutput:
     """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``.
 
     ``chat`` (Part II): rollouts stop at ``<|im_end|>`` as well as the tokenizer's
@@ -197,16 +203,20 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
         tokenizer = load_tokenizer(start.checkpoint)
         model = load_model(start.checkpoint, choose_device(profile))
         scored, overrides, hooks, streaming = reward, {}, [], None
+        extra = list(watched)
         if chat:
             model.generation_config.eos_token_id = stop_token_ids(tokenizer)
             scored = reading_markup(reward, tokenizer, END_OF_TURN)
+            extra = [reading_markup(r, tokenizer, END_OF_TURN) for r in extra]
         if chat and workers:  # it reads the chat markers itself, from the same ids
             scored = streaming = StreamingRewards(reward, tokenizer, workers, end=END_OF_TURN)
             hooks.append(streaming.attach)
         if in_order:
             overrides["shuffle_dataset"] = False
-        result = train_grpo(model, tokenizer, dataset, scored, profile, str(work_dir), max_steps=steps, hooks=hooks,
-                            **overrides)
+        if extra:
+            overrides["reward_weights"] = [1.0] + [0.0] * len(extra)
+        result = train_grpo(model, tokenizer, dataset, [scored, *extra] if extra else scored, profile, str(work_dir),
+                            max_steps=steps, hooks=hooks, **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         metrics = {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
                    "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
@@ -220,6 +230,8 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
               "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
+    if watched:
+        inputs["watched"] = [r.__name__ for r in watched]
     return run_stage(Stage("grpo", inputs, build))
 
 

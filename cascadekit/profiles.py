@@ -180,6 +180,40 @@ class CodeRLConfig:
 
 
 @dataclass(frozen=True)
+class SWERLConfig:
+    """Chapter 13's SWE RL: its prompts, the input-context stages, the execution-free reward and its judge.
+
+    Each of ``contexts`` (strictly increasing) is one GRPO stage on ``prompts`` SWE
+    prompts over ``ops``, asked in ``/think``, whose calc.py holds the buggy
+    function and 0 to that many other functions (the toy's input length; the
+    paper's 16K -> 24K input extension); each stage starts from the last, at
+    maximum completion length ``length`` and learning rate ``lr`` (SWE RL's own,
+    so that the earlier stages, keyed by ``rl``, stay the same cached stages).
+    The execution-free reward is ``lexical_weight`` x the patch's similarity to the
+    gold patch plus the rest x the judge's P(YES). The judge keeps ``judge_layers``
+    decoder layers of the SFT checkpoint and learns, on ``judge_tasks`` prompts
+    (``judge_eval_tasks`` held out), whether a candidate patch passes the hidden
+    tests: the gold patch, its corruptions and ``judge_samples`` of the policy's
+    own answers per prompt. ``workers`` sandbox runs verify rollouts at once.
+    """
+
+    ops: tuple[int, int]
+    prompts: int
+    contexts: tuple[int, ...]
+    length: int
+    lr: float
+    lexical_weight: float
+    judge_layers: int
+    judge_tasks: int
+    judge_eval_tasks: int
+    judge_samples: int
+    judge_epochs: float
+    judge_lr: float
+    judge_batch_size: int
+    workers: int
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data.
 
@@ -250,6 +284,7 @@ class Profile:
     reward_model: RewardModelConfig
     math_rl: MathRLConfig
     code_rl: CodeRLConfig
+    swe_rl: SWERLConfig
     engine: EngineConfig
     seed: int = 0
 
@@ -296,6 +331,7 @@ _SECTIONS = {
     "reward_model": RewardModelConfig,
     "math_rl": MathRLConfig,
     "code_rl": CodeRLConfig,
+    "swe_rl": SWERLConfig,
     "engine": EngineConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
@@ -388,6 +424,12 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                         "a non-empty, strictly increasing list of lengths > 0"),
     "code_rl.ops": _OPS, "code_rl.prompts": _POSITIVE, "code_rl.workers": _POSITIVE,
     "code_rl.temperatures": (lambda v: len(v) > 0 and all(t > 0 for t in v), "a non-empty list of temperatures > 0"),
+    "swe_rl.ops": _OPS, "swe_rl.lexical_weight": _FRACTION, "swe_rl.judge_samples": _NON_NEGATIVE,
+    **{f"swe_rl.{k}": _POSITIVE for k in ("prompts", "length", "lr", "judge_layers", "judge_tasks",
+                                          "judge_eval_tasks", "judge_epochs", "judge_lr", "judge_batch_size",
+                                          "workers")},
+    "swe_rl.contexts": (lambda v: len(v) > 0 and all(n >= 0 for n in v) and list(v) == sorted(set(v)),
+                        "a non-empty, strictly increasing list of context sizes >= 0"),
     "engine.quantization": _one_of(*QUANTIZATIONS), "engine.distributed": _one_of(*DISTRIBUTED),
     "engine.nodes": _POSITIVE, "engine.gpus_per_node": _POSITIVE, "engine.vllm": _one_of(*VLLM_MODES),
     "engine.vllm_gpus": _NON_NEGATIVE, "engine.data": _one_of(*DATA_SOURCES),

@@ -38,7 +38,7 @@ from cascadekit.domains import Judgement, Task
 from cascadekit.domains.code import (
     CASES_WANT, gold_field, hidden_cases, is_cases, is_identifier, spec, writable,
 )
-from cascadekit.domains.dag import draw_dag
+from cascadekit.domains.dag import Dag, draw_dag
 from cascadekit.verify.code import FunctionTests
 from cascadekit.verify.patch import apply_patch, parse_patch, patch_similarity, verify_patch
 
@@ -63,13 +63,33 @@ def _call(source: str, function: str, args: Sequence[int]) -> Any:
     return namespace[function](*args)
 
 
+def _with_neighbours(rng: random.Random, ops: Sequence[int], dag: Dag, buggy: str, context: int) -> str | None:
+    """``buggy`` among ``context`` correct functions of fresh DAGs, in a random order; None on a name clash."""
+    functions, names = [buggy], {dag.function_name()}
+    for _ in range(context):
+        other = draw_dag(rng, ops)
+        if not writable(other) or other.function_name() in names:
+            return None
+        names.add(other.function_name())
+        functions.append(other.source())
+    rng.shuffle(functions)
+    return "\n".join(functions)
+
+
 def patch_text(line: str, fixed: str) -> str:
     """The SEARCH/REPLACE patch that turns ``line`` of calc.py into ``fixed``."""
     return f"{FILE}\n<<<<<<< SEARCH\n{line}\n=======\n{fixed}\n>>>>>>> REPLACE"
 
 
-def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
-    """A buggy calc.py, its spec and failing test, and the gold patch; None when the bug would not show."""
+def make_task(rng: random.Random, ops: Sequence[int], context: int = 0) -> Task | None:
+    """A buggy calc.py, its spec and failing test, and the gold patch; None when the bug would not show.
+
+    ``context`` more correct functions (other DAGs of the same ops) share calc.py
+    with the buggy one, in a random order: the toy's input context, which chapter 13
+    lengthens as the paper extends SWE RL's input from 16K to 24K tokens. With
+    ``context`` 0 nothing more is drawn, so the SFT and stage-table records stay as
+    they were.
+    """
     dag = draw_dag(rng, ops)
     text = spec(dag)
     if text is None or not writable(dag):
@@ -82,12 +102,18 @@ def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
         return None
     bad = rng.choice(wrong)
     buggy = dag.source(lines={node: bad})
+    if context:
+        buggy = _with_neighbours(rng, ops, dag, buggy, context)
+        if buggy is None:
+            return None
     args = [dag.graph.nodes[i].value for i in dag.leaves]
     got, want = _call(buggy, dag.function_name(), args), dag.answer
     if got == want:
         return None
     call = f"{dag.function_name()}({', '.join(map(str, args))})"
     patch = patch_text(f"    {ids[node]} = {bad}", f"    {ids[node]} = {right}")
+    if context and buggy.count(f"\n    {ids[node]} = {bad}\n") != 1:  # the SEARCH line must be unique in the file
+        return None
     return Task(
         domain="swe",
         prompt="\n".join(part for part in (

@@ -135,9 +135,12 @@ def scored_text(prompt: str, completion: str) -> str:
     return f"{prompt}{completion}{END_OF_TURN}"
 
 
-def load_reward_model(source: str | Path, layers: int | None = None) -> PreTrainedModel:
-    """A one-label sequence classifier from a checkpoint (its first ``layers`` decoder layers when given)."""
-    kwargs: dict[str, Any] = {"num_labels": 1}
+def load_reward_model(source: str | Path, layers: int | None = None, labels: int = 1) -> PreTrainedModel:
+    """A sequence classifier of ``labels`` outputs from a checkpoint (its first ``layers`` decoder layers when given).
+
+    One label is a reward model's scalar; two are a yes/no judge's logits (chapter 13).
+    """
+    kwargs: dict[str, Any] = {"num_labels": labels}
     if layers is not None:
         config = json.loads((Path(source) / "config.json").read_text())
         if not 1 <= layers <= config["num_hidden_layers"]:
