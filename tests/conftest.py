@@ -21,3 +21,13 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smoke_run")
     run_course("smoke", out)
     return out
+
+
+@pytest.fixture(scope="session")
+def solutions_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Execute every chapter's worked solutions (``notebooks/solutions/``) once; return the output folder."""
+    from cascadekit.runner import NOTEBOOK_DIR, run_course
+
+    out = tmp_path_factory.mktemp("solutions_run")
+    run_course("smoke", out, notebook_dir=NOTEBOOK_DIR / "solutions")
+    return out
