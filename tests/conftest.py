@@ -26,8 +26,9 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def solutions_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Execute every chapter's worked solutions (``notebooks/solutions/``) once; return the output folder."""
-    from cascadekit.runner import NOTEBOOK_DIR, run_course
+    from cascadekit.runner import NOTEBOOK_DIR, execute_chapter
 
     out = tmp_path_factory.mktemp("solutions_run")
-    run_course("smoke", out, notebook_dir=NOTEBOOK_DIR / "solutions")
+    for notebook in sorted((NOTEBOOK_DIR / "solutions").glob("*.ipynb")):
+        execute_chapter(notebook, out, "smoke")  # raises with the failing cell's traceback
     return out

@@ -13,9 +13,16 @@ from cascadekit.exercises import exercises
 TAG = "exercise"  # every exercise cell carries this tag
 
 
+PART_I_LAST = 7  # chapters 01-07 are Part I
+
+
 def solutions_path(chapter: str) -> str:
-    """Where the chapter's worked solutions live, relative to ``notebooks/``."""
-    return f"solutions/{chapter}_solutions.ipynb"
+    """Where the chapter's worked solutions live, relative to ``notebooks/``: one notebook per part.
+
+    One notebook per part rather than per chapter: each notebook costs a kernel start
+    (several seconds) every time the tests execute the solutions.
+    """
+    return f"solutions/part{1 if int(chapter) <= PART_I_LAST else 2}.ipynb"
 
 
 def _intro(chapter: str) -> str:
