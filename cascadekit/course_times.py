@@ -69,7 +69,10 @@ def column_title(scale: str) -> str:
 
 
 def update_chapter_table(readme: str, times: CourseTimes) -> str:
-    """``readme`` with the chapter table's column for ``times.scale`` set (added if new), total row included."""
+    """``readme`` with the chapter table's column for ``times.scale`` set (added if new), total row included.
+
+    The total adds the chapters the table lists, so it matches the column above it.
+    """
     section = re.search(r"^## Chapters\n(.*?)(?=^## |\Z)", readme, re.S | re.M)
     if section is None:
         raise ValueError("the README has no '## Chapters' section")
@@ -92,7 +95,8 @@ def update_chapter_table(readme: str, times: CourseTimes) -> str:
     for row in rows:
         row[col] = format_duration(times.seconds[row[0]]) if row[0] in times.seconds else "not run"
     total = (old_total + [""] * len(header))[:len(header)]  # other scales keep their totals
-    total[col] = f"**{format_duration(times.total_s)}** (code {times.code_version})"
+    listed = sum(times.seconds.get(row[0], 0.0) for row in rows)  # the chapters the table shows
+    total[col] = f"**{format_duration(listed)}** (code {times.code_version})"
     table = [_line(header), _line(rule)] + [_line(r) for r in rows] + [_line(total)]
     body = "\n".join(lines[:start] + table + lines[end:])
     return readme[:section.start(1)] + body + readme[section.end(1):]
