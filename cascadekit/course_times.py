@@ -97,7 +97,7 @@ def update_chapter_table(readme: str, times: CourseTimes) -> str:
     total = (old_total + [""] * len(header))[:len(header)]  # other scales keep their totals
     listed = sum(times.seconds.get(row[0], 0.0) for row in rows)  # the chapters the table shows
     total[col] = f"**{format_duration(listed)}** (code {times.code_version})"
-    table = [_line(header), _line(rule)] + [_line(r) for r in rows] + [_line(total)]
+    table = [_line(header), "|" + "|".join(rule) + "|"] + [_line(r) for r in rows] + [_line(total)]
     body = "\n".join(lines[:start] + table + lines[end:])
     return readme[:section.start(1)] + body + readme[section.end(1):]
 
