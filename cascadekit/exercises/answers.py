@@ -229,6 +229,6 @@ class Function:
         for case, got in zip(cases, outcome["results"]):
             want = _plain(self.reference(*case), [MAX_VALUES])
             if not _same(got, want, self.rel, self.abs_):
-                shown = json.dumps(got)[:80]
+                shown = "None (a missing `return`?)" if got is None else json.dumps(got)[:80]
                 return Mark(False, f"on input ({self.describe_case(case)}) your function returned {shown}, which is not right")
         return Mark(True, "")
