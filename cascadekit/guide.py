@@ -76,14 +76,14 @@ def syllabus_page(syllabus: Path = SYLLABUS, results_dir: Path = RESULTS_DIR,
     """Markdown: the week-by-week syllabus, then the measured-time table."""
     chapters = load_syllabus(syllabus)
     runs = course_runs(results_dir / "timings")
-    parts = ["### Syllabus: one chapter a week", "",
+    parts = ["## Syllabus: one chapter a week", "",
              "| week | chapter | learning goals | before it | exercises (**homework**) |", "|---|---|---|---|---|"]
     for week, (number, entry) in enumerate(sorted(chapters.items()), start=1):
         goals = "; ".join(entry["goals"])
         parts.append(f"| {week} | {chapter_title(number, notebook_dir)} | {goals} | {entry['prerequisites']} "
                      f"| {_homework(number)} |")
     scales = [s for s in ("smoke", "toy") if s in runs]
-    parts += ["", "### Measured time per chapter", "",
+    parts += ["", "## Measured time per chapter", "",
               "| chapter | " + "".join(f"`{s}` course run | " for s in scales)
               + "toy, shipped checkpoints (committed run) | retraining what is shipped adds | threads |",
               "|---|" + "---|" * (len(scales) + 3)]
