@@ -136,7 +136,7 @@ def _child(function: Callable[..., Any], cases: Sequence[Case], conn: Any) -> No
     try:
         import resource
 
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
         with open("/proc/self/statm") as statm:
             used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         ceiling = used + CHILD_MEMORY_BYTES
