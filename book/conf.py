@@ -12,5 +12,6 @@ myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 html_theme = "sphinx_book_theme"
 html_title = "cascadekit: reasoning-model post-training, end to end"
 html_theme_options = {"show_navbar_depth": 2, "use_download_button": False}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "timings.md"]  # timings.md is included by setup.md
+# timings.md is included by setup.md, syllabus.md by teaching.md; syllabus.yaml is the guide's data
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "timings.md", "syllabus.md"]
 suppress_warnings = ["mystnb.unknown_mime_type"]

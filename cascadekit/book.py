@@ -17,6 +17,7 @@ from urllib.parse import unquote, urldefrag
 
 from cascadekit.atomic import atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR
+from cascadekit.guide import syllabus_page
 
 BOOK_DIR = REPO_DIR / "book"
 RESULTS_DIR = REPO_DIR / "data" / "results"
@@ -71,6 +72,7 @@ def stage(executed_dir: Path, src: Path) -> list[Path]:
             shutil.copy(page, src / page.name)
     atomic_write_text(src / "results.md", results_page())
     atomic_write_text(src / "timings.md", timings_page())
+    atomic_write_text(src / "syllabus.md", syllabus_page())
     chapters_dir = src / "chapters"
     chapters_dir.mkdir()
     executed = sorted(Path(executed_dir).glob("[0-9][0-9]_*.ipynb"))

@@ -347,6 +347,17 @@ def cmd_book(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def cmd_times(args: argparse.Namespace) -> int:
+    from cascadekit.course_times import README, apply_summary, format_duration
+
+    readme = Path(args.readme) if args.readme else README
+    times = apply_summary(Path(args.summary), readme)
+    print(f"{readme}: `{times.scale}` column set from {args.summary} "
+          f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); "
+          f"summary kept as data/results/timings/{times.scale}.md")
+    return 0
+
+
 def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> None:
     """``--scale``, ``--seed``, ``--set`` and ``--threads``: what every command that trains takes."""
     parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
@@ -443,6 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
     book.add_argument("--out", default="book/_build/html")
     book.set_defaults(func=cmd_book)
+
+    times = sub.add_parser("times", help="put a course run's chapter times (its summary.md) into the README's table")
+    times.add_argument("summary", help="summary.md written by `cascadekit run`")
+    times.add_argument("--readme", help="the README to rewrite (default: the repository's)")
+    times.set_defaults(func=cmd_times)
 
     ship = sub.add_parser("ship", help="copy a finished cache entry into data/checkpoints/ to commit it")
     ship.add_argument("stage", help="the cache stage, e.g. chat-base")

@@ -21,3 +21,14 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smoke_run")
     run_course("smoke", out)
     return out
+
+
+@pytest.fixture(scope="session")
+def solutions_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Execute every chapter's worked solutions (``notebooks/solutions/``) once; return the output folder."""
+    from cascadekit.runner import NOTEBOOK_DIR, execute_chapter
+
+    out = tmp_path_factory.mktemp("solutions_run")
+    for notebook in sorted((NOTEBOOK_DIR / "solutions").glob("*.ipynb")):
+        execute_chapter(notebook, out, "smoke")  # raises with the failing cell's traceback
+    return out

@@ -14,10 +14,12 @@ from cascadekit.runner import chapters
 def test_book_builds_from_smoke_run(smoke_run: Path, tmp_path: Path) -> None:
     html = build_book(smoke_run, tmp_path / "html")
     stems = [p.stem for p in chapters()]
-    for page in ["index", "setup", "results", "glossary"] + [f"chapters/{s}" for s in stems]:
+    for page in ["index", "setup", "teaching", "results", "glossary"] + [f"chapters/{s}" for s in stems]:
         assert (html / f"{page}.html").exists(), page
     assert broken_internal_links(html) == []
     assert pages_missing_figures(html, stems) == []
+    guide = (html / "teaching.html").read_text()
+    assert "Syllabus" in guide and "Measured time per chapter" in guide and "04.1" in guide
 
 
 def test_book_refuses_an_empty_run(tmp_path: Path) -> None:

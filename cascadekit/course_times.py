@@ -1,0 +1,113 @@
+"""Measured chapter times, carried from a course run's ``summary.md`` into the README.
+
+``cascadekit run`` writes ``summary.md`` with every chapter's wall time;
+``cascadekit times runs/toy/summary.md`` puts those times into a column of the
+README's chapter table (``` `toy` run ```, one per scale, with the course total)
+and keeps the summary under ``data/results/timings/`` for the book and the
+teacher's guide. The README's times are then a run's own, never typed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cascadekit.atomic import atomic_write_text
+from cascadekit.codeversion import REPO_DIR
+
+README = REPO_DIR / "README.md"
+TIMINGS_DIR = REPO_DIR / "data" / "results" / "timings"
+TOTAL_LABEL = "all"  # the first cell of the table's total row
+
+_HEADER = re.compile(r"^# Course run at scale `(?P<scale>[\w-]+)` \(code (?P<code>[^)]+)\)", re.M)
+_ROW = re.compile(r"^\|\s*(?P<chapter>\d\d)_[\w-]+\s*\|\s*(?P<status>\w+)\s*\|\s*(?P<wall>[\d.]+)\s*\|", re.M)
+
+
+@dataclass(frozen=True)
+class CourseTimes:
+    """One run's scale, code version and wall seconds per chapter number (``"03"``), finished chapters only."""
+
+    scale: str
+    code_version: str
+    seconds: dict[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+
+def parse_summary(text: str) -> CourseTimes:
+    """Read ``summary.md`` as ``cascadekit.runner`` writes it; ValueError naming what is missing."""
+    header = _HEADER.search(text)
+    if header is None:
+        raise ValueError("not a course summary: no '# Course run at scale `...` (code ...)' line")
+    seconds = {m["chapter"]: float(m["wall"]) for m in _ROW.finditer(text) if m["status"] in {"ok", "skipped"}}
+    if not seconds:
+        raise ValueError("the summary has no finished chapter")
+    return CourseTimes(header["scale"], header["code"], seconds)
+
+
+def format_duration(seconds: float) -> str:
+    """``"7 s"``, ``"4.2 min"`` or ``"1.3 h"``: the unit a reader compares at a glance."""
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _line(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def column_title(scale: str) -> str:
+    return f"`{scale}` run, measured"
+
+
+def update_chapter_table(readme: str, times: CourseTimes) -> str:
+    """``readme`` with the chapter table's column for ``times.scale`` set (added if new), total row included.
+
+    The total adds the chapters the table lists, so it matches the column above it.
+    """
+    section = re.search(r"^## Chapters\n(.*?)(?=^## |\Z)", readme, re.S | re.M)
+    if section is None:
+        raise ValueError("the README has no '## Chapters' section")
+    lines = section.group(1).split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith("| #")), None)
+    if start is None:
+        raise ValueError("the '## Chapters' section has no table starting with '| #'")
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    header, rule, *rows = (_cells(line) for line in lines[start:end])
+    old_total = next((r for r in rows if r[0] == TOTAL_LABEL), [TOTAL_LABEL, "the whole course"])
+    rows = [r for r in rows if r[0] != TOTAL_LABEL]
+    title = column_title(times.scale)
+    if title not in header:
+        header.append(title)
+        rule.append("---")
+        rows = [r + [""] for r in rows]
+    col = header.index(title)
+    for row in rows:
+        row[col] = format_duration(times.seconds[row[0]]) if row[0] in times.seconds else "not run"
+    total = (old_total + [""] * len(header))[:len(header)]  # other scales keep their totals
+    listed = sum(times.seconds.get(row[0], 0.0) for row in rows)  # the chapters the table shows
+    total[col] = f"**{format_duration(listed)}** (code {times.code_version})"
+    table = [_line(header), "|" + "|".join(rule) + "|"] + [_line(r) for r in rows] + [_line(total)]
+    body = "\n".join(lines[:start] + table + lines[end:])
+    return readme[:section.start(1)] + body + readme[section.end(1):]
+
+
+def apply_summary(summary: Path, readme: Path = README, timings_dir: Path | None = None) -> CourseTimes:
+    """Rewrite the README's column for the summary's scale and keep the summary as ``<scale>.md``."""
+    text = Path(summary).read_text()
+    times = parse_summary(text)
+    atomic_write_text(readme, update_chapter_table(readme.read_text(), times))
+    timings_dir = timings_dir or TIMINGS_DIR
+    timings_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(timings_dir / f"{times.scale}.md", text)
+    return times

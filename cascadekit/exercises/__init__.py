@@ -1,0 +1,107 @@
+"""Exercises at the end of every chapter, each with an automatic check.
+
+``check("04.1", answer)`` says whether ``answer`` is right and, when it is not,
+gives the exercise's hint: never the expected answer. It never raises and never
+hangs on what a student types (a wrong type, a huge value, a function that
+raises, loops or exits): every problem becomes one clear line. Answers that
+depend on a committed run are computed from that run's ``metrics.json`` when
+the check runs, so a re-committed run changes the expected answer with it.
+
+The exercises are data: one :class:`Exercise` per task in a chapter module
+(``part1``, ``part2``); a later chapter adds its own module to ``_MODULES``.
+Solutions live in ``notebooks/solutions/``, outside the library.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from cascadekit.exercises.answers import Choice, Function, Mark, Number
+
+_MODULES = ("cascadekit.exercises.part1", "cascadekit.exercises.part2")
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One task: ``id`` is ``"CC.N"`` (chapter, number); ``homework`` marks the longer ones."""
+
+    id: str
+    title: str
+    task: str  # markdown, shown in the notebook above the answer cell
+    answer: Number | Choice | Function
+    hint: str
+    starter: str  # the answer cell's code before the check, e.g. "answer = None  # a number"
+    homework: bool = False
+
+    @property
+    def chapter(self) -> str:
+        return self.id.split(".")[0]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`check` says; shown as one line in a notebook, true when right."""
+
+    exercise: str
+    correct: bool | None
+    message: str
+
+    def __bool__(self) -> bool:
+        return bool(self.correct)
+
+    def __str__(self) -> str:
+        return f"{self.exercise}: {self.message}"
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.exercise}**: {self.message}"
+
+
+@lru_cache(maxsize=1)
+def _registry() -> dict[str, Exercise]:
+    found: dict[str, Exercise] = {}
+    for name in _MODULES:
+        for exercise in importlib.import_module(name).EXERCISES:
+            if exercise.id in found:
+                raise ValueError(f"exercise {exercise.id} is defined twice")
+            found[exercise.id] = exercise
+    return found
+
+
+def exercises(chapter: str | None = None) -> list[Exercise]:
+    """Every exercise in order, or one chapter's (``"04"``)."""
+    return [e for e in _registry().values() if chapter is None or e.chapter == chapter]
+
+
+def get(exercise_id: str) -> Exercise:
+    """The exercise ``"CC.N"``; KeyError naming the known ones."""
+    try:
+        return _registry()[exercise_id]
+    except KeyError:
+        raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(_registry())}") from None
+
+
+def check(exercise_id: Any, answer: Any) -> Result:
+    """Right, or wrong with a hint (never the answer). Never raises on a student's answer."""
+    if not isinstance(exercise_id, str) or exercise_id not in _registry():
+        shown = exercise_id[:20] if isinstance(exercise_id, str) else type(exercise_id).__name__
+        return Result(str(shown), None, f"no exercise {shown!r}; the exercises are {', '.join(_registry())}")
+    exercise = _registry()[exercise_id]
+    if answer is None:
+        return Result(exercise_id, None, f"no answer yet: replace `None` with {exercise.answer.describe()}.")
+    try:
+        mark = exercise.answer.mark(answer)
+    except FileNotFoundError as error:
+        return Result(exercise_id, None, f"cannot check: a committed result is missing ({error})")
+    except Exception as error:  # a student's object that breaks comparison; the kit's own bugs show their type
+        mark = Mark(False, f"this answer could not be checked ({type(error).__name__}: {str(error)[:120]})")
+    if mark.correct:
+        return Result(exercise_id, True, "right.")
+    detail = f"{mark.message}. " if mark.message else ""
+    return Result(exercise_id, False, f"not yet. {detail}Hint: {exercise.hint}")
+
+
+__all__ = ["Choice", "Exercise", "Function", "Number", "Result", "check", "exercises", "get"]

@@ -1,0 +1,51 @@
+"""The teacher's guide is generated from data: the syllabus file, the exercises and the measured times."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from cascadekit.course_times import format_duration
+from cascadekit.exercises import exercises
+from cascadekit.guide import RESULTS_DIR, load_syllabus, recorded_seconds, syllabus_page
+
+
+def test_every_syllabus_chapter_has_exercises_and_every_exercise_a_week() -> None:
+    chapters = load_syllabus()
+    assert sorted({e.chapter for e in exercises()}) == sorted(chapters)
+    assert all(len(exercises(number)) >= 2 for number in chapters)
+
+
+def test_the_page_lists_goals_exercises_and_times() -> None:
+    page = syllabus_page()
+    for number, entry in load_syllabus().items():
+        assert entry["goals"][0] in page
+        assert all(e.id in page for e in exercises(number))
+    assert "**04.1**" in page  # homework is marked
+    shipped = recorded_seconds(load_syllabus()["06"], "shipped")
+    assert f"| 06 |" in page and format_duration(shipped) in page
+
+
+def _copy_results(tmp_path: Path) -> Path:
+    root = tmp_path / "results"
+    for metrics in RESULTS_DIR.glob("*/metrics.json"):
+        (root / metrics.parent.name).mkdir(parents=True)
+        shutil.copy(metrics, root / metrics.parent.name / "metrics.json")
+    (root / "timings").mkdir()
+    return root
+
+
+def test_times_follow_the_committed_metrics_and_course_runs(tmp_path: Path) -> None:
+    root = _copy_results(tmp_path)
+    path = root / "06_fixed_budget" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["wall_s"] = 4321.0
+    path.write_text(json.dumps(metrics))
+    page = syllabus_page(results_dir=root)
+    assert "| 06 | 72.0 min |" in page and "No toy course run has been recorded yet" in page
+    (root / "timings" / "toy.md").write_text(
+        "# Course run at scale `toy` (code x)\n\n| chapter | status | wall time (s) |\n|---|---|---|\n"
+        "| 06_fixed_budget | ok | 7300.0 |\n")
+    page = syllabus_page(results_dir=root)
+    assert "`toy` course run" in page and "| 06 | 2.0 h | 72.0 min |" in page and "| 01 | not run |" in page
+    assert "No toy course run" not in page
