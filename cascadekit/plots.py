@@ -67,6 +67,15 @@ def passk_curves(rows: Sequence[dict], metric: str = "correct", title: str = "pr
     return fig
 
 
+def back_to_back(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Chained GRPO stages as one run for :func:`rl_curves`: their curves back to back, steps numbered through."""
+    curves, offset = [], 0
+    for s in stages:
+        curves += [{**c, "step": offset + c["step"]} for c in s["curves"]]
+        offset += s["steps"]
+    return {"curves": curves}
+
+
 def rl_curves(runs: Mapping[str, Mapping[str, Any]], panels: Mapping[str, str]) -> Figure:
     """One panel per training-curve column (``panels``: column -> title), one line per GRPO run.
 

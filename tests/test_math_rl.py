@@ -120,7 +120,8 @@ def test_tokens_per_correct_and_its_paired_change() -> None:
 def test_an_arm_reads_as_one_run_and_each_stage_as_a_row() -> None:
     from cascadekit.experiments import math_rl as chapter
     metrics = _metrics()
-    joined = chapter.joined(metrics["runs"][chapter.CASCADE])
+    from cascadekit.plots import back_to_back
+    joined = back_to_back(metrics["runs"][chapter.CASCADE])
     assert [c["step"] for c in joined["curves"]] == [1, 2]
     rows = chapter.stage_rows(metrics["runs"], metrics["profile"])
     assert len(rows) == 6 and rows[0]["kept"] == "8/8" and rows[0]["screen"] == "mixed 3"

@@ -36,7 +36,7 @@ from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.domains import chat_record, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import compact, paired_change
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
-from cascadekit.plots import rl_curves
+from cascadekit.plots import back_to_back, rl_curves
 from cascadekit.profiles import Profile
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
 from cascadekit.training.cascade import sft_checkpoint, unified_if_rl
@@ -233,18 +233,9 @@ def stage_rows(runs: Mapping[str, Sequence[Mapping[str, Any]]], profile: Mapping
     return rows
 
 
-def joined(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """An arm's stages as one run: the curves back to back, steps numbered through."""
-    curves, offset = [], 0
-    for s in stages:
-        curves += [{**c, "step": offset + c["step"]} for c in s["curves"]]
-        offset += s["steps"]
-    return {"curves": curves}
-
-
 def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
     """Reward, zero-variance share, truncation and length per GRPO step, the length stages back to back."""
-    return rl_curves({arm: joined(stages) for arm, stages in runs.items()},
+    return rl_curves({arm: back_to_back(stages) for arm, stages in runs.items()},
                      {"reward": "reward", "frac_reward_zero_std": "zero-variance groups",
                       "clipped_ratio": "truncated rollouts", "completion_length": "mean completion length"})
 

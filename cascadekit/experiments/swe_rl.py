@@ -38,7 +38,7 @@ from cascadekit.domains import chat_record, prompt_text
 from cascadekit.evaluation.stage_claims import compact, paired_change
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
 from cascadekit.pipeline import StageOutput
-from cascadekit.plots import rl_curves
+from cascadekit.plots import back_to_back, rl_curves
 from cascadekit.profiles import Profile
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
 from cascadekit.training.reward_model import policy_samples
@@ -307,18 +307,9 @@ def reward_rows(rollouts: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dic
     return rows
 
 
-def joined(stages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """An arm's stages as one run: the curves back to back, steps numbered through."""
-    curves, offset = [], 0
-    for s in stages:
-        curves += [{**c, "step": offset + c["step"]} for c in s["curves"]]
-        offset += s["steps"]
-    return {"curves": curves}
-
-
 def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
     """Per GRPO step: each reward's batch mean (trained on or watched) and the completion length."""
-    return rl_curves({arm: joined(stages) for arm, stages in runs.items()},
+    return rl_curves({arm: back_to_back(stages) for arm, stages in runs.items()},
                      {"reward/swe_execution": "execution truth (resolve rate)",
                       "reward/execution-free": "execution-free reward", "reward/swe_lexical": "lexical similarity",
                       "reward/semantic": "judge P(YES)", "completion_length": "mean completion length"})

@@ -152,21 +152,27 @@ def load_reward_model(source: str | Path, layers: int | None = None, labels: int
 
 
 @torch.inference_mode()
-def raw_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-               batch_size: int = 64) -> list[float]:
-    """The reward model's scalar for each text (the head reads the last non-pad token).
+def head_logits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+                batch_size: int = 64) -> torch.Tensor:
+    """A sequence classifier's logits for each text, shape ``(len(texts), labels)`` (the head reads the last non-pad token).
 
     A text longer than the model's positions keeps its end (a runaway rollout is
     still scored, on its last tokens).
     """
     model.eval()
     tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
-    out: list[float] = []
+    out = []
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True, truncation=True,
                           max_length=model.config.max_position_embeddings, add_special_tokens=False).to(model.device)
-        out += model(**batch).logits[:, 0].float().tolist()
-    return out
+        out.append(model(**batch).logits.float().cpu())
+    return torch.cat(out) if out else torch.zeros(0, model.config.num_labels)
+
+
+def raw_scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+               batch_size: int = 64) -> list[float]:
+    """The reward model's scalar for each text (:func:`head_logits` of its one label)."""
+    return head_logits(model, tokenizer, texts, batch_size)[:, 0].tolist()
 
 
 def fit_calibration(scores: Sequence[float], qualities: Sequence[float]) -> dict[str, float]:

@@ -53,7 +53,7 @@ from cascadekit.pipeline import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
 from cascadekit.rewards import completion_text
 from cascadekit.runtime import choose_device, load_tokenizer, save_checkpoint
-from cascadekit.training.reward_model import load_reward_model, policy_samples, scored_text
+from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
 
 #: Index of the YES logit in the judge's two-way head.
 YES = 1
@@ -107,18 +107,10 @@ def judge_examples(tasks: Sequence[Task], profile: Profile, seed: int,
     return [{**{k: v for k, v in r.items() if k != "gold"}, "label": int(y)} for r, y in zip(rows, labels)]
 
 
-@torch.inference_mode()
 def yes_probabilities(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
                       batch_size: int = 64) -> list[float]:
     """P(YES) for each text; a text longer than the model's positions keeps its end."""
-    model.eval()
-    tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
-    out: list[float] = []
-    for start in range(0, len(texts), batch_size):
-        batch = tokenizer(list(texts[start:start + batch_size]), return_tensors="pt", padding=True, truncation=True,
-                          max_length=model.config.max_position_embeddings, add_special_tokens=False).to(model.device)
-        out += torch.softmax(model(**batch).logits.float(), dim=-1)[:, YES].tolist()
-    return out
+    return torch.softmax(head_logits(model, tokenizer, texts, batch_size), dim=-1)[:, YES].tolist()
 
 
 def auc(scores: Sequence[float], labels: Sequence[int]) -> float:
