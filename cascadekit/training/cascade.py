@@ -58,14 +58,16 @@ def largest_reward_model(profile: Profile) -> StageOutput:
     return reward_model_stage(sft_checkpoint(profile), profile, max(profile.reward_model.layers))
 
 
-def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: int) -> list[dict[str, Any]]:
-    """``rl.samples`` RL-split prompts of ``domain``, asked in mode ``think`` (None: alternating).
+def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: int, n: int | None = None,
+               ops: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """``n`` RL-split prompts of ``domain`` over ``ops``, in mode ``think`` (defaults: ``rl.samples``, ``sft.ops``).
 
-    Alternating starts with ``/think``; fed in order (``chat_grpo(in_order=True)``),
-    every batch of an even ``prompts_per_step`` is exactly half each mode.
+    ``think`` None alternates, starting with ``/think``; fed in order
+    (``chat_grpo(in_order=True)``), every batch of an even ``prompts_per_step`` is
+    exactly half each mode.
     """
-    ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
-    tasks = draw_tasks(domains()[domain], profile.rl.samples, profile.seed + seed_offset, "rl", ops)
+    lo, hi = ops or profile.sft.ops
+    tasks = draw_tasks(domains()[domain], n or profile.rl.samples, profile.seed + seed_offset, "rl", range(lo, hi + 1))
     return [chat_record(t, i % 2 == 0 if think is None else think) for i, t in enumerate(tasks)]
 
 
@@ -115,9 +117,7 @@ def code_rl_records(profile: Profile) -> list[dict[str, Any]]:
     think mode is the one that sometimes solves op 4 (the no_think answer is the
     same code block written without its steps).
     """
-    ops = range(profile.code_rl.ops[0], profile.code_rl.ops[1] + 1)
-    tasks = draw_tasks(domains()["code"], profile.code_rl.prompts, profile.seed + 4, "rl", ops)
-    return [chat_record(t, True) for t in tasks]
+    return rl_records(profile, "code", True, 4, profile.code_rl.prompts, profile.code_rl.ops)
 
 
 def code_rl_stage(start: StageOutput, profile: Profile, temperature: float, work_dir: Path) -> StageOutput:

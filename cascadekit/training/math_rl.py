@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from cascadekit.domains import chat_record, domains, draw_tasks
 from cascadekit.pipeline import Stage, StageOutput, chat_grpo, chat_rl_dataset, records_digest, run_stage
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.runtime import choose_device, load_model, load_tokenizer
-from cascadekit.training.cascade import unified_if_rl
+from cascadekit.training.cascade import rl_records, unified_if_rl
 from cascadekit.training.dynamic_sampling import screen_prompts
 
 #: Screen this many prompts per generate call.
@@ -62,9 +61,7 @@ class LengthStage:
 
 def math_records(profile: Profile) -> list[dict[str, Any]]:
     """The Math RL pool: ``math_rl.pool`` RL-split math prompts over ``math_rl.ops``, in ``/think``."""
-    lo, hi = profile.math_rl.ops
-    tasks = draw_tasks(domains()["math"], profile.math_rl.pool, profile.seed + 3, "rl", range(lo, hi + 1))
-    return [chat_record(task, True) for task in tasks]
+    return rl_records(profile, "math", True, 3, profile.math_rl.pool, profile.math_rl.ops)
 
 
 def math_reward(profile: Profile) -> RewardFn:
