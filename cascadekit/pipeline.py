@@ -146,7 +146,7 @@ def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, prof
 
 
 def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
-              reward: RewardFn = verifier_reward, in_order: bool = False, workers: int = 0,
+              reward: RewardFn | Sequence[RewardFn] = verifier_reward, in_order: bool = False, workers: int = 0,
               watched: Sequence[RewardFn] = ()) -> StageOutput:
     """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
 
@@ -164,6 +164,10 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
     trains on them, and their mean per step lands in the curves as
     ``reward/<name>`` (chapter 13 watches execution truth while training on an
     execution-free reward).
+    ``reward`` may be a list: TRL sums them, each with weight 1, and skips the
+    ``None`` a reward returns for a completion it does not score (chapter 14's
+    joint RL gives each domain its own reward this way, and each logs its own
+    curve). A reward with a ``seconds`` attribute reports it in the metrics.
     """
     return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir,
                        chat=True, in_order=in_order, workers=workers, watched=watched)
@@ -189,8 +193,8 @@ def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn, profile: Profile,
-                work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0,
+def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: RewardFn | Sequence[RewardFn],
+                profile: Profile, work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0,
                 watched: Sequence[RewardFn] = ()) -> StageOutput:
     """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``.
 
@@ -198,28 +202,37 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
     end of text, and the reward reads the chat markers TRL's decoding drops.
     """
     steps = max(1, len(dataset) // profile.rl.prompts_per_step)
+    rewards = [reward] if callable(reward) else list(reward)
+    if not rewards or (workers and len(rewards) > 1):
+        raise ValueError("GRPO needs one reward, or a list of rewards without streamed verification")
 
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
         model = load_model(start.checkpoint, choose_device(profile))
-        scored, overrides, hooks, streaming = reward, {}, [], None
+        scored, overrides, hooks, streaming = list(rewards), {}, [], None
         extra = list(watched)
         if chat:
             model.generation_config.eos_token_id = stop_token_ids(tokenizer)
-            scored = reading_markup(reward, tokenizer, END_OF_TURN)
+            scored = [reading_markup(r, tokenizer, END_OF_TURN) for r in scored]
             extra = [reading_markup(r, tokenizer, END_OF_TURN) for r in extra]
         if chat and workers:  # it reads the chat markers itself, from the same ids
-            scored = streaming = StreamingRewards(reward, tokenizer, workers, end=END_OF_TURN)
+            streaming = StreamingRewards(rewards[0], tokenizer, workers, end=END_OF_TURN)
+            scored = [streaming]
             hooks.append(streaming.attach)
         if in_order:
             overrides["shuffle_dataset"] = False
         if extra:
-            overrides["reward_weights"] = [1.0] + [0.0] * len(extra)
-        result = train_grpo(model, tokenizer, dataset, [scored, *extra] if extra else scored, profile, str(work_dir),
+            overrides["reward_weights"] = [1.0] * len(scored) + [0.0] * len(extra)
+        funcs = [*scored, *extra]
+        result = train_grpo(model, tokenizer, dataset, funcs if len(funcs) > 1 else funcs[0], profile, str(work_dir),
                             max_steps=steps, hooks=hooks, **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         metrics = {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
-                   "train_s": round(result.train_seconds, 1), "prompts": len(dataset)}
+                   "train_s": round(result.train_seconds, 1), "prompts": len(dataset),
+                   "phases": result.timings.round(3).to_dict(orient="records")}
+        timed = {r.__name__: round(r.seconds, 2) for r in rewards if hasattr(r, "seconds")}
+        if timed:
+            metrics["reward_s"] = timed
         if streaming is not None:
             metrics["streaming_rewards"] = {"workers": workers, **streaming.summary(),
                                             "score_s": round(float(result.timings["score_s"].sum()), 2),
@@ -227,7 +240,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
         return metrics
 
     inputs = {"start": start.key, "prompts": digest, "n_prompts": len(dataset),
-              "reward": reward.__name__, "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
+              "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:

@@ -25,6 +25,7 @@ greedy so a table is reproducible; the paper samples (temperature 0.6, top-p
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
 from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of
 from cascadekit.domains.tools import transcript
+from cascadekit.atomic import atomic_write_json
+from cascadekit.pipeline import Stage, StageOutput, records_digest, run_stage
 from cascadekit.profiles import Profile
 from cascadekit.runtime import choose_device, load_model, load_tokenizer
 
@@ -44,6 +47,8 @@ from cascadekit.runtime import choose_device, load_model, load_tokenizer
 MAX_ROUNDS = 6
 #: Repetition is measured on word n-grams of this length.
 REPETITION_N = 3
+#: A cached stage table's per-sample results, in its folder.
+SAMPLES_FILE = "samples.json"
 
 # The paper's numbers for Nemotron-Cascade-8B (unified), from the summary in
 # shared/seeds: after multi-stage SFT where the summary gives them (the start of
@@ -239,6 +244,33 @@ def stage_table(checkpoint: str | Path, profile: Profile, stage: str,
     rows, samples = evaluate(model, load_tokenizer(checkpoint), suite_records(profile) if records is None else records,
                              profile, stage)
     return {"rows": [asdict(r) for r in rows], "samples": samples, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def cached_stage_table(stage: StageOutput, profile: Profile, name: str,
+                       records: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """:func:`stage_table` of a stage's checkpoint, itself a cached stage (kind ``stage-table``).
+
+    Keyed by the checkpoint's stage key, the suite and the decoding settings (and
+    the device and precision: greedy decoding can differ between them), so a chapter
+    that evaluates a checkpoint an earlier chapter already evaluated reads the
+    per-sample results instead of generating again. ``name`` labels the rows;
+    ``wall_s`` is the time the evaluation took when it ran.
+    """
+    records = suite_records(profile) if records is None else list(records)
+    placement = choose_device(profile)
+    inputs = {"checkpoint": stage.key, "suite": records_digest(records), "n": len(records),
+              "max_new_tokens": profile.sft.max_new_tokens, "batch_size": profile.evaluation.batch_size,
+              "max_rounds": MAX_ROUNDS, "device": placement.device, "dtype": placement.dtype}
+
+    def build(folder: Path) -> dict[str, Any]:
+        table = stage_table(stage.checkpoint, profile, name, records)
+        atomic_write_json(folder / SAMPLES_FILE, [{k: v for k, v in s.items() if k != "stage"}
+                                                  for s in table["samples"]])
+        return {"wall_s": table["wall_s"]}
+
+    out = run_stage(Stage("stage-table", inputs, build))
+    samples = [{"stage": name, **s} for s in json.loads((out.checkpoint / SAMPLES_FILE).read_text())]
+    return {"rows": [asdict(r) for r in aggregate(samples, name)], "samples": samples, "wall_s": out.metrics["wall_s"]}
 
 
 def _row(r: StageRow | dict[str, Any]) -> dict[str, Any]:

@@ -78,9 +78,13 @@ def rlhf_records(profile: Profile, arm: str) -> list[dict[str, Any]]:
     return rl_records(profile, "general", RLHF_ARMS[arm], 1)
 
 
-def rlhf_stage(profile: Profile, arm: str, reward_model: StageOutput, work_dir: Path) -> StageOutput:
-    """RLHF from the SFT checkpoint against ``reward_model``, in one arm's modes."""
-    return chat_grpo(sft_checkpoint(profile), rlhf_records(profile, arm), profile, work_dir,
+def rlhf_stage(profile: Profile, arm: str, reward_model: StageOutput, work_dir: Path,
+               start: StageOutput | None = None) -> StageOutput:
+    """RLHF from ``start`` (default: the SFT checkpoint) against ``reward_model``, in one arm's modes.
+
+    Chapter 14's order ablation runs it last, from the SWE RL checkpoint.
+    """
+    return chat_grpo(start or sft_checkpoint(profile), rlhf_records(profile, arm), profile, work_dir,
                      reward=RewardModelScore(reward_model), in_order=True)
 
 

@@ -1,0 +1,368 @@
+"""Chapter 14: the whole cascade, its stage table and forgetting matrix, joint RL, and RLHF's place in the order.
+
+Regenerate the toy results (``data/results/14_whole_cascade``) with::
+
+    cascadekit experiment 14 --scale toy --threads 2
+
+Three arms, every step a cached stage (:mod:`cascadekit.training.whole_cascade`):
+
+* **cascade** — SFT → RLHF → IF-RL → Math RL → Code RL → SWE RL, each stage the
+  one its own chapter built (shipped at toy, so this arm trains nothing);
+* **RLHF last** — the same stage functions in the order IF-RL → Math RL → Code
+  RL → SWE RL → RLHF, to test the paper's "RLHF first makes later reasoning RL
+  more efficient";
+* **joint** — one GRPO run from SFT over all five RL domains mixed, with as
+  many prompts of each domain as the cascade trained on and each domain's own
+  reward.
+
+After every stage of every arm the stage table runs (a cached ``stage-table``
+stage, so a reader's rerun reads it). The chapter reports the stage table, the
+forgetting matrix (each domain's change in each stage), each stage's lift of
+its own domain, the cascade against joint RL (scores and the cost of mixed
+verifiers in one batch) and the two orders.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib import pyplot as plt
+from matplotlib.figure import Figure
+
+from cascadekit.base_model import chat_base
+from cascadekit.chapters import ChapterConfig
+from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.evaluation.stage_claims import compact, paired_change, picked
+from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
+from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
+from cascadekit.pipeline import StageOutput
+from cascadekit.profiles import Profile
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.training.cascade import largest_reward_model
+from cascadekit.training.sft import sft_stages
+from cascadekit.training.swe_rl import judge
+from cascadekit.training.whole_cascade import ORDER, TARGETS, CascadeStage, joint_rl, run_cascade
+
+CASCADE, RLHF_LAST, JOINT = "cascade", "RLHF last", "joint"
+#: The order ablation: RLHF moved from first to last.
+RLHF_LAST_ORDER = ("IF-RL", "Math RL", "Code RL", "SWE RL", "RLHF")
+DOMAINS = ("general", "instructions", "math", "code", "tools", "swe")
+REASONING = ("math", "code", "swe")
+KEPT_SAMPLES = 120
+#: The paper's 8B unified model after SFT, after RLHF and at the end of the cascade, from the summary in
+#: shared/seeds (None: not in the summary).
+PAPER_STAGES = {
+    "general": {"SFT": 70.0, "RLHF": 90.1, "final": 87.9},
+    "instructions": {"SFT": None, "RLHF": None, "final": 90.2},
+    "math": {"SFT": 72.8, "RLHF": 75.0, "final": 80.1},
+    "code": {"SFT": 56.7, "RLHF": 67.2, "final": 71.1},
+    "tools": {"SFT": None, "RLHF": None, "final": 64.4},
+    "swe": {"SFT": None, "RLHF": None, "final": 37.2},
+}
+
+
+def stage_record(stage: CascadeStage, profile: Profile) -> dict[str, Any]:
+    """What the results keep of one cascade stage: keys, prompts, build time and each run's curves."""
+    return {"name": stage.name, "key": stage.checkpoint.key, "prompts": stage.prompts(profile),
+            "build_s": round(stage.train_s, 1),
+            "runs": [{"key": r.key, "steps": r.metrics["steps"], "train_s": r.metrics["train_s"],
+                      "curves": [{k: c[k] for k in ("step", "reward", "completion_length") if k in c}
+                                 for c in r.metrics["curves"]]} for r in stage.runs]}
+
+
+def joint_record(joint: StageOutput) -> dict[str, Any]:
+    """What the results keep of the joint run: curves (one reward column per domain), step phases, reward time."""
+    m = joint.metrics
+    return {"key": joint.key, "steps": m["steps"], "train_s": m["train_s"], "prompts": m["prompts"],
+            "curves": m["curves"], "phases": m.get("phases", []), "reward_s": m.get("reward_s", {})}
+
+
+def before_rl_s(profile: Profile) -> dict[str, float]:
+    """Build seconds of what the RL stages need: the SFT stages, the reward model and the SWE judge."""
+    return {"SFT": round(sum(s.metrics["train_s"] for s in sft_stages(chat_base(profile), profile)), 1),
+            "reward model": largest_reward_model(profile).metrics["train_s"],
+            "SWE judge": judge(profile).metrics["train_s"]}
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """The three arms and a stage table after every stage of each."""
+    profile, work_dir = config.profile, Path(work_dir)
+    tables: dict[str, dict[str, dict[str, Any]]] = {CASCADE: {}, RLHF_LAST: {}}
+    timings: dict[str, float] = {}
+
+    def evaluated(arm: str):
+        def after(stage: CascadeStage) -> None:
+            tables[arm][stage.name] = cached_stage_table(stage.checkpoint, profile, stage.name)
+            timings[f"table {arm}: {stage.name}_s"] = tables[arm][stage.name]["wall_s"]
+        return after
+
+    arms: dict[str, list[CascadeStage]] = {}
+    for arm, order in ((CASCADE, ORDER), (RLHF_LAST, RLHF_LAST_ORDER)):
+        started = time.perf_counter()
+        arms[arm] = run_cascade(profile, work_dir / arm.replace(" ", "-"), order, evaluated(arm))
+        timings[f"{arm}_s"] = round(time.perf_counter() - started, 1)
+    prompts = {TARGETS[s.name][0]: s.prompts(profile) for s in arms[CASCADE][1:]}
+    started = time.perf_counter()
+    joint = joint_rl(profile, prompts, work_dir / "joint")
+    tables[JOINT] = {"SFT": tables[CASCADE]["SFT"], "joint RL": cached_stage_table(joint, profile, "joint RL")}
+    timings[f"{JOINT}_s"] = round(time.perf_counter() - started, 1)
+    return {
+        "rows": {arm: [row for t in named.values() for row in t["rows"]] for arm, named in tables.items()},
+        "per_sample": {arm: compact(named) for arm, named in tables.items()},
+        "completions": {name: [s["completion"] for s in t["samples"]] for name, t in tables[CASCADE].items()},
+        "stages": {arm: [stage_record(s, profile) for s in stages] for arm, stages in arms.items()},
+        "joint": joint_record(joint), "joint_prompts": prompts, "before_rl_s": before_rl_s(profile),
+        "timings": timings, "profile": profile.to_dict(), "chapter_settings": dict(config.settings),
+        "overrides": dict(config.overrides),
+    }
+
+
+def _think(mode: str | None) -> bool | None:
+    return None if mode is None else mode == "think"
+
+
+def stage_names(metrics: Mapping[str, Any], arm: str) -> list[str]:
+    """An arm's evaluated stages, in order (SFT first)."""
+    return list(metrics["per_sample"][arm])
+
+
+def forgetting(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The forgetting matrix: each domain's paired change (both modes) over each stage, with its interval."""
+    per_sample, names = metrics["per_sample"][arm], stage_names(metrics, arm)
+    cells = []
+    for before, after in zip(names, names[1:]):
+        for domain in DOMAINS:
+            estimate, low, high = paired_change(per_sample[before], per_sample[after], names=[domain])
+            cells.append({"stage": after, "domain": domain, "change": estimate, "low": low, "high": high,
+                          "own": TARGETS[after][0] == domain})
+    return cells
+
+
+def forgetting_rows(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The forgetting matrix as a table: one row per stage, each domain's change with its interval."""
+    rows: dict[str, dict[str, Any]] = {}
+    for c in forgetting(metrics, arm):
+        mark = " (own)" if c["own"] else ""
+        rows.setdefault(c["stage"], {"stage": c["stage"]})[c["domain"]] = (
+            f"{c['change']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]{mark}")
+    return list(rows.values())
+
+
+def stage_scores(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The stage table as one row per stage: each (domain, mode)'s score."""
+    rows = []
+    for name in stage_names(metrics, arm):
+        row: dict[str, Any] = {"stage": name}
+        for r in metrics["rows"][arm]:
+            if r["stage"] == name:
+                row[f"{r['domain']} {r['mode']}"] = r["score"]
+        rows.append(row)
+    return rows
+
+
+def paper_vs_stages(metrics: Mapping[str, Any]) -> str:
+    """The paper's intermediate checkpoints beside this run's stages (percent; think / no_think)."""
+    names = stage_names(metrics, CASCADE)
+    rows = {(r["stage"], r["domain"], r["mode"]): r for r in metrics["rows"][CASCADE]}
+    head = ["domain", "paper benchmark", "paper SFT", "paper RLHF", "paper final", *names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for domain, paper in PAPER_STAGES.items():
+        cells = ["n/a" if paper[k] is None else f"{paper[k]:.1f}" for k in ("SFT", "RLHF", "final")]
+        ours = [" / ".join(f"{100 * rows[(n, domain, m)]['score']:.0f}" for m in ("think", "no_think")) for n in names]
+        lines.append(f"| {domain} | {PAPER_FINAL[domain]['benchmark']} | " + " | ".join(cells + ours) + " |")
+    return "\n".join(lines)
+
+
+def _per_prompt(samples: Sequence[Mapping[str, Any]], names: Sequence[str] | None, think: bool | None) -> np.ndarray:
+    return np.array([float(s["score"]) for s in picked(samples, names, think)])
+
+
+def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None) -> tuple[float, ...]:
+    """(estimate, low, high): a stage's paired gain on its domain in the cascade minus in the RLHF-last order.
+
+    Each order's gain is per prompt (after minus before that stage); the two gains
+    pair up prompt by prompt, so the interval is a paired bootstrap of their difference.
+    """
+    gains = []
+    for arm in (CASCADE, RLHF_LAST):
+        names, per_sample = stage_names(metrics, arm), metrics["per_sample"][arm]
+        before = names[names.index(stage) - 1]
+        gains.append(_per_prompt(per_sample[stage], [domain], think) - _per_prompt(per_sample[before], [domain], think))
+    return bootstrap_interval(gains[0], gains[1])
+
+
+def final(metrics: Mapping[str, Any], arm: str) -> list[Mapping[str, Any]]:
+    """An arm's per-sample results after its last stage."""
+    return metrics["per_sample"][arm][stage_names(metrics, arm)[-1]]
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
+    per_sample, names = metrics["per_sample"][CASCADE], stage_names(metrics, CASCADE)
+    rows = []
+    for before, after in zip(names, names[1:]):
+        domain, mode = TARGETS[after]
+        rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'})",
+                              f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                              *paired_change(per_sample[before], per_sample[after], names=[domain],
+                                             think=_think(mode)), "up"))
+    for before, after in zip(names, names[1:]):
+        others = [d for d in DOMAINS if d != TARGETS[after][0]]
+        rows.append(claim_row(f"{after} keeps the other domains (both modes; flat within 0.05)",
+                              "sequential RL forgets little",
+                              *paired_change(per_sample[before], per_sample[after], names=others), "flat"))
+    rows.append(claim_row("the whole cascade lifts the model: every domain, both modes, final minus SFT",
+                          "every benchmark above the SFT model",
+                          *paired_change(per_sample["SFT"], per_sample[names[-1]]), "up"))
+    rows.append(claim_row("cascade beats joint RL at equal prompts: every domain, both modes, final scores",
+                          "domain-wise cascade instead of mixed-domain RL",
+                          *paired_change(final(metrics, JOINT), final(metrics, CASCADE)), "up"))
+    rows.append(claim_row("RLHF first makes Math RL more efficient: Math RL's gain (math, think), "
+                          "RLHF first minus RLHF last", "RLHF first helps later reasoning RL",
+                          *gain_difference(metrics, "Math RL", "math", True), "up"))
+    rows.append(claim_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
+                          "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
+                          *paired_change(metrics["per_sample"][RLHF_LAST]["Math RL"], per_sample["Math RL"],
+                                         field="tokens", names=["math"], think=True), "down"))
+    rows.append(claim_row("RLHF first ends higher on reasoning: final (math, code, SWE; think), "
+                          "RLHF first minus RLHF last", "the paper's order, general to specialised",
+                          *paired_change(final(metrics, RLHF_LAST), final(metrics, CASCADE), names=list(REASONING),
+                                         think=True), "up"))
+    return rows
+
+
+def cost_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Seconds per GRPO step of each cascade stage and of joint RL, and where joint RL's steps go."""
+    rows = []
+    for stage in metrics["stages"][CASCADE][1:]:
+        steps = sum(r["steps"] for r in stage["runs"])
+        rows.append({"run": stage["name"], "prompts": stage["prompts"], "steps": steps,
+                     "s per step": sum(r["train_s"] for r in stage["runs"]) / max(steps, 1)})
+    joint = metrics["joint"]
+    row: dict[str, Any] = {"run": "joint RL", "prompts": joint["prompts"], "steps": joint["steps"],
+                           "s per step": joint["train_s"] / max(joint["steps"], 1)}
+    phases = joint["phases"][1:]  # the first step warms up
+    if phases:
+        total = sum(p["step_s"] for p in phases)
+        row["generate share"] = sum(p["generate_s"] for p in phases) / total
+        row["score share (generation idle)"] = sum(p["score_s"] for p in phases) / total
+    rows.append(row)
+    return rows
+
+
+def reward_time_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Joint RL: seconds each domain's reward spent scoring, and its share of all scoring."""
+    spent = metrics["joint"]["reward_s"]
+    total = sum(spent.values()) or 1.0
+    return [{"domain reward": name, "seconds": s, "share": s / total} for name, s in spent.items()]
+
+
+def joint_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Final score per domain and mode: cascade, RLHF last, joint, and cascade minus joint with its interval."""
+    rows = []
+    for domain in DOMAINS:
+        for think in (True, False):
+            row: dict[str, Any] = {"domain": domain, "mode": "think" if think else "no_think"}
+            for arm in (CASCADE, RLHF_LAST, JOINT):
+                row[arm] = float(np.mean(_per_prompt(final(metrics, arm), [domain], think)))
+            estimate, low, high = paired_change(final(metrics, JOINT), final(metrics, CASCADE), names=[domain],
+                                                think=think)
+            row["cascade - joint [95% CI]"] = f"{estimate:+.3f} [{low:+.3f}, {high:+.3f}]"
+            rows.append(row)
+    return rows
+
+
+def plot_stage_table(metrics: Mapping[str, Any], arm: str = CASCADE) -> Figure:
+    """Heatmap: every (domain, mode)'s score after every stage."""
+    rows = stage_scores(metrics, arm)
+    columns = [f"{d} {m}" for d in DOMAINS for m in ("think", "no_think")]
+    values = np.array([[row.get(c, np.nan) for c in columns] for row in rows])
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.8))
+    image = ax.imshow(values, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+    ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r["stage"] for r in rows])
+    ax.set_title(f"Stage table ({arm}): score after each stage")
+    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    return fig
+
+
+def plot_forgetting(metrics: Mapping[str, Any], arm: str = CASCADE) -> Figure:
+    """Heatmap: each domain's change over each stage (both modes); * where the interval excludes no change."""
+    cells = forgetting(metrics, arm)
+    stages = list(dict.fromkeys(c["stage"] for c in cells))
+    values = np.array([[next(c["change"] for c in cells if c["stage"] == s and c["domain"] == d) for d in DOMAINS]
+                       for s in stages])
+    bound = max(0.1, float(np.nanmax(np.abs(values))))
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(stages) + 1.8))
+    image = ax.imshow(values, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+    for c in cells:
+        i, j = stages.index(c["stage"]), DOMAINS.index(c["domain"])
+        mark = "*" if c["low"] > 0 or c["high"] < 0 else ""
+        ax.text(j, i, f"{c['change']:+.2f}{mark}", ha="center", va="center", fontsize=8,
+                fontweight="bold" if c["own"] else "normal")
+    ax.set_xticks(range(len(DOMAINS)), DOMAINS)
+    ax.set_yticks(range(len(stages)), stages)
+    ax.set_title(f"Forgetting matrix ({arm}): change over each stage (bold: its own domain)")
+    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    return fig
+
+
+def _smoothed(values: Sequence[float], window: int = 5) -> np.ndarray:
+    x = np.array(values, dtype=float)
+    return np.array([np.nanmean(x[max(0, i - window + 1):i + 1]) if np.isfinite(x[max(0, i - window + 1):i + 1]).any()
+                     else np.nan for i in range(len(x))])
+
+
+def plot_joint_curves(metrics: Mapping[str, Any]) -> Figure:
+    """Per domain: the reward on its prompts against the share of its prompts trained, cascade stage vs joint RL."""
+    joint = metrics["joint"]["curves"]
+    stages = {TARGETS[s["name"]][0]: s for s in metrics["stages"][CASCADE][1:]}
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 3.2), squeeze=False)
+    for ax, (domain, stage) in zip(axes[0], stages.items()):
+        cascade = [c["reward"] for r in stage["runs"] for c in r["curves"]]
+        ax.plot(np.linspace(0, 1, len(cascade)), _smoothed(cascade), label=f"cascade: {stage['name']}")
+        column = next((k for k in joint[0] if k.startswith(f"reward/{domain}:")), None) if joint else None
+        if column:
+            ax.plot(np.linspace(0, 1, len(joint)), _smoothed([c.get(column, np.nan) for c in joint]), label="joint RL")
+        ax.set(title=domain, xlabel="share of the domain's prompts trained")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("batch mean reward (5-step mean)")
+    fig.tight_layout()
+    return fig
+
+
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json`` (completions thinned), the figures, the tables and the claims."""
+    names = stage_names(metrics, CASCADE)
+    write_sample_spread(writer.folder, [{"stage": name, **s, "completion": c}
+                                        for name in names
+                                        for s, c in zip(metrics["per_sample"][CASCADE][name],
+                                                        metrics["completions"][name])], KEPT_SAMPLES)
+    kept = {k: v for k, v in metrics.items() if k != "completions"}
+    build = [{"what": k, "seconds": v} for k, v in metrics["before_rl_s"].items()]
+    build += [{"what": s["name"], "seconds": s["build_s"]} for s in metrics["stages"][CASCADE][1:]]
+    build.append({"what": "total", "seconds": sum(b["seconds"] for b in build)})
+    notes = (f"### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
+             f"{paper_vs_stages(metrics)}\n\n"
+             f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
+             f"### Forgetting matrix (change over each stage, both modes)\n\n"
+             f"{markdown_table(forgetting_rows(metrics))}\n\n"
+             f"### Final scores: cascade, RLHF last, joint RL\n\n{markdown_table(joint_rows(metrics))}\n\n"
+             f"### The cost of one mixed batch\n\n{markdown_table(cost_rows(metrics))}\n\n"
+             f"{markdown_table(reward_time_rows(metrics))}\n\n"
+             f"### Building the cascade from the shipped base (each stage's own measured time)\n\n"
+             f"{markdown_table(build)}\n\n"
+             f"### Stage table of the RLHF-last order\n\n{stage_markdown(metrics['rows'][RLHF_LAST])}\n\n"
+             f"Timings (s): {json.dumps(metrics['timings'])}")
+    writer.save(kept, {"stage_table": plot_stage_table(metrics), "forgetting": plot_forgetting(metrics),
+                       "joint_curves": plot_joint_curves(metrics),
+                       "forgetting_rlhf_last": plot_forgetting(metrics, RLHF_LAST)},
+                "Chapter 14: the whole cascade", claims(metrics), notes)
