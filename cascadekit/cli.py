@@ -207,6 +207,44 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cascade(args: argparse.Namespace) -> int:
+    """The whole cascade (:func:`cascadekit.training.whole_cascade.run_cascade`), the stage table after each stage.
+
+    Every stage is cached (shipped at toy), so the run resumes from the last
+    stage it finds and trains the rest. ``stage_table.md`` and ``rows.json`` in
+    ``--out`` are rewritten after every stage, so an interrupted run keeps what it
+    evaluated.
+    """
+    from dataclasses import asdict
+
+    from cascadekit.atomic import atomic_write_json, atomic_write_text
+    from cascadekit.chapters import resolve
+    from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
+    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.training.whole_cascade import CascadeStage, check_order, run_cascade
+
+    order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
+    profile = resolve("14", args.scale, parse_overrides(args.set), args.seed).profile
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    set_threads(args.threads)
+    rows: list[dict] = []
+    stages: list[dict] = []
+
+    def evaluated(stage: CascadeStage) -> None:
+        rows.extend(cached_stage_table(stage.checkpoint, profile, stage.name)["rows"])
+        stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": str(stage.checkpoint.checkpoint),
+                       "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
+        atomic_write_json(out / "rows.json", {"command": " ".join(["cascadekit cascade", *args.argv]),
+                                              "stages": stages, "rows": rows})
+        atomic_write_text(out / "stage_table.md", stage_markdown(rows) + "\n")
+        print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
+
+    run_cascade(profile, Path(args.work), order, evaluated)
+    print((out / "stage_table.md").read_text())
+    return 0
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
 
@@ -412,6 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--draft", action="store_true",
                             help="allow writing data/results from a tree with uncommitted changes")
     experiment.set_defaults(func=cmd_experiment)
+
+    cascade = sub.add_parser("cascade", help="run the whole cascade from the shipped stages, the stage table after each")
+    _add_training_arguments(cascade, "chapter 14's settings")
+    cascade.add_argument("--order", default="RLHF,IF-RL,Math RL,Code RL,SWE RL",
+                         help="comma-separated RL stages after SFT, each at most once")
+    cascade.add_argument("--out", default="runs/cascade", help="folder for stage_table.md and rows.json")
+    cascade.add_argument("--work", default="runs/cascade/work", help="scratch folder for trainer files")
+    cascade.set_defaults(func=cmd_cascade)
 
     probe = sub.add_parser("probe", help="run one of chapter 04's probes and write its JSON and text table")
     probe.add_argument("name", help="edge-heldout, edge-samples, edge-unseen or hard-pass128")

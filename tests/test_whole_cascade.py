@@ -1,0 +1,157 @@
+"""Chapter 14's pieces: the cascade in any order, joint RL's per-domain rewards and prompts, cached stage
+tables, several rewards in one GRPO stage, and the forgetting matrix and order statistics."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cascadekit.evaluation import stage_table
+from cascadekit.experiments.whole_cascade import CASCADE, JOINT, RLHF_LAST, forgetting, gain_difference
+from cascadekit.pipeline import StageOutput, _grpo_stage, chat_rl_dataset, records_digest
+from cascadekit.profiles import load_profile
+from cascadekit.rewards import verifier_reward
+from cascadekit.training.whole_cascade import (
+    ORDER, DomainReward, at_joint, check_order, domain_pools, joint_records, run_cascade,
+)
+
+
+def test_an_order_names_known_stages_once():
+    assert check_order(list(reversed(ORDER))) == tuple(reversed(ORDER))
+    with pytest.raises(ValueError, match="unknown cascade stage 'DPO'"):
+        check_order(["RLHF", "DPO"])
+    with pytest.raises(ValueError, match="each stage once"):
+        check_order(["RLHF", "Math RL", "RLHF"])
+
+
+def test_a_domain_reward_scores_only_its_own_rollouts_with_their_own_columns():
+    seen = {}
+
+    def reward(prompts, completions, **kwargs):
+        seen.update(prompts=prompts, completions=completions, gold=kwargs["gold"], step=kwargs["trainer_state"])
+        return [len(c) for c in completions]
+
+    reward.__name__ = "length"
+    scored = DomainReward("math", reward)
+    out = scored(["p0", "p1", "p2"], ["a", "bb", "ccc"], domain=["math", "code", "math"], gold=["g0", "g1", "g2"],
+                 trainer_state="state")
+    assert out == [1.0, None, 3.0]
+    assert seen == {"prompts": ["p0", "p2"], "completions": ["a", "ccc"], "gold": ["g0", "g2"], "step": "state"}
+    assert scored.__name__ == "math:length" and scored.seconds > 0
+    assert scored(["p"], ["x"], domain=["code"], gold=["g"]) == [None]
+    with pytest.raises(ValueError, match="'domain' dataset column"):
+        scored(["p"], ["x"], gold=["g"])
+
+
+def test_joint_prompts_come_from_each_stages_pool_in_the_counts_asked():
+    profile = load_profile("smoke")
+    pools = domain_pools(profile)
+    counts = {"general": 5, "instructions": 2, "math": 3, "code": 1, "swe": 2 * len(pools["swe"]) + 1}
+    records = joint_records(profile, counts)
+    assert Counter(r["domain"] for r in records) == counts
+    assert records == joint_records(profile, counts)  # seeded
+    digests = {d: {records_digest([r]) for r in pool} for d, pool in pools.items()}
+    assert all(records_digest([r]) in digests[r["domain"]] for r in records)
+    assert [r["domain"] for r in records] != sorted(r["domain"] for r in records)  # mixed, not in blocks
+    assert all(not r["think"] for r in records if r["domain"] == "instructions")
+    with pytest.raises(ValueError, match="no domain 'tools'"):
+        joint_records(profile, {"tools": 1})
+
+
+def test_joint_rl_takes_the_longest_length_limit():
+    profile = load_profile("toy")
+    longest = max(profile.rl.max_completion_length, profile.swe_rl.length, *profile.math_rl.lengths)
+    assert at_joint(profile).rl.max_completion_length == longest
+
+
+def test_the_cascade_resumes_from_the_shipped_stages_without_training():
+    from cascadekit.chapters import resolve
+
+    stages = run_cascade(resolve("14", "toy").profile, Path("unused"))
+    assert [s.name for s in stages] == ["SFT", *ORDER]
+    assert [s.checkpoint.key for s in stages] == ["c894671bdf53", "3e2d0eca5fc7", "19a9cbab9a8c", "2ef99822f49d",
+                                                  "0a8cb2ab1477", "c0ef22086109"]
+    assert [len(s.runs) for s in stages] == [0, 1, 1, 3, 1, 2]
+    profile = resolve("14", "toy").profile
+    assert [s.prompts(profile) for s in stages[1:]] == [512, 512, 376, 256, 192]
+
+
+def test_several_rewards_key_a_stage_by_every_name_and_one_reward_keeps_its_key(monkeypatch):
+    built = {}
+    monkeypatch.setattr("cascadekit.pipeline.run_stage", lambda stage: built.setdefault(stage.key, stage))
+    profile = load_profile("smoke")
+    records = domain_pools(profile)["math"][:2]
+    dataset, digest = chat_rl_dataset(records), records_digest(records)
+    start = StageOutput(Path("start"), "s" * 12)
+    single = _grpo_stage(start, dataset, digest, verifier_reward, profile, Path("w"), chat=True)
+    assert single.inputs["reward"] == "verifier_reward"
+    listed = _grpo_stage(start, dataset, digest, [DomainReward("math", verifier_reward)], profile, Path("w"), chat=True)
+    assert listed.inputs["reward"] == ["math:verifier_reward"] and listed.key != single.key
+    with pytest.raises(ValueError, match="without streamed verification"):
+        _grpo_stage(start, dataset, digest, [verifier_reward, verifier_reward], profile, Path("w"), chat=True,
+                    workers=2)
+
+
+def test_a_stage_table_is_evaluated_once_and_relabelled(monkeypatch):
+    calls = []
+
+    def fake(checkpoint, profile, name, records):
+        calls.append(name)
+        return {"samples": [{"stage": name, "domain": "math", "think": True, "completion": "", "tokens": 3,
+                             "score": 1.0, "reason": "", "loose": None, "follows_mode": True, "repetition": 0.0}],
+                "wall_s": 1.5}
+
+    monkeypatch.setattr(stage_table, "stage_table", fake)
+    profile = load_profile("smoke")
+    records = stage_table.suite_records(profile, ["math"])[:1]
+    stage = StageOutput(Path("ckpt"), "k" * 12)
+    first = stage_table.cached_stage_table(stage, profile, "after Math RL", records)
+    again = stage_table.cached_stage_table(stage, profile, "Math RL (RLHF last)", records)
+    assert calls == ["after Math RL"]
+    assert again["samples"][0]["stage"] == "Math RL (RLHF last)" and again["rows"][0]["score"] == 1.0
+    assert again["wall_s"] == first["wall_s"] == 1.5
+
+
+def _samples(scores: dict[str, list[float]]) -> list[dict]:
+    return [{"domain": d, "think": i % 2 == 0, "score": s, "tokens": 10} for d, values in scores.items()
+            for i, s in enumerate(values)]
+
+
+def _metrics(arms: dict[str, dict[str, dict[str, list[float]]]]) -> dict:
+    return {"per_sample": {arm: {stage: _samples(scores) for stage, scores in stages.items()}
+                           for arm, stages in arms.items()}}
+
+
+def test_the_forgetting_matrix_pairs_each_stage_with_the_one_before():
+    zeros = {d: [0.0] * 4 for d in ("general", "instructions", "math", "code", "tools", "swe")}
+    metrics = _metrics({CASCADE: {"SFT": zeros, "RLHF": {**zeros, "general": [1.0] * 4},
+                                  "IF-RL": {**zeros, "general": [1.0] * 4, "math": [0.0, 0.0, 1.0, 1.0]}}})
+    cells = {(c["stage"], c["domain"]): c for c in forgetting(metrics)}
+    assert cells[("RLHF", "general")]["change"] == 1.0 and cells[("RLHF", "general")]["own"]
+    assert cells[("IF-RL", "general")]["change"] == 0.0  # paired with RLHF, not SFT
+    assert cells[("IF-RL", "math")]["change"] == 0.5 and not cells[("IF-RL", "math")]["own"]
+
+
+def test_the_order_effect_is_the_difference_of_the_two_gains_on_the_same_prompts():
+    flat = {"math": [0.0, 0.0, 0.0, 0.0]}
+    metrics = _metrics({
+        CASCADE: {"SFT": flat, "IF-RL": flat, "Math RL": {"math": [1.0, 1.0, 1.0, 1.0]}},
+        RLHF_LAST: {"SFT": flat, "IF-RL": {"math": [1.0, 0.0, 1.0, 0.0]}, "Math RL": {"math": [1.0, 1.0, 1.0, 1.0]}},
+        JOINT: {"SFT": flat},
+    })
+    estimate, low, high = gain_difference(metrics, "Math RL", "math", None)
+    assert estimate == pytest.approx(0.5) and low <= 0.5 <= high
+
+
+def test_the_cascade_command_writes_the_stage_table_after_each_stage(tmp_path, capsys):
+    from cascadekit.cli import main
+
+    assert main(["cascade", "--scale", "smoke", "--order", "RLHF", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work")]) == 0
+    written = __import__("json").loads((tmp_path / "out" / "rows.json").read_text())
+    assert [s["stage"] for s in written["stages"]] == ["SFT", "RLHF"]
+    assert {r["stage"] for r in written["rows"]} == {"SFT", "RLHF"}
+    assert "| RLHF | general" in (tmp_path / "out" / "stage_table.md").read_text()
+    assert main(["cascade", "--scale", "smoke", "--order", "RLHF,RLHF", "--out", str(tmp_path / "bad")]) == 2
+    assert "each stage once" in capsys.readouterr().err
