@@ -29,6 +29,28 @@ def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Mapping
     return profile
 
 
+def committed_or_run(run: Callable[[Any, Path], dict[str, Any]], config: Any, out_dir: str | Path,
+                     retrain: bool = False) -> dict[str, Any]:
+    """The chapter's committed toy run, or ``run(config, out_dir)``.
+
+    A toy chapter trains for minutes to an hour on a laptop, so a course reads
+    the committed run by default (the book shows the same one), and says so with
+    the command and commit that made it. It runs afresh at any other scale, with
+    overrides or another seed, when nothing is committed, or with ``retrain``.
+    """
+    from cascadekit.profiles import load_profile
+    from cascadekit.results import load_metrics
+
+    default = config.scale == "toy" and not config.overrides and config.profile.seed == load_profile("toy").seed
+    committed = load_metrics(config.spec.folder) if default and not retrain else None
+    if committed is None:
+        return run(config, Path(out_dir))
+    made = committed.get("produced_by", {})
+    print(f"the committed toy run: {made.get('command', '?')} (commit {made.get('git_commit', '?')}); "
+          f"set retrain = True in the parameters cell to run it again")
+    return committed
+
+
 def show_source(obj: Callable | type) -> Any:
     """Display the source of a library function or class as a highlighted code block."""
     from IPython.display import Markdown

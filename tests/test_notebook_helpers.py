@@ -45,3 +45,31 @@ def test_render_fills_fields_and_keeps_literal_braces() -> None:
 def test_render_fails_loudly_on_a_missing_number() -> None:
     with pytest.raises(KeyError, match="runs.edge.steps"):
         render("{runs.edge.steps}", METRICS)
+
+
+def test_a_toy_chapter_reads_its_committed_run_unless_asked_to_retrain(tmp_path, monkeypatch, capsys):
+    from cascadekit import results
+    from cascadekit.chapters import resolve
+    from cascadekit.notebook import committed_or_run
+
+    folder = tmp_path / "10_if_rl"
+    folder.mkdir()
+    (folder / "metrics.json").write_text('{"produced_by": {"command": "cascadekit experiment 10", '
+                                         '"git_commit": "abc"}, "claims": 1}')
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    ran = []
+
+    def run(config, out_dir):
+        ran.append((config.scale, dict(config.overrides)))
+        return {"fresh": True}
+
+    assert committed_or_run(run, resolve("10", "toy"), tmp_path) == {
+        "produced_by": {"command": "cascadekit experiment 10", "git_commit": "abc"}, "claims": 1}
+    assert "retrain = True" in capsys.readouterr().out and not ran
+    assert committed_or_run(run, resolve("10", "toy"), tmp_path, retrain=True) == {"fresh": True}
+    assert committed_or_run(run, resolve("10", "toy", {"rl.lr": 0.001}), tmp_path) == {"fresh": True}
+    assert committed_or_run(run, resolve("10", "toy", seed=3), tmp_path) == {"fresh": True}
+    assert committed_or_run(run, resolve("10", "smoke"), tmp_path) == {"fresh": True}
+    (folder / "metrics.json").write_text("{not json")
+    assert committed_or_run(run, resolve("10", "toy"), tmp_path) == {"fresh": True}
+    assert [scale for scale, _ in ran] == ["toy", "toy", "toy", "smoke", "toy"]
