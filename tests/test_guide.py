@@ -21,7 +21,7 @@ def test_the_page_lists_goals_exercises_and_times() -> None:
     for number, entry in load_syllabus().items():
         assert entry["goals"][0] in page
         assert all(e.id in page for e in exercises(number))
-    assert "**04.1**" in page  # homework is marked
+    assert "**04.1**" in page and "**11.3**" in page  # homework is marked
     shipped = recorded_seconds(load_syllabus()["06"], "shipped")
     assert f"| 06 |" in page and format_duration(shipped) in page
 
