@@ -40,12 +40,26 @@ def chapter_title(number: str, notebook_dir: Path = NOTEBOOK_DIR) -> str:
     return "".join(first).splitlines()[0].lstrip("# ").strip()
 
 
+def _seconds(metrics: dict[str, Any], path: str | list[str]) -> float:
+    """One recorded time: a :func:`~cascadekit.notebook.lookup` path, or a list of plain keys.
+
+    The list is for keys that hold a dot, which a path would split: chapter 12's
+    arms are named by their temperature (``timings`` / ``Code RL T=0.6_s``).
+    """
+    if isinstance(path, str):
+        return float(lookup(metrics, path))
+    value: Any = metrics
+    for key in path:
+        value = value[key]
+    return float(value)
+
+
 def recorded_seconds(entry: dict[str, Any], which: str, results_dir: Path = RESULTS_DIR) -> float | None:
     """The sum of the entry's ``which`` paths (``shipped`` or ``retrain``) in its committed metrics."""
     if "results" not in entry:
         return None
     metrics = json.loads((results_dir / entry["results"] / "metrics.json").read_text())
-    return float(sum(lookup(metrics, path) for path in entry[which]))
+    return float(sum(_seconds(metrics, path) for path in entry[which]))
 
 
 def committed_threads(entry: dict[str, Any], results_dir: Path = RESULTS_DIR) -> str:

@@ -31,6 +31,9 @@ WRONG_FUNCTIONS = {
     "07.2": lambda g, m, d, v, e, ok: 1 - (m + d + v + min(e, g)) / g if ok else 0.0,  # no floor at 0
     "09.1": lambda chosen, rejected: -math.log(1 / (1 + math.exp(rejected - chosen))),  # overflows
     "10.1": lambda text, n: len(text.split()) <= n,
+    "11.1": lambda rewards: "mixed" if len(set(rewards)) > 1 else "too_easy" if rewards[0] >= 1 else "too_hard",
+    "12.1": lambda verify_s, wait_s, workers: 1 - wait_s / verify_s if verify_s else 0.0,  # forgets the workers
+    "13.1": lambda rewards, executed: sum(r >= 0.8 and e == 0 for r, e in zip(rewards, executed)) / len(rewards),
 }
 
 
@@ -71,7 +74,7 @@ def shown_forms(value: object) -> list[str]:
 
 
 def test_every_chapter_on_main_has_two_exercises() -> None:
-    assert CHAPTERS_WITH_EXERCISES[:10] == [f"{i:02d}" for i in range(1, 11)]
+    assert CHAPTERS_WITH_EXERCISES[:13] == [f"{i:02d}" for i in range(1, 14)]
     for chapter in CHAPTERS_WITH_EXERCISES:
         assert len(exercises(chapter)) >= 2, chapter
     assert all(re.fullmatch(r"\d\d\.\d+", i) for i in IDS) and len(set(IDS)) == len(IDS)

@@ -21,9 +21,17 @@ def test_the_page_lists_goals_exercises_and_times() -> None:
     for number, entry in load_syllabus().items():
         assert entry["goals"][0] in page
         assert all(e.id in page for e in exercises(number))
-    assert "**04.1**" in page  # homework is marked
+    assert "**04.1**" in page and "**11.3**" in page  # homework is marked
     shipped = recorded_seconds(load_syllabus()["06"], "shipped")
     assert f"| 06 |" in page and format_duration(shipped) in page
+
+
+def test_a_key_holding_a_dot_is_read_as_a_list_of_keys(tmp_path: Path) -> None:
+    (tmp_path / "12_x").mkdir()
+    (tmp_path / "12_x" / "metrics.json").write_text(json.dumps({"timings": {"arm T=0.6_s": 2.5, "start_s": 1.0}}))
+    entry = {"results": "12_x", "shipped": [["timings", "arm T=0.6_s"], "timings.start_s"], "retrain": []}
+    assert recorded_seconds(entry, "shipped", tmp_path) == 3.5
+    assert recorded_seconds(entry, "retrain", tmp_path) == 0.0
 
 
 def _copy_results(tmp_path: Path) -> Path:
