@@ -34,6 +34,8 @@ WRONG_FUNCTIONS = {
     "11.1": lambda rewards: "mixed" if len(set(rewards)) > 1 else "too_easy" if rewards[0] >= 1 else "too_hard",
     "12.1": lambda verify_s, wait_s, workers: 1 - wait_s / verify_s if verify_s else 0.0,  # forgets the workers
     "13.1": lambda rewards, executed: sum(r >= 0.8 and e == 0 for r, e in zip(rewards, executed)) / len(rewards),
+    "14.1": lambda domain, batch, scores: [scores[i] if d == domain else None  # indexes the batch, not the domain
+                                           for i, d in enumerate(batch) if i < len(scores)],
 }
 
 
@@ -74,7 +76,7 @@ def shown_forms(value: object) -> list[str]:
 
 
 def test_every_chapter_on_main_has_two_exercises() -> None:
-    assert CHAPTERS_WITH_EXERCISES[:13] == [f"{i:02d}" for i in range(1, 14)]
+    assert CHAPTERS_WITH_EXERCISES == [f"{i:02d}" for i in range(1, 15)]
     for chapter in CHAPTERS_WITH_EXERCISES:
         assert len(exercises(chapter)) >= 2, chapter
     assert all(re.fullmatch(r"\d\d\.\d+", i) for i in IDS) and len(set(IDS)) == len(IDS)

@@ -8,7 +8,7 @@ depend on a committed run are computed from that run's ``metrics.json`` when
 the check runs, so a re-committed run changes the expected answer with it.
 
 The exercises are data: one :class:`Exercise` per task in a chapter module
-(``part1``, ``part2``, ``domain_rl``); a later chapter adds its own module to ``_MODULES``.
+(``part1``, ``part2``, ``domain_rl``, ``cascade``); a later chapter adds its own module to ``_MODULES``.
 Solutions live in ``notebooks/solutions/``, outside the library.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 
 from cascadekit.exercises.answers import Choice, Function, Mark, Number
 
-_MODULES = ("cascadekit.exercises.part1", "cascadekit.exercises.part2", "cascadekit.exercises.domain_rl")
+_MODULES = ("cascadekit.exercises.part1", "cascadekit.exercises.part2", "cascadekit.exercises.domain_rl",
+            "cascadekit.exercises.cascade")
 
 
 @dataclass(frozen=True)
