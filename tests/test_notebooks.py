@@ -3,6 +3,7 @@ executes headlessly at the smoke scale into a compact notebook."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -52,3 +53,29 @@ def test_executed_notebook_is_compact(smoke_run: Path, path: Path) -> None:
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+_CHAPTER_RUN = re.compile(r"^\s*\w+ = ([\w.]*\brun)\(config, out_dir\)", re.M)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_committed_toy_run_is_read_unless_retrain(path: Path) -> None:
+    """A chapter with a committed toy run calls its ``run`` through ``committed_or_run``, with a ``retrain`` parameter.
+
+    A toy chapter trains for minutes to an hour, so a course reads the committed run by
+    default (issue 22); a chapter with nothing committed yet has nothing to read.
+    """
+    from cascadekit.chapters import specs
+    from cascadekit.results import RESULTS_DIR
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    chapter = specs().get(path.stem[:2])
+    if chapter is None or not (RESULTS_DIR / chapter.folder / "metrics.json").exists():
+        pytest.skip(f"{path.stem} has no committed toy run")
+    direct = [m.group(0).strip() for source in code for m in _CHAPTER_RUN.finditer(source)]
+    assert not direct, f"{path.name} calls its run directly: {direct}"
+    uses = re.findall(r"committed_or_run\(([^)]*)\)", "\n".join(code))
+    assert all(re.fullmatch(r"[\w.]+, config, out_dir, retrain", u) for u in uses), uses
+    if uses:
+        assert re.search(r"^retrain = False\b", code[0], re.M), f"{path.name}: no `retrain = False` parameter"
