@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 from cascadekit.base_model import chat_base
 from cascadekit.chapters import ChapterConfig
 from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.domains import chat_records, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import compact, paired_change, picked
 from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
@@ -43,7 +44,7 @@ from cascadekit.profiles import Profile
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
 from cascadekit.training.cascade import largest_reward_model
 from cascadekit.training.sft import sft_stages
-from cascadekit.training.swe_rl import judge
+from cascadekit.training.swe_rl import judge, swe_tasks
 from cascadekit.training.whole_cascade import ORDER, TARGETS, CascadeStage, joint_rl, run_cascade
 
 CASCADE, RLHF_LAST, JOINT = "cascade", "RLHF last", "joint"
@@ -87,16 +88,38 @@ def before_rl_s(profile: Profile) -> dict[str, float]:
             "SWE judge": judge(profile).metrics["train_s"]}
 
 
+def harder_suite(profile: Profile) -> list[dict[str, Any]]:
+    """The reasoning domains at the difficulty their RL stages train on, each prompt in both modes.
+
+    ``sft.eval_tasks`` held-out prompts each: math at the top op of ``math_rl.ops``,
+    code at the top op of ``code_rl.ops``, SWE in files with the most other
+    functions SWE RL trains on (``swe_rl.contexts``). The stage table's own suite
+    (``sft.ops``) is near its ceiling for code and SWE already after SFT, where a
+    stage can only lose; this is where the paper's benchmarks sit, at the edge.
+    """
+    n, records = profile.sft.eval_tasks, []
+    for name, op in (("math", profile.math_rl.ops[1]), ("code", profile.code_rl.ops[1])):
+        for task in draw_tasks(domains()[name], n, profile.seed, "eval", [op]):
+            records.extend(chat_records(task))
+    for task in swe_tasks(profile, n, "eval", profile.seed, [max(profile.swe_rl.contexts)]):
+        records.extend(chat_records(task))
+    return records
+
+
 def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     """The three arms and a stage table after every stage of each."""
     profile, work_dir = config.profile, Path(work_dir)
     tables: dict[str, dict[str, dict[str, Any]]] = {CASCADE: {}, RLHF_LAST: {}}
+    harder: dict[str, dict[str, dict[str, Any]]] = {CASCADE: {}, RLHF_LAST: {}}
+    suite = harder_suite(profile)
     timings: dict[str, float] = {}
 
     def evaluated(arm: str):
         def after(stage: CascadeStage) -> None:
             tables[arm][stage.name] = cached_stage_table(stage.checkpoint, profile, stage.name)
+            harder[arm][stage.name] = cached_stage_table(stage.checkpoint, profile, stage.name, suite)
             timings[f"table {arm}: {stage.name}_s"] = tables[arm][stage.name]["wall_s"]
+            timings[f"harder {arm}: {stage.name}_s"] = harder[arm][stage.name]["wall_s"]
         return after
 
     arms: dict[str, list[CascadeStage]] = {}
@@ -108,10 +131,13 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     started = time.perf_counter()
     joint = joint_rl(profile, prompts, work_dir / "joint")
     tables[JOINT] = {"SFT": tables[CASCADE]["SFT"], "joint RL": cached_stage_table(joint, profile, "joint RL")}
+    harder[JOINT] = {"SFT": harder[CASCADE]["SFT"], "joint RL": cached_stage_table(joint, profile, "joint RL", suite)}
     timings[f"{JOINT}_s"] = round(time.perf_counter() - started, 1)
     return {
         "rows": {arm: [row for t in named.values() for row in t["rows"]] for arm, named in tables.items()},
         "per_sample": {arm: compact(named) for arm, named in tables.items()},
+        "harder_rows": {arm: [row for t in named.values() for row in t["rows"]] for arm, named in harder.items()},
+        "harder": {arm: compact(named) for arm, named in harder.items()},
         "completions": {name: [s["completion"] for s in t["samples"]] for name, t in tables[CASCADE].items()},
         "stages": {arm: [stage_record(s, profile) for s in stages] for arm, stages in arms.items()},
         "joint": joint_record(joint), "joint_prompts": prompts, "before_rl_s": before_rl_s(profile),
@@ -180,7 +206,20 @@ def _per_prompt(samples: Sequence[Mapping[str, Any]], names: Sequence[str] | Non
     return np.array([float(s["score"]) for s in picked(samples, names, think)])
 
 
-def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None) -> tuple[float, ...]:
+#: Where a claim reads its per-sample results: the stage table's suite, or the harder one.
+SUITES = {"stage table": "per_sample", "harder": "harder"}
+
+
+def harder_label(metrics: Mapping[str, Any], names: Sequence[str] = REASONING) -> str:
+    """What the harder suite asks of ``names``, from the run's profile."""
+    p = metrics["profile"]
+    parts = {"math": f"math op {p['math_rl']['ops'][1]}", "code": f"code op {p['code_rl']['ops'][1]}",
+             "swe": f"SWE context {max(p['swe_rl']['contexts'])}"}
+    return "harder suite: " + ", ".join(parts[name] for name in names)
+
+
+def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None,
+                    suite: str = "per_sample") -> tuple[float, ...]:
     """(estimate, low, high): a stage's paired gain on its domain in the cascade minus in the RLHF-last order.
 
     Each order's gain is per prompt (after minus before that stage); the two gains
@@ -188,49 +227,80 @@ def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: 
     """
     gains = []
     for arm in (CASCADE, RLHF_LAST):
-        names, per_sample = stage_names(metrics, arm), metrics["per_sample"][arm]
+        names, per_sample = stage_names(metrics, arm), metrics[suite][arm]
         before = names[names.index(stage) - 1]
         gains.append(_per_prompt(per_sample[stage], [domain], think) - _per_prompt(per_sample[before], [domain], think))
     return bootstrap_interval(gains[0], gains[1])
 
 
-def final(metrics: Mapping[str, Any], arm: str) -> list[Mapping[str, Any]]:
-    """An arm's per-sample results after its last stage."""
-    return metrics["per_sample"][arm][stage_names(metrics, arm)[-1]]
+def final(metrics: Mapping[str, Any], arm: str, suite: str = "per_sample") -> list[Mapping[str, Any]]:
+    """An arm's per-sample results after its last stage, on ``suite`` (``per_sample`` or ``harder``)."""
+    return metrics[suite][arm][stage_names(metrics, arm)[-1]]
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
-    per_sample, names = metrics["per_sample"][CASCADE], stage_names(metrics, CASCADE)
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
+
+    A reasoning stage's own-domain lift is read on both suites: the stage
+    table's, near its ceiling for code and SWE, and the harder one.
+    """
+    names, harder = stage_names(metrics, CASCADE), harder_label(metrics)
     rows = []
     for before, after in zip(names, names[1:]):
         domain, mode = TARGETS[after]
-        rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'})",
-                              f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
-                              *paired_change(per_sample[before], per_sample[after], names=[domain],
-                                             think=_think(mode)), "up"))
+        for suite in SUITES.values():
+            if suite == "harder" and domain not in REASONING:
+                continue
+            per_sample = metrics[suite][CASCADE]
+            where = harder_label(metrics, [domain]) if suite == "harder" else "stage-table suite"
+            rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; {where})",
+                                  f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                                  *paired_change(per_sample[before], per_sample[after], names=[domain],
+                                                 think=_think(mode)), "up"))
+    per_sample = metrics["per_sample"][CASCADE]
     for before, after in zip(names, names[1:]):
         others = [d for d in DOMAINS if d != TARGETS[after][0]]
         rows.append(claim_row(f"{after} keeps the other domains (both modes; flat within 0.05)",
                               "sequential RL forgets little",
                               *paired_change(per_sample[before], per_sample[after], names=others), "flat"))
-    rows.append(claim_row("the whole cascade lifts the model: every domain, both modes, final minus SFT",
-                          "every benchmark above the SFT model",
-                          *paired_change(per_sample["SFT"], per_sample[names[-1]]), "up"))
-    rows.append(claim_row("cascade beats joint RL at equal prompts: every domain, both modes, final scores",
-                          "domain-wise cascade instead of mixed-domain RL",
-                          *paired_change(final(metrics, JOINT), final(metrics, CASCADE)), "up"))
-    rows.append(claim_row("RLHF first makes Math RL more efficient: Math RL's gain (math, think), "
-                          "RLHF first minus RLHF last", "RLHF first helps later reasoning RL",
-                          *gain_difference(metrics, "Math RL", "math", True), "up"))
+    for suite in SUITES.values():
+        where = harder if suite == "harder" else "every domain"
+        rows.append(claim_row(f"the whole cascade lifts the model: final minus SFT ({where}, both modes)",
+                              "every benchmark above the SFT model",
+                              *paired_change(metrics[suite][CASCADE]["SFT"], final(metrics, CASCADE, suite)), "up"))
+        rows.append(claim_row(f"cascade beats joint RL at equal prompts: final scores ({where}, both modes)",
+                              "domain-wise cascade instead of mixed-domain RL",
+                              *paired_change(final(metrics, JOINT, suite), final(metrics, CASCADE, suite)), "up"))
+    for suite in SUITES.values():
+        where = harder_label(metrics, ["math"]) if suite == "harder" else "stage-table suite"
+        rows.append(claim_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; {where}), "
+                              "RLHF first minus RLHF last", "RLHF first helps later reasoning RL",
+                              *gain_difference(metrics, "Math RL", "math", True, suite), "up"))
     rows.append(claim_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
                           "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
                           *paired_change(metrics["per_sample"][RLHF_LAST]["Math RL"], per_sample["Math RL"],
                                          field="tokens", names=["math"], think=True), "down"))
-    rows.append(claim_row("RLHF first ends higher on reasoning: final (math, code, SWE; think), "
-                          "RLHF first minus RLHF last", "the paper's order, general to specialised",
-                          *paired_change(final(metrics, RLHF_LAST), final(metrics, CASCADE), names=list(REASONING),
-                                         think=True), "up"))
+    for suite in SUITES.values():
+        where = harder if suite == "harder" else "stage-table suite"
+        rows.append(claim_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; {where}), "
+                              "RLHF first minus RLHF last", "the paper's order, general to specialised",
+                              *paired_change(final(metrics, RLHF_LAST, suite), final(metrics, CASCADE, suite),
+                                             names=list(REASONING), think=True), "up"))
+    return rows
+
+
+def harder_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The harder suite's score after every stage of every arm (think / no_think per reasoning domain)."""
+    rows = []
+    for arm in (CASCADE, RLHF_LAST, JOINT):
+        for name in stage_names(metrics, arm):
+            if arm != CASCADE and name == "SFT":
+                continue
+            row: dict[str, Any] = {"arm": arm, "stage": name}
+            for domain in REASONING:
+                cells = [r for r in metrics["harder_rows"][arm] if r["stage"] == name and r["domain"] == domain]
+                row[domain] = " / ".join(f"{r['score']:.2f}" for r in sorted(cells, key=lambda r: r["mode"] != "think"))
+            rows.append(row)
     return rows
 
 
@@ -356,6 +426,7 @@ def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
              f"### Forgetting matrix (change over each stage, both modes)\n\n"
              f"{markdown_table(forgetting_rows(metrics))}\n\n"
              f"### Final scores: cascade, RLHF last, joint RL\n\n{markdown_table(joint_rows(metrics))}\n\n"
+             f"### The {harder_label(metrics)} (think / no_think)\n\n{markdown_table(harder_rows(metrics))}\n\n"
              f"### The cost of one mixed batch\n\n{markdown_table(cost_rows(metrics))}\n\n"
              f"{markdown_table(reward_time_rows(metrics))}\n\n"
              f"### Building the cascade from the shipped base (each stage's own measured time)\n\n"
