@@ -2,11 +2,12 @@
 
 The book renders notebooks that papermill already executed (``cascadekit book``
 stages them next to these pages); it never executes anything itself, and it
-builds offline: sphinx-book-theme ships its assets on PyPI.
+builds and reads offline: sphinx-book-theme ships its assets on PyPI, and
+sphinx-mathjax-offline copies MathJax into the book instead of loading it from a CDN.
 """
 project = "cascadekit"
 author = "the cascadekit authors"
-extensions = ["myst_nb"]
+extensions = ["myst_nb", "sphinx-mathjax-offline"]
 nb_execution_mode = "off"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 html_theme = "sphinx_book_theme"

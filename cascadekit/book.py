@@ -79,8 +79,25 @@ def stage(executed_dir: Path, src: Path) -> list[Path]:
     if not executed:
         raise BookBuildError(f"no executed chapters (NN_*.ipynb) in {executed_dir}; run `cascadekit run` first")
     for notebook in executed:
-        shutil.copy(notebook, chapters_dir / notebook.name)
+        stage_chapter(notebook, chapters_dir / notebook.name)
     return executed
+
+
+def stage_chapter(notebook: Path, dest: Path) -> None:
+    """Copy an executed chapter, hiding its default ``parameters`` cell where papermill injected the run's own.
+
+    The default cell says ``scale = "smoke"``; the injected one below it holds what
+    the run used, so a reader sees one parameters cell and the right one.
+    """
+    import nbformat
+
+    chapter = nbformat.read(notebook, as_version=4)
+    tags = [set(cell.metadata.get("tags", [])) for cell in chapter.cells]
+    if any("injected-parameters" in t for t in tags):
+        for cell, cell_tags in zip(chapter.cells, tags):
+            if "parameters" in cell_tags:
+                cell.metadata["tags"] = sorted(cell_tags | {"remove-cell"})
+    nbformat.write(chapter, dest)
 
 
 def build_book(executed_dir: Path, out: Path) -> Path:

@@ -20,6 +20,27 @@ def test_book_builds_from_smoke_run(smoke_run: Path, tmp_path: Path) -> None:
     assert pages_missing_figures(html, stems) == []
     guide = (html / "teaching.html").read_text()
     assert "Syllabus" in guide and "Measured time per chapter" in guide and "04.1" in guide
+    chapter = (html / "chapters" / "13_swe_rl.html").read_text()
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").exists() and "_static/mathjax/tex-chtml.js" in chapter
+    assert "cdn.jsdelivr" not in chapter  # the formulas render offline
+    assert "tag_injected-parameters" in chapter and "tag_parameters" not in chapter  # only the run's own parameters
+
+
+def test_staging_hides_the_default_parameters_only_under_injected_ones(tmp_path: Path) -> None:
+    import nbformat
+
+    from cascadekit.book import stage_chapter
+
+    cells = [nbformat.v4.new_code_cell('scale = "smoke"', metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell('scale = "toy"', metadata={"tags": ["injected-parameters"]})]
+    for name, chapter_cells in (("injected", cells), ("plain", cells[:1])):
+        nbformat.write(nbformat.v4.new_notebook(cells=chapter_cells), tmp_path / f"{name}.ipynb")
+        stage_chapter(tmp_path / f"{name}.ipynb", tmp_path / f"{name}-staged.ipynb")
+    injected = nbformat.read(tmp_path / "injected-staged.ipynb", as_version=4).cells
+    assert injected[0].metadata["tags"] == ["parameters", "remove-cell"]
+    assert injected[1].metadata["tags"] == ["injected-parameters"]
+    plain = nbformat.read(tmp_path / "plain-staged.ipynb", as_version=4).cells
+    assert plain[0].metadata["tags"] == ["parameters"]
 
 
 def test_book_refuses_an_empty_run(tmp_path: Path) -> None:
