@@ -71,7 +71,9 @@ def stage_record(stage: CascadeStage, profile: Profile) -> dict[str, Any]:
             "build_s": round(stage.train_s, 1),
             "runs": [{"key": r.key, "steps": r.metrics["steps"], "train_s": r.metrics["train_s"],
                       "curves": [{k: c[k] for k in ("step", "reward", "completion_length") if k in c}
-                                 for c in r.metrics["curves"]]} for r in stage.runs]}
+                                 for c in r.metrics["curves"]],
+                      **{k: r.metrics[k] for k in ("phases", "streaming_rewards") if k in r.metrics}}
+                     for r in stage.runs]}
 
 
 def joint_record(joint: StageOutput) -> dict[str, Any]:
@@ -304,22 +306,37 @@ def harder_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def cost_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Seconds per GRPO step of each cascade stage and of joint RL, and where joint RL's steps go."""
-    rows = []
-    for stage in metrics["stages"][CASCADE][1:]:
-        steps = sum(r["steps"] for r in stage["runs"])
-        rows.append({"run": stage["name"], "prompts": stage["prompts"], "steps": steps,
-                     "s per step": sum(r["train_s"] for r in stage["runs"]) / max(steps, 1)})
-    joint = metrics["joint"]
-    row: dict[str, Any] = {"run": "joint RL", "prompts": joint["prompts"], "steps": joint["steps"],
-                           "s per step": joint["train_s"] / max(joint["steps"], 1)}
-    phases = joint["phases"][1:]  # the first step warms up
+def _phase_shares(parts: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """(generating, scoring) shares of a run's training time, from its phases or its streamed-reward summary."""
+    phases = [p for r in parts for p in r.get("phases", [])[1:]]  # the first step warms up
     if phases:
         total = sum(p["step_s"] for p in phases)
-        row["generate share"] = sum(p["generate_s"] for p in phases) / total
-        row["score share (generation idle)"] = sum(p["score_s"] for p in phases) / total
-    rows.append(row)
+        return sum(p["generate_s"] for p in phases) / total, sum(p["score_s"] for p in phases) / total
+    streamed = [r for r in parts if "streaming_rewards" in r]
+    if streamed:
+        total = sum(r["train_s"] for r in streamed)
+        return (sum(r["streaming_rewards"]["generate_s"] for r in streamed) / total,
+                sum(r["streaming_rewards"]["score_s"] for r in streamed) / total)
+    return None
+
+
+def cost_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Seconds per GRPO step of each cascade stage and of joint RL, and, where recorded, where a step's time goes.
+
+    The phase split is recorded for GRPO stages built since the kit kept it, and
+    for streamed-reward stages (Code RL) by their summary; the shipped RLHF, IF-RL,
+    Math RL and SWE RL stages predate it.
+    """
+    runs = [(s["name"], s["prompts"], s["runs"]) for s in metrics["stages"][CASCADE][1:]]
+    runs.append(("joint RL", metrics["joint"]["prompts"], [metrics["joint"]]))
+    rows = []
+    for name, prompts, parts in runs:
+        steps = sum(r["steps"] for r in parts)
+        shares = _phase_shares(parts)
+        rows.append({"run": name, "prompts": prompts, "steps": steps,
+                     "s per step": sum(r["train_s"] for r in parts) / max(steps, 1),
+                     "generating": f"{shares[0]:.0%}" if shares else "not recorded",
+                     "waiting for rewards": f"{shares[1]:.0%}" if shares else "not recorded"})
     return rows
 
 
@@ -400,11 +417,13 @@ def plot_joint_curves(metrics: Mapping[str, Any]) -> Figure:
         cascade = [c["reward"] for r in stage["runs"] for c in r["curves"]]
         ax.plot(np.linspace(0, 1, len(cascade)), _smoothed(cascade), label=f"cascade: {stage['name']}")
         column = next((k for k in joint[0] if k.startswith(f"reward/{domain}:")), None) if joint else None
-        if column:
-            ax.plot(np.linspace(0, 1, len(joint)), _smoothed([c.get(column, np.nan) for c in joint]), label="joint RL")
+        if column:  # the same share of the domain's prompts per window as the cascade's 5 steps
+            window = max(5, round(5 * len(joint) / max(len(cascade), 1)))
+            ax.plot(np.linspace(0, 1, len(joint)), _smoothed([c.get(column, np.nan) for c in joint], window),
+                    label="joint RL")
         ax.set(title=domain, xlabel="share of the domain's prompts trained")
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("batch mean reward (5-step mean)")
+    axes[0][0].set_ylabel("batch mean reward (running mean)")
     fig.tight_layout()
     return fig
 
