@@ -77,6 +77,21 @@ def test_the_cascade_resumes_from_the_shipped_stages_without_training():
     assert [s.prompts(profile) for s in stages[1:]] == [512, 512, 376, 256, 192]
 
 
+def test_the_shipped_stage_tables_are_read_not_generated(monkeypatch):
+    from cascadekit.chapters import resolve
+    from cascadekit.experiments.whole_cascade import harder_suite
+
+    def generating(*args, **kwargs):
+        raise AssertionError("generated a stage table that is shipped")
+
+    monkeypatch.setattr(stage_table, "stage_table", generating)
+    profile = resolve("14", "toy").profile
+    last = run_cascade(profile, Path("unused"))[-1]
+    for records, n in ((None, 768), (harder_suite(profile), 384)):
+        table = stage_table.cached_stage_table(last.checkpoint, profile, "SWE RL", records)
+        assert len(table["samples"]) == n and {r["stage"] for r in table["rows"]} == {"SWE RL"}
+
+
 def test_several_rewards_key_a_stage_by_every_name_and_one_reward_keeps_its_key(monkeypatch):
     built = {}
     monkeypatch.setattr("cascadekit.pipeline.run_stage", lambda stage: built.setdefault(stage.key, stage))
