@@ -208,8 +208,8 @@ def _per_prompt(samples: Sequence[Mapping[str, Any]], names: Sequence[str] | Non
     return np.array([float(s["score"]) for s in picked(samples, names, think)])
 
 
-#: Where a claim reads its per-sample results: the stage table's suite, or the harder one.
-SUITES = {"stage table": "per_sample", "harder": "harder"}
+#: Where a claim reads its per-sample results: the stage table's suite (``per_sample``), or the harder one.
+SUITES = ("per_sample", "harder")
 
 
 def harder_label(metrics: Mapping[str, Any], names: Sequence[str] = REASONING) -> str:
@@ -240,22 +240,20 @@ def final(metrics: Mapping[str, Any], arm: str, suite: str = "per_sample") -> li
     return metrics[suite][arm][stage_names(metrics, arm)[-1]]
 
 
-def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
+def _where(metrics: Mapping[str, Any], suite: str, names: Sequence[str] = REASONING,
+           elsewhere: str = "stage-table suite") -> str:
+    return harder_label(metrics, names) if suite == "harder" else elsewhere
 
-    A reasoning stage's own-domain lift is read on both suites: the stage
-    table's, near its ceiling for code and SWE, and the harder one.
-    """
-    names, harder = stage_names(metrics, CASCADE), harder_label(metrics)
-    rows = []
+
+def stage_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each RL stage's lift of its own domain (reasoning stages on both suites) and what it did to the others."""
+    names, rows = stage_names(metrics, CASCADE), []
     for before, after in zip(names, names[1:]):
         domain, mode = TARGETS[after]
-        for suite in SUITES.values():
-            if suite == "harder" and domain not in REASONING:
-                continue
+        for suite in SUITES if domain in REASONING else SUITES[:1]:
             per_sample = metrics[suite][CASCADE]
-            where = harder_label(metrics, [domain]) if suite == "harder" else "stage-table suite"
-            rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; {where})",
+            rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; "
+                                  f"{_where(metrics, suite, [domain])})",
                                   f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
                                   *paired_change(per_sample[before], per_sample[after], names=[domain],
                                                  think=_think(mode)), "up"))
@@ -265,30 +263,49 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
         rows.append(claim_row(f"{after} keeps the other domains (both modes; flat within 0.05)",
                               "sequential RL forgets little",
                               *paired_change(per_sample[before], per_sample[after], names=others), "flat"))
-    for suite in SUITES.values():
-        where = harder if suite == "harder" else "every domain"
+    return rows
+
+
+def arm_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The whole cascade against SFT and against joint RL, on both suites."""
+    rows = []
+    for suite in SUITES:
+        where = _where(metrics, suite, elsewhere="every domain")
         rows.append(claim_row(f"the whole cascade lifts the model: final minus SFT ({where}, both modes)",
                               "every benchmark above the SFT model",
                               *paired_change(metrics[suite][CASCADE]["SFT"], final(metrics, CASCADE, suite)), "up"))
         rows.append(claim_row(f"cascade beats joint RL at equal prompts: final scores ({where}, both modes)",
                               "domain-wise cascade instead of mixed-domain RL",
                               *paired_change(final(metrics, JOINT, suite), final(metrics, CASCADE, suite)), "up"))
-    for suite in SUITES.values():
-        where = harder_label(metrics, ["math"]) if suite == "harder" else "stage-table suite"
-        rows.append(claim_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; {where}), "
-                              "RLHF first minus RLHF last", "RLHF first helps later reasoning RL",
-                              *gain_difference(metrics, "Math RL", "math", True, suite), "up"))
+    return rows
+
+
+def order_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """RLHF first (the cascade) against RLHF last: Math RL's gain, its answers' length, the final reasoning scores."""
+    rows = [claim_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; "
+                      f"{_where(metrics, suite, ['math'])}), RLHF first minus RLHF last",
+                      "RLHF first helps later reasoning RL",
+                      *gain_difference(metrics, "Math RL", "math", True, suite), "up") for suite in SUITES]
     rows.append(claim_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
                           "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
-                          *paired_change(metrics["per_sample"][RLHF_LAST]["Math RL"], per_sample["Math RL"],
+                          *paired_change(metrics["per_sample"][RLHF_LAST]["Math RL"],
+                                         metrics["per_sample"][CASCADE]["Math RL"],
                                          field="tokens", names=["math"], think=True), "down"))
-    for suite in SUITES.values():
-        where = harder if suite == "harder" else "stage-table suite"
-        rows.append(claim_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; {where}), "
-                              "RLHF first minus RLHF last", "the paper's order, general to specialised",
-                              *paired_change(final(metrics, RLHF_LAST, suite), final(metrics, CASCADE, suite),
-                                             names=list(REASONING), think=True), "up"))
+    rows += [claim_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; "
+                       f"{_where(metrics, suite)}), RLHF first minus RLHF last",
+                       "the paper's order, general to specialised",
+                       *paired_change(final(metrics, RLHF_LAST, suite), final(metrics, CASCADE, suite),
+                                      names=list(REASONING), think=True), "up") for suite in SUITES]
     return rows
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
+
+    A reasoning stage's own-domain lift is read on both suites: the stage
+    table's, near its ceiling for code and SWE, and the harder one.
+    """
+    return stage_rows(metrics) + arm_rows(metrics) + order_rows(metrics)
 
 
 def harder_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
