@@ -9,6 +9,7 @@ project = "cascadekit"
 author = "the cascadekit authors"
 extensions = ["myst_nb", "sphinx-mathjax-offline"]
 nb_execution_mode = "off"
+nb_render_markdown_format = "myst"  # Markdown outputs (the chapters' claim tables) as MyST: tables and math render
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 html_theme = "sphinx_book_theme"
 html_title = "cascadekit: reasoning-model post-training, end to end"

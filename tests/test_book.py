@@ -2,6 +2,7 @@
 internal links and a figure on every chapter page."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,11 @@ def test_book_builds_from_smoke_run(smoke_run: Path, tmp_path: Path) -> None:
     assert pages_missing_figures(html, stems) == []
     guide = (html / "teaching.html").read_text()
     assert "Syllabus" in guide and "Measured time per chapter" in guide and "04.1" in guide
+    for stem in stems:
+        page = (html / "chapters" / f"{stem}.html").read_text()
+        assert "|---|" not in page and "|—|" not in page, f"{stem}: a Markdown table shown as text"
+        if int(stem[:2]) >= 3:  # every chapter that trains shows the paper beside this run, as a table
+            assert re.search(r"<th[^>]*>(<p>)?(paper|verdict)", page), f"{stem}: no paper-vs-run table"
     chapter = (html / "chapters" / "13_swe_rl.html").read_text()
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists() and "_static/mathjax/tex-chtml.js" in chapter
     assert "cdn.jsdelivr" not in chapter  # the formulas render offline
