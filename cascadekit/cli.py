@@ -213,35 +213,53 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     Every stage is cached (shipped at toy), so the run resumes from the last
     stage it finds and trains the rest. ``stage_table.md`` and ``rows.json`` in
     ``--out`` are rewritten after every stage, so an interrupted run keeps what it
-    evaluated.
+    evaluated. ``--harder`` adds chapter 14's harder suite after every stage;
+    ``--against`` compares the last stage with the arms of a chapter 14
+    ``metrics.json`` (:func:`cascadekit.experiments.whole_cascade.against_arms`).
     """
-    from dataclasses import asdict
-
     from cascadekit.atomic import atomic_write_json, atomic_write_text
     from cascadekit.chapters import resolve
     from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
+    from cascadekit.experiments.whole_cascade import against_arms, harder_suite
     from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.results import markdown_table
     from cascadekit.training.whole_cascade import CascadeStage, check_order, run_cascade
 
     order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
     profile = resolve("14", args.scale, parse_overrides(args.set), args.seed).profile
+    try:
+        against = None if args.against is None else json.loads(Path(args.against).read_text())
+    except RecursionError:
+        raise ValueError(f"{args.against}: not JSON (nested too deeply)") from None
+    suites = {"per_sample": None, "harder": harder_suite(profile)} if args.harder else {"per_sample": None}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     set_threads(args.threads)
-    rows: list[dict] = []
+    rows: dict[str, list[dict]] = {suite: [] for suite in suites}
     stages: list[dict] = []
+    last: dict[str, list[dict]] = {}
 
     def evaluated(stage: CascadeStage) -> None:
-        rows.extend(cached_stage_table(stage.checkpoint, profile, stage.name)["rows"])
+        for suite, records in suites.items():
+            table = cached_stage_table(stage.checkpoint, profile, stage.name, records)
+            rows[suite].extend(table["rows"])
+            last[suite] = table["samples"]
         stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": str(stage.checkpoint.checkpoint),
                        "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
         atomic_write_json(out / "rows.json", {"command": " ".join(["cascadekit cascade", *args.argv]),
-                                              "stages": stages, "rows": rows})
-        atomic_write_text(out / "stage_table.md", stage_markdown(rows) + "\n")
+                                              "stages": stages, "rows": rows["per_sample"],
+                                              **({"harder_rows": rows["harder"]} if args.harder else {})})
+        atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
+        if args.harder:
+            atomic_write_text(out / "harder_table.md", stage_markdown(rows["harder"]) + "\n")
         print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
 
     run_cascade(profile, Path(args.work), order, evaluated)
     print((out / "stage_table.md").read_text())
+    if against is not None:
+        table = markdown_table(against_arms(against, last))
+        atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {args.against}\n\n{table}\n")
+        print(table)
     return 0
 
 
@@ -455,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(cascade, "chapter 14's settings")
     cascade.add_argument("--order", default="RLHF,IF-RL,Math RL,Code RL,SWE RL",
                          help="comma-separated RL stages after SFT, each at most once")
+    cascade.add_argument("--harder", action="store_true",
+                         help="also evaluate chapter 14's harder suite (math, code, SWE at their RL difficulty)")
+    cascade.add_argument("--against", metavar="METRICS",
+                         help="compare the last stage with the arms of chapter 14's metrics.json (written to against.md)")
     cascade.add_argument("--out", default="runs/cascade", help="folder for stage_table.md and rows.json")
     cascade.add_argument("--work", default="runs/cascade/work", help="scratch folder for trainer files")
     cascade.set_defaults(func=cmd_cascade)

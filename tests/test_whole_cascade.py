@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from cascadekit.evaluation import stage_table
-from cascadekit.experiments.whole_cascade import CASCADE, JOINT, RLHF_LAST, forgetting, gain_difference
+from cascadekit.experiments.whole_cascade import (
+    CASCADE, JOINT, RLHF_LAST, against_arms, forgetting, gain_difference,
+)
 from cascadekit.pipeline import StageOutput, _grpo_stage, chat_rl_dataset, records_digest
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import verifier_reward
@@ -159,6 +161,24 @@ def test_the_order_effect_is_the_difference_of_the_two_gains_on_the_same_prompts
     assert estimate == pytest.approx(0.5) and low <= 0.5 <= high
 
 
+def test_a_lever_is_read_against_every_arm_on_the_same_prompts():
+    domains = ("general", "instructions", "math", "code", "tools", "swe")
+    low, high = {d: [0.0] * 8 for d in domains}, {d: [1.0] * 8 for d in domains}
+    metrics = _metrics({CASCADE: {"SFT": low, "SWE RL": low}, JOINT: {"SFT": low, "joint": high}})
+    rows = against_arms(metrics, {"per_sample": _samples({**low, "swe": [1.0] * 8})})
+    cells = {(r["against"], r["domain"], r["mode"]): r for r in rows}
+    assert len(rows) == 2 * 6 * 2
+    assert cells[(CASCADE, "swe", "think")]["this run minus arm"] == 1.0
+    assert cells[(CASCADE, "swe", "think")]["reading"] == "higher"
+    assert cells[(JOINT, "math", "no_think")]["reading"] == "lower"
+    assert cells[(JOINT, "swe", "think")]["reading"] == "cannot tell"  # [0, 0]: nothing moved
+    with pytest.raises(ValueError, match="another scale or seed"):
+        against_arms(metrics, {"per_sample": _samples({d: [1.0] * 4 for d in domains})})
+    for garbage in ({}, {"per_sample": []}, {"per_sample": {CASCADE: {"SFT": [{"domain": "swe"}]}}}, [1]):
+        with pytest.raises(ValueError, match="chapter 14's metrics|another scale"):
+            against_arms(garbage, {"per_sample": _samples(low)})
+
+
 def test_the_cascade_command_writes_the_stage_table_after_each_stage(tmp_path, capsys):
     from cascadekit.cli import main
 
@@ -170,3 +190,26 @@ def test_the_cascade_command_writes_the_stage_table_after_each_stage(tmp_path, c
     assert "| RLHF | general" in (tmp_path / "out" / "stage_table.md").read_text()
     assert main(["cascade", "--scale", "smoke", "--order", "RLHF,RLHF", "--out", str(tmp_path / "bad")]) == 2
     assert "each stage once" in capsys.readouterr().err
+    (tmp_path / "garbage.json").write_text("[" * 100_000)
+    assert main(["cascade", "--scale", "smoke", "--against", str(tmp_path / "garbage.json"),
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "garbage.json" in capsys.readouterr().err
+
+
+def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
+    """``--harder --against``: both suites after each stage, and the last stage against each arm."""
+    from cascadekit.chapters import resolve
+    from cascadekit.cli import main
+    from cascadekit.experiments.whole_cascade import harder_suite
+
+    profile = resolve("14", "smoke").profile
+    last = run_cascade(profile, tmp_path / "work", ["RLHF"])[-1]
+    arm = {suite: stage_table.cached_stage_table(last.checkpoint, profile, "RLHF", records)["samples"]
+           for suite, records in (("per_sample", None), ("harder", harder_suite(profile)))}
+    metrics = {suite: {CASCADE: {"SFT": samples, "RLHF": samples}} for suite, samples in arm.items()}
+    (tmp_path / "metrics.json").write_text(__import__("json").dumps(metrics))
+    assert main(["cascade", "--scale", "smoke", "--order", "RLHF", "--harder", "--against",
+                 str(tmp_path / "metrics.json"), "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]) == 0
+    assert "| RLHF | swe" in (tmp_path / "out" / "harder_table.md").read_text()
+    against = (tmp_path / "out" / "against.md").read_text()
+    assert "| harder | cascade | swe | think |" in against and "| 0.000 | [0.000, 0.000] | cannot tell |" in against

@@ -240,6 +240,45 @@ def final(metrics: Mapping[str, Any], arm: str, suite: str = "per_sample") -> li
     return metrics[suite][arm][stage_names(metrics, arm)[-1]]
 
 
+def _mean(samples: Sequence[Mapping[str, Any]], domain: str, think: bool) -> float:
+    return round(float(np.mean([s["score"] for s in picked(samples, [domain], think)])), 3)
+
+
+def against_arms(metrics: Mapping[str, Any], samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Another cascade's last stage against each of chapter 14's arms, per suite, domain and mode.
+
+    ``samples`` maps a suite (``per_sample``, ``harder``) to that run's
+    per-sample results after its last stage; each cell is the paired change
+    (this run minus the arm's final model) over the same prompts. This is how a
+    lever (another order, another length, another start) is measured against
+    the committed arms without rerunning them. A ValueError if ``metrics`` is not
+    chapter 14's or asked other prompts (another scale or seed).
+    """
+    rows = []
+    for suite, ours in samples.items():
+        try:
+            arms = {arm: final(metrics, arm, suite) for arm in metrics[suite]}
+        except (KeyError, TypeError, IndexError, AttributeError):
+            raise ValueError(f"not chapter 14's metrics: no final stage of every arm on suite {suite!r}") from None
+        if not arms:
+            raise ValueError(f"not chapter 14's metrics: no arm on suite {suite!r}")
+        for arm, theirs in arms.items():
+            for domain in REASONING if suite == "harder" else DOMAINS:
+                for think in (True, False):
+                    try:
+                        estimate, low, high = paired_change(theirs, ours, names=[domain], think=think)
+                    except (KeyError, TypeError) as err:
+                        raise ValueError(f"not chapter 14's metrics: a sample of arm {arm!r} lacks {err}") from None
+                    except ValueError as err:
+                        raise ValueError(f"{arm} on suite {suite!r}: {err} (another scale or seed?)") from None
+                    mode = "think" if think else "no_think"
+                    rows.append({"suite": suite, "against": arm, "domain": domain, "mode": mode,
+                                 "this run": _mean(ours, domain, think), "arm": _mean(theirs, domain, think),
+                                 "this run minus arm": round(estimate, 3), "95% interval": f"[{low:.3f}, {high:.3f}]",
+                                 "reading": "higher" if low > 0 else "lower" if high < 0 else "cannot tell"})
+    return rows
+
+
 def _where(metrics: Mapping[str, Any], suite: str, names: Sequence[str] = REASONING,
            elsewhere: str = "stage-table suite") -> str:
     return harder_label(metrics, names) if suite == "harder" else elsewhere
