@@ -222,7 +222,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
     from cascadekit.experiments.whole_cascade import against_arms, harder_suite
     from cascadekit.profiles import parse_overrides, set_threads
-    from cascadekit.results import markdown_table
+    from cascadekit.results import markdown_table, provenance
     from cascadekit.training.whole_cascade import CascadeStage, check_order, run_cascade
 
     order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
@@ -238,6 +238,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     rows: dict[str, list[dict]] = {suite: [] for suite in suites}
     stages: list[dict] = []
     last: dict[str, list[dict]] = {}
+    made = provenance(" ".join(["cascadekit cascade", *args.argv]))
 
     def evaluated(stage: CascadeStage) -> None:
         for suite, records in suites.items():
@@ -246,8 +247,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
             last[suite] = table["samples"]
         stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": str(stage.checkpoint.checkpoint),
                        "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
-        atomic_write_json(out / "rows.json", {"command": " ".join(["cascadekit cascade", *args.argv]),
-                                              "stages": stages, "rows": rows["per_sample"],
+        atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
                                               **({"harder_rows": rows["harder"]} if args.harder else {})})
         atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
         if args.harder:
@@ -258,7 +258,8 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     print((out / "stage_table.md").read_text())
     if against is not None:
         table = markdown_table(against_arms(against, last))
-        atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {args.against}\n\n{table}\n")
+        atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {args.against}, "
+                                              f"made by `{made['command']}` (commit {made['git_commit']})\n\n{table}\n")
         print(table)
     return 0
 
