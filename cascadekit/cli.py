@@ -13,6 +13,7 @@ import argparse
 import itertools
 import json
 import re
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -196,7 +197,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from cascadekit.results import ResultsWriter
 
     config = resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed, args.rebuild_base)
-    command = " ".join(["cascadekit experiment", *args.argv])
+    command = _command(args)
     writer = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
     set_threads(args.threads)
     print(config.profile.summary(), file=sys.stderr, flush=True)
@@ -205,6 +206,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     module.write(metrics, writer)
     print(f"results: {writer.folder}")
     return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that regenerates a result, quoted so it can be pasted into a shell."""
+    return shlex.join(["cascadekit", args.command, *args.argv])
 
 
 def cmd_cascade(args: argparse.Namespace) -> int:
@@ -238,7 +244,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     rows: dict[str, list[dict]] = {suite: [] for suite in suites}
     stages: list[dict] = []
     last: dict[str, list[dict]] = {}
-    made = provenance(" ".join(["cascadekit cascade", *args.argv]))
+    made = provenance(_command(args))
 
     def evaluated(stage: CascadeStage) -> None:
         for suite, records in suites.items():
@@ -360,7 +366,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     table = probe.format(result)
     print(table)
     atomic_write_json(out / "result.json", {"probe": args.name,
-                                            "produced_by": provenance(" ".join(["cascadekit probe", *args.argv])),
+                                            "produced_by": provenance(_command(args)),
                                             **result})
     atomic_write_text(out / "output.txt", table + "\n")
     print(f"results: {out}")
