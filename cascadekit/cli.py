@@ -263,7 +263,9 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     run_cascade(profile, Path(args.work), order, evaluated)
     print((out / "stage_table.md").read_text())
     if against is not None:
-        table = markdown_table(against_arms(against, last))
+        compared = against_arms(against, last)
+        atomic_write_json(out / "rows.json", {**json.loads((out / "rows.json").read_text()), "against": compared})
+        table = markdown_table(compared)
         atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {args.against}, "
                                               f"made by `{made['command']}` (commit {made['git_commit']})\n\n{table}\n")
         print(table)

@@ -9,7 +9,7 @@ import pytest
 
 from cascadekit.evaluation import stage_table
 from cascadekit.experiments.whole_cascade import (
-    CASCADE, JOINT, RLHF_LAST, against_arms, forgetting, gain_difference,
+    CASCADE, JOINT, RLHF_LAST, against_arms, forgetting, gain_difference, lever_rows,
 )
 from cascadekit.pipeline import StageOutput, _grpo_stage, chat_rl_dataset, records_digest
 from cascadekit.profiles import load_profile
@@ -213,3 +213,9 @@ def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     assert "| RLHF | swe" in (tmp_path / "out" / "harder_table.md").read_text()
     against = (tmp_path / "out" / "against.md").read_text()
     assert "| harder | cascade | swe | think |" in against and "| 0.000 | [0.000, 0.000] | cannot tell |" in against
+    (tmp_path / "levers").mkdir()
+    (tmp_path / "out").rename(tmp_path / "levers" / "same_rlhf")
+    rows = lever_rows(tmp_path)
+    assert [(r["lever"], r["against"], r["mode"]) for r in rows] == [("same_rlhf", CASCADE, "think"),
+                                                                     ("same_rlhf", CASCADE, "no_think")]
+    assert rows[0]["this run minus arm"] == 0.0

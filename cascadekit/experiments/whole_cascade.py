@@ -279,6 +279,16 @@ def against_arms(metrics: Mapping[str, Any], samples: Mapping[str, Sequence[Mapp
     return rows
 
 
+def lever_rows(folder: Path, domain: str = "swe", suite: str = "harder") -> list[dict[str, Any]]:
+    """The committed levers' comparisons (``levers/*/rows.json``, from ``cascadekit cascade --against``) on one domain."""
+    rows = []
+    for path in sorted(folder.glob("levers/*/rows.json")):
+        written = json.loads(path.read_text())
+        rows += [{"lever": path.parent.name, **{k: v for k, v in r.items() if k not in ("suite", "domain")}}
+                 for r in written.get("against", []) if r["suite"] == suite and r["domain"] == domain]
+    return rows
+
+
 def _where(metrics: Mapping[str, Any], suite: str, names: Sequence[str] = REASONING,
            elsewhere: str = "stage-table suite") -> str:
     return harder_label(metrics, names) if suite == "harder" else elsewhere
