@@ -222,6 +222,8 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     evaluated. ``--harder`` adds chapter 14's harder suite after every stage;
     ``--against`` compares the last stage with the arms of a chapter 14
     ``metrics.json`` (:func:`cascadekit.experiments.whole_cascade.against_arms`).
+    ``--joint`` trains joint RL over some of the domains instead of a chain
+    (:func:`cascadekit.training.whole_cascade.parse_joint`): SFT, then "joint RL".
     """
     from cascadekit.atomic import atomic_write_json, atomic_write_text
     from cascadekit.chapters import resolve
@@ -229,9 +231,12 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.experiments.whole_cascade import against_arms, harder_suite
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import markdown_table, provenance
-    from cascadekit.training.whole_cascade import CascadeStage, check_order, run_cascade
+    from cascadekit.training.cascade import sft_checkpoint
+    from cascadekit.training.whole_cascade import CascadeStage, check_order, joint_rl, parse_joint, run_cascade
 
     order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
+    if args.joint:
+        parse_joint(args.joint)  # checked before anything trains
     profile = resolve("14", args.scale, parse_overrides(args.set), args.seed).profile
     try:
         against = None if args.against is None else json.loads(Path(args.against).read_text())
@@ -260,7 +265,13 @@ def cmd_cascade(args: argparse.Namespace) -> int:
             atomic_write_text(out / "harder_table.md", stage_markdown(rows["harder"]) + "\n")
         print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
 
-    run_cascade(profile, Path(args.work), order, evaluated)
+    if args.joint:
+        sft = sft_checkpoint(profile)
+        evaluated(CascadeStage("SFT", (), sft))
+        joint = joint_rl(profile, parse_joint(args.joint), Path(args.work) / "joint")
+        evaluated(CascadeStage("joint RL", (joint,), joint))
+    else:
+        run_cascade(profile, Path(args.work), order, evaluated)
     print((out / "stage_table.md").read_text())
     if against is not None:
         compared = against_arms(against, last)
@@ -480,8 +491,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cascade = sub.add_parser("cascade", help="run the whole cascade from the shipped stages, the stage table after each")
     _add_training_arguments(cascade, "chapter 14's settings")
-    cascade.add_argument("--order", default="RLHF,IF-RL,Math RL,Code RL,SWE RL",
-                         help="comma-separated RL stages after SFT, each at most once")
+    arms = cascade.add_mutually_exclusive_group()
+    arms.add_argument("--order", default="RLHF,IF-RL,Math RL,Code RL,SWE RL",
+                      help="comma-separated RL stages after SFT, each at most once")
+    arms.add_argument("--joint", metavar="DOMAIN=PROMPTS,...",
+                      help="instead of a chain, joint RL from SFT over these domains mixed, e.g. swe=192,instructions=512")
     cascade.add_argument("--harder", action="store_true",
                          help="also evaluate chapter 14's harder suite (math, code, SWE at their RL difficulty)")
     cascade.add_argument("--against", metavar="METRICS",

@@ -15,7 +15,7 @@ from cascadekit.pipeline import StageOutput, _grpo_stage, chat_rl_dataset, recor
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import verifier_reward
 from cascadekit.training.whole_cascade import (
-    ORDER, DomainReward, at_joint, check_order, domain_pools, joint_records, run_cascade,
+    ORDER, DomainReward, at_joint, check_order, domain_pools, joint_records, parse_joint, run_cascade,
 )
 
 
@@ -219,3 +219,31 @@ def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     assert [(r["lever"], r["against"], r["mode"]) for r in rows] == [("same_rlhf", CASCADE, "think"),
                                                                      ("same_rlhf", CASCADE, "no_think")]
     assert rows[0]["this run minus arm"] == 0.0
+
+
+def test_joint_counts_are_parsed_and_checked():
+    assert parse_joint("swe=192, instructions=512") == {"swe": 192, "instructions": 512}
+    for bad, needle in (("dpo=4", "no domain 'dpo'"), ("swe", "positive count"), ("swe=0", "positive count"),
+                        ("swe=-3", "positive count"), ("swe=2.5", "positive count"), ("swe=1,swe=2", "twice"),
+                        (" , ", "at least one")):
+        with pytest.raises(ValueError, match=needle):
+            parse_joint(bad)
+
+
+def test_the_cascade_command_trains_joint_rl_over_some_domains(tmp_path, capsys):
+    """``--joint``: SFT, then one joint run over the named domains, with the stage table after each."""
+    import json
+
+    from cascadekit.cli import main
+
+    assert main(["cascade", "--scale", "smoke", "--joint", "swe=2,instructions=2", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work")]) == 0
+    written = json.loads((tmp_path / "out" / "rows.json").read_text())
+    assert [s["stage"] for s in written["stages"]] == ["SFT", "joint RL"]
+    assert written["stages"][1]["prompts"] == 4
+    assert "--joint" in written["provenance"]["command"]
+    assert main(["cascade", "--scale", "smoke", "--joint", "swe=2", "--order", "RLHF",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert main(["cascade", "--scale", "smoke", "--joint", "dpo=2", "--out", str(tmp_path / "bad")]) == 2
+    assert "no domain 'dpo'" in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "rows.json").exists()

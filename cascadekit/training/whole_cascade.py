@@ -52,6 +52,8 @@ TARGETS: dict[str, tuple[str, str | None]] = {
     "RLHF": ("general", None), "IF-RL": ("instructions", "no_think"), "Math RL": ("math", "think"),
     "Code RL": ("code", "think"), "SWE RL": ("swe", "think"),
 }
+#: The RL domains, in the cascade's order (joint RL mixes some or all of them).
+TARGET_DOMAINS = tuple(domain for domain, _ in TARGETS.values())
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,28 @@ def domain_pools(profile: Profile) -> dict[str, list[dict[str, Any]]]:
             "instructions": rl_records(profile, "instructions", False, 2),
             "math": math_records(profile), "code": code_rl_records(profile),
             "swe": [r for context in profile.swe_rl.contexts for r in stage_records(profile, context)]}
+
+
+def parse_joint(text: str) -> dict[str, int]:
+    """``"swe=192,instructions=512"`` as prompts per domain, for a joint run over some of the RL domains.
+
+    A lever for chapter 14: joint RL over fewer domains tells which part of the
+    mixing changes a domain's result. Unknown domains, missing or non-positive
+    counts, and a domain named twice are one ValueError.
+    """
+    prompts: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        domain, sep, count = (piece.strip() for piece in item.partition("="))
+        if domain not in TARGET_DOMAINS:
+            raise ValueError(f"joint RL has no domain {domain!r}: use {', '.join(TARGET_DOMAINS)}")
+        if not sep or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"joint RL needs DOMAIN=PROMPTS with a positive count, got {item!r}")
+        if domain in prompts:
+            raise ValueError(f"joint RL names domain {domain!r} twice")
+        prompts[domain] = int(count)
+    if not prompts:
+        raise ValueError("joint RL needs at least one DOMAIN=PROMPTS")
+    return prompts
 
 
 def joint_records(profile: Profile, prompts: Mapping[str, int]) -> list[dict[str, Any]]:
