@@ -216,9 +216,8 @@ def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     (tmp_path / "levers").mkdir()
     (tmp_path / "out").rename(tmp_path / "levers" / "same_rlhf")
     rows = lever_rows(tmp_path)
-    assert [(r["lever"], r["against"], r["mode"]) for r in rows] == [("same_rlhf", CASCADE, "think"),
-                                                                     ("same_rlhf", CASCADE, "no_think")]
-    assert rows[0]["this run minus arm"] == 0.0
+    assert [(r["lever"], r["mode"]) for r in rows] == [("same_rlhf", "think"), ("same_rlhf", "no_think")]
+    assert rows[0][f"minus {CASCADE}"] == "+0.000 [0.000, 0.000]"
 
 
 def test_joint_counts_are_parsed_and_checked():

@@ -280,12 +280,23 @@ def against_arms(metrics: Mapping[str, Any], samples: Mapping[str, Sequence[Mapp
 
 
 def lever_rows(folder: Path, domain: str = "swe", suite: str = "harder") -> list[dict[str, Any]]:
-    """The committed levers' comparisons (``levers/*/rows.json``, from ``cascadekit cascade --against``) on one domain."""
-    rows = []
+    """The committed levers (``levers/*/rows.json``, from ``cascadekit cascade --against``) on one domain.
+
+    One row per lever and mode: the lever's score, then its paired change against
+    each committed arm with the 95% interval, and "higher" or "lower" where the
+    interval excludes no change.
+    """
+    rows: list[dict[str, Any]] = []
     for path in sorted(folder.glob("levers/*/rows.json")):
-        written = json.loads(path.read_text())
-        rows += [{"lever": path.parent.name, **{k: v for k, v in r.items() if k not in ("suite", "domain")}}
-                 for r in written.get("against", []) if r["suite"] == suite and r["domain"] == domain]
+        by_mode: dict[str, dict[str, Any]] = {}
+        for r in json.loads(path.read_text()).get("against", []):
+            if r["suite"] != suite or r["domain"] != domain:
+                continue
+            row = by_mode.setdefault(r["mode"], {"lever": path.parent.name, "mode": r["mode"],
+                                                 "this run": r["this run"]})
+            reading = "" if r["reading"] == "cannot tell" else f" {r['reading']}"
+            row[f"minus {r['against']}"] = f"{r['this run minus arm']:+.3f} {r['95% interval']}{reading}"
+        rows += by_mode.values()
     return rows
 
 
