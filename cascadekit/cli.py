@@ -235,8 +235,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.training.whole_cascade import CascadeStage, check_order, joint_rl, parse_joint, run_cascade
 
     order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
-    if args.joint:
-        parse_joint(args.joint)  # checked before anything trains
+    joint_prompts = parse_joint(args.joint) if args.joint else None  # checked before anything trains
     profile = resolve("14", args.scale, parse_overrides(args.set), args.seed).profile
     try:
         against = None if args.against is None else json.loads(Path(args.against).read_text())
@@ -265,10 +264,10 @@ def cmd_cascade(args: argparse.Namespace) -> int:
             atomic_write_text(out / "harder_table.md", stage_markdown(rows["harder"]) + "\n")
         print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
 
-    if args.joint:
+    if joint_prompts:
         sft = sft_checkpoint(profile)
         evaluated(CascadeStage("SFT", (), sft))
-        joint = joint_rl(profile, parse_joint(args.joint), Path(args.work) / "joint")
+        joint = joint_rl(profile, joint_prompts, Path(args.work) / "joint")
         evaluated(CascadeStage("joint RL", (joint,), joint))
     else:
         run_cascade(profile, Path(args.work), order, evaluated)

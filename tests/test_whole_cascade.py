@@ -224,7 +224,7 @@ def test_joint_counts_are_parsed_and_checked():
     assert parse_joint("swe=192, instructions=512") == {"swe": 192, "instructions": 512}
     for bad, needle in (("dpo=4", "no domain 'dpo'"), ("swe", "positive count"), ("swe=0", "positive count"),
                         ("swe=-3", "positive count"), ("swe=2.5", "positive count"), ("swe=1,swe=2", "twice"),
-                        (" , ", "at least one")):
+                        (" , ", "at least one"), ("swe=" + "9" * 40, "at most")):
         with pytest.raises(ValueError, match=needle):
             parse_joint(bad)
 

@@ -54,6 +54,9 @@ TARGETS: dict[str, tuple[str, str | None]] = {
 }
 #: The RL domains, in the cascade's order (joint RL mixes some or all of them).
 TARGET_DOMAINS = tuple(domain for domain, _ in TARGETS.values())
+#: The most prompts one joint run may name (the toy cascade trains 1,848): a typo of a few more digits
+#: is one error, not a list of a billion records.
+MAX_JOINT_PROMPTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,7 @@ def parse_joint(text: str) -> dict[str, int]:
 
     A lever for chapter 14: joint RL over fewer domains tells which part of the
     mixing changes a domain's result. Unknown domains, missing or non-positive
-    counts, and a domain named twice are one ValueError.
+    counts, a domain named twice and more than :data:`MAX_JOINT_PROMPTS` are one ValueError.
     """
     prompts: dict[str, int] = {}
     for item in (part.strip() for part in text.split(",") if part.strip()):
@@ -199,6 +202,8 @@ def parse_joint(text: str) -> dict[str, int]:
         prompts[domain] = int(count)
     if not prompts:
         raise ValueError("joint RL needs at least one DOMAIN=PROMPTS")
+    if sum(prompts.values()) > MAX_JOINT_PROMPTS:
+        raise ValueError(f"joint RL names {sum(prompts.values()):,} prompts: at most {MAX_JOINT_PROMPTS:,}")
     return prompts
 
 
