@@ -56,6 +56,7 @@ import functools
 import marshal
 import os
 import posixpath
+import pwd
 import random
 import selectors
 import shutil
@@ -66,6 +67,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 
 __all__ = ["Limits", "SandboxResult", "Isolation", "SandboxUnavailable", "isolation", "run_python"]
 
@@ -123,13 +125,15 @@ class Isolation:
     userns: bool = False  # the namespaces come from a user namespace (not root)
     cgroup: str | None = None  # "v1" or "v2": one memory and pid budget for the run
     refused: str | None = None  # why untrusted code must not run here at all
+    shared_uid: bool = False  # too few uids mapped: every run uses one uid, so runs take turns
 
     def describe(self) -> str:
         parts = ["rlimits", "scratch dir", "clean env", "process group"]
         if self.drop_uid:
-            parts.append("own uid")
+            parts.append("shared uid, runs take turns" if self.shared_uid else "own uid")
         if self.namespaces:
-            parts += ["no network", "private /tmp", "own pids", "own IPC", "disk quota"]
+            parts += ["no network", "private /tmp", "private read-only root", "own pids", "own IPC",
+                      "disk quota", "no capabilities"]
         if self.cgroup:
             parts.append(f"cgroup {self.cgroup}")
         if self.userns:
@@ -142,11 +146,19 @@ class Isolation:
             return [f"refused: {self.refused}"]
         out = []
         if not self.drop_uid:
-            out.append("no separate uid: the program can read and write your files outside /tmp")
+            out.append("no separate uid: the program runs as you" + (
+                ", without capabilities, seeing only the interpreter and its own /tmp" if self.namespaces
+                else " and can read and write your files"))
+        elif self.shared_uid:
+            out.append("too few uids mapped here for one per run: every run uses uid 65534, "
+                       "so runs take turns (one at a time)")
         if not self.namespaces:
             out += ["no network isolation", "no private /tmp, /var/tmp, /dev/shm or /run",
+                    "no private root: the program can read every file your account can",
                     "no pid namespace: the program can signal your other processes",
                     "no IPC namespace: SysV shared memory can outlive the run", "no disk quota"]
+            if not self.cgroup and (not self.drop_uid or self.shared_uid):
+                out.append("processes that leave the process group (setsid) can outlive the run")
         if not self.cgroup:
             out.append(f"no cgroup: memory and processes are bounded per process "
                        f"({_FALLBACK_PROCESS_MB} MB each, budget // {_FALLBACK_PROCESS_MB} processes)")
@@ -154,102 +166,205 @@ class Isolation:
 
 
 _PYTHON_FLAGS = ["-S", "-s", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
-# New network, mount, pid, IPC and UTS namespaces; the supervisor is pid 1 of its
-# own pid namespace, so when it dies the kernel kills everything the program started.
-_NAMESPACES = ["-n", "-m", "-p", "-i", "-u", "--fork", "--kill-child", "--mount-proc"]
+# New network, mount, pid, IPC and UTS namespaces. No --fork: the supervisor stays
+# in the caller's pid namespace and its first child is pid 1 of the new one.
+_NAMESPACES = ["-n", "-m", "-p", "-i", "-u", "--propagation", "private"]
 _USERNS = ["--user", "--map-root-user"]
-_COVERED_BY_TMP = ("/var/tmp", "/dev/shm", "/run")  # bound to the private /tmp inside the box
+# What the program's private root holds of the host (see _view).
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+_DEVICE_LINKS = (("/dev/fd", "/proc/self/fd"), ("/dev/stdin", "/proc/self/fd/0"),
+                 ("/dev/stdout", "/proc/self/fd/1"), ("/dev/stderr", "/proc/self/fd/2"))
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}  # syscall numbers
 
 # The sandbox's first process (root when the caller is). argv[1] is the config file.
+# With namespaces it builds the private root, forks the pid namespace's init
+# (pid 1: mounts /proc, enters the root, writes the files, starts the program,
+# reaps every process of the namespace) and waits for it; without, it starts
+# the program itself. Only the program drops its privileges.
 _SUPERVISOR = r"""
-import ctypes, marshal, os, resource, sys
+import ctypes, marshal, os, resource, signal, sys
 sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
 with open(sys.argv[1], "rb") as f:
     cfg = marshal.load(f)
 status = cfg["status_fd"]
-def setup_error(msg):
-    os.write(status, ("setup " + msg.replace("\n", " ") + "\n").encode(errors="replace"))
-def fail(msg):
-    setup_error(msg)
-    os._exit(120)
 libc = ctypes.CDLL(None, use_errno=True)
-def mount(source, target, fstype, flags, data):
-    if libc.mount(source.encode(), target.encode(), fstype, flags, data) != 0:
+libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+def report(line):
+    os.write(status, (line.replace("\n", " ") + "\n").encode(errors="replace"))
+def fail(msg, code=120):
+    report("setup " + msg)
+    os._exit(code)
+def mount(source, target, fstype, flags, data=None):
+    if libc.mount(source and source.encode(), target.encode(), fstype, flags, data and data.encode()) != 0:
         fail("cannot mount " + target + ": " + os.strerror(ctypes.get_errno()))
-try:
-    for procs in cfg["cgroup_procs"]:
-        with open(procs, "w") as f:
-            f.write("0")
-except OSError as e:
-    fail("cannot join the cgroup: " + str(e))
-work = cfg["workdir"]
-if cfg["namespaces"]:
-    owner = cfg["uid"] if cfg["uid"] is not None else 0
+def kept_flags(path):
+    # A read-only remount must keep the flags the kernel locked on the original mount.
+    f, out = os.statvfs(path).f_flag, MS_NOSUID | MS_NODEV
+    for st, ms in ((8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21)):
+        out |= ms if f & st else 0
+    return out | (0 if f & (1024 | 4096) else 1 << 24)
+def bind(source, target, readonly):
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    mount(source, target, None, MS_BIND | MS_REC)
+    if readonly:
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(source))
+def build_root(root, owner):
+    mount("tmpfs", root, b"tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path in cfg["readonly"]:
+        bind(path, root + path, True)
+    for path in cfg["devices"]:
+        bind(path, root + path, False)
+    for path, target in cfg["links"]:
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        os.symlink(target, root + path)
+    os.makedirs(root + "/tmp")
     opts = "size=%dm,mode=700,uid=%d,gid=%d" % (cfg["disk_mb"], owner, owner)
-    mount("tmpfs", "/tmp", b"tmpfs", 2 | 4, opts.encode())  # MS_NOSUID|MS_NODEV
-    for target in cfg["cover"]:
-        mount("/tmp", target, None, 4096, None)  # MS_BIND
-    if cfg["expose"]:  # hide e.g. /root behind a tmpfs, then bind the interpreter back
-        hidden, prefix = cfg["expose"]
-        keep = os.open(prefix, os.O_PATH)
-        mount("tmpfs", hidden, b"tmpfs", 0, b"mode=755,size=1m")
-        os.makedirs(prefix)
-        mount("/proc/self/fd/%d" % keep, prefix, None, 4096 | 16384, None)  # MS_BIND|MS_REC
-        os.close(keep)
-try:
-    for name, text in cfg["files"].items():
-        path = os.path.join(work, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "x", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(text)
-    if cfg["uid"] is not None:
-        for top, dirs, names in os.walk(work):
-            for name in [top] + [os.path.join(top, n) for n in dirs + names]:
-                os.lchown(name, cfg["uid"], cfg["uid"])
-except (OSError, ValueError) as e:
-    setup_error("could not write files: " + type(e).__name__ + ": " + str(e)[:200])
-    os._exit(122)
-os.chdir(work)
-pid = os.fork()
-if pid == 0:
+    mount("tmpfs", root + "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts)
+    for path in ("/dev/shm", "/var/tmp"):
+        os.makedirs(root + path)
+        mount(root + "/tmp", root + path, None, MS_BIND)
+    os.makedirs(root + "/proc")
+def enter_root(root):
+    mount("proc", root + "/proc", b"proc", MS_NOSUID | MS_NODEV | 8)  # this pid namespace's own /proc
+    os.chdir(root)
+    if libc.syscall(cfg["pivot_root"], b".", b".") != 0 or libc.umount2(b".", 2) != 0:
+        fail("cannot enter the private root: " + os.strerror(ctypes.get_errno()))
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+def write_files(work):
     try:
+        for name, text in cfg["files"].items():
+            path = os.path.join(work, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "x", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
+        if cfg["uid"] is not None:
+            for top, dirs, names in os.walk(work):
+                for name in [top] + [os.path.join(top, n) for n in dirs + names]:
+                    os.lchown(name, cfg["uid"], cfg["uid"])
+    except (OSError, ValueError) as e:
+        fail("could not write files: " + type(e).__name__ + ": " + str(e)[:200], 122)
+Caps, Header = ctypes.c_uint32 * 6, ctypes.c_uint32 * 2
+def capabilities():
+    data = Caps()
+    if libc.capget(Header(0x20080522, 0), data) != 0:
+        raise OSError("capget failed")
+    return list(data)
+def drop_privileges(uid):
+    # Root of a user namespace can unmount what the sandbox mounted: the program
+    # keeps no capability, none in its bounding set, and no way back to them.
+    had = any(capabilities())
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if had:
+        if libc.prctl(28, 0xEB, 0, 0, 0) != 0:  # PR_SET_SECUREBITS: noroot, no keep-caps, no ambient, locked
+            raise OSError("cannot lock the securebits: " + os.strerror(ctypes.get_errno()))
+        for cap in range(64):
+            if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP
+                raise OSError("cannot drop capability %d from the bounding set" % cap)
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+            raise OSError("uid drop did not take")
+    if libc.capset(Header(0x20080522, 0), Caps()) != 0:
+        raise OSError("capset failed: " + os.strerror(ctypes.get_errno()))
+    if any(capabilities()) or had and any(libc.prctl(23, cap, 0, 0, 0) == 1 for cap in range(64)):
+        raise OSError("capabilities remain after the drop")
+    if uid is not None:
+        try:
+            os.setuid(0)
+        except PermissionError:
+            pass
+        else:
+            raise OSError("could regain root after the uid drop")
+    elif cfg["forbid_root"] and 0 in os.getresuid():
+        raise OSError("refusing to run untrusted code as uid 0")
+def start_program(work, cgroups):
+    os.chdir(work)
+    pid = os.fork()
+    if pid:
+        for fd in cgroups:
+            os.close(fd)
+        return pid
+    try:
+        for fd in cgroups:  # only the program's processes count against the run's budget
+            os.write(fd, b"0")
+            os.close(fd)
         for name, value in cfg["rlimits"]:
             resource.setrlimit(getattr(resource, name), (value, value + (name == "RLIMIT_CPU")))
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-            raise OSError("prctl(PR_SET_NO_NEW_PRIVS) failed")
-        uid = cfg["uid"]
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
-                raise OSError("uid drop did not take")
-            try:
-                os.setuid(0)
-            except PermissionError:
-                pass
-            else:
-                raise OSError("could regain root after the uid drop")
-        elif cfg["forbid_root"] and 0 in os.getresuid():
-            raise OSError("refusing to run untrusted code as uid 0")
+        drop_privileges(cfg["uid"])
     except BaseException as e:
-        setup_error("uid: " + str(e))
-        os._exit(121)
+        fail("privileges: " + str(e), 121)
     os.close(status)
-    del ctypes, marshal, resource, cfg, libc, pid
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    sys.executable = cfg["executable"]
+    for name in ("ctypes", "marshal", "resource", "cfg", "libc"):
+        del globals()[name]
     import runpy
     sys.argv = ["main.py"]
     sys.path.insert(0, os.getcwd())
     runpy.run_path("main.py", run_name="__main__")
     sys.exit(0)
-_, code, usage = os.wait4(pid, 0)
-exit_code = os.WEXITSTATUS(code) if os.WIFEXITED(code) else -os.WTERMSIG(code)
-line = "status %d %d %.6f %d\n" % (os.WIFSIGNALED(code), exit_code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
-os.write(status, line.encode())
+def wait_program(pid):
+    _, code, usage = os.wait4(pid, 0)
+    exit_code = os.WEXITSTATUS(code) if os.WIFEXITED(code) else -os.WTERMSIG(code)
+    return "status %d %d %.6f %d" % (os.WIFSIGNALED(code), exit_code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+def reap_namespace():
+    # As pid 1, kill(-1) reaches only this namespace; every process left is our descendant.
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, 0):
+                pass
+        except ChildProcessError:
+            return
+os.umask(0o022)
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the program (same uid in user mode) cannot ptrace us
+try:
+    cgroups = [os.open(p, os.O_WRONLY) for p in cfg["cgroup_procs"]]
+except OSError as e:
+    fail("cannot open the cgroup: " + str(e))
+if not cfg["namespaces"]:
+    write_files(cfg["workdir"])
+    report(wait_program(start_program(cfg["workdir"], cgroups)))
+    os._exit(0)
+owner = cfg["uid"] if cfg["uid"] is not None else 0
+build_root(cfg["root"], owner)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+init = os.fork()
+if init == 0:
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the namespace dies with us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    enter_root(cfg["root"])
+    write_files("/tmp")
+    line = wait_program(start_program("/tmp", cgroups))
+    reap_namespace()
+    report(line)
+    os._exit(0)
+for fd in cgroups:
+    os.close(fd)
+os.close(status)
+signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGKILL))  # the caller's stop
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+os.waitpid(init, 0)  # returns once init is gone, and with it every process of the namespace
 os._exit(0)
 """
 
-# Run as the sandbox uid: kill(-1) signals every process of that uid but the caller.
+# Run as the run's own uid (never a shared one): kill(-1) signals every process of that uid.
 _KILL_ALL_OF_MY_UID = "for i in 1 2 3 4 5 6 7 8; do kill -9 -1 2>/dev/null || exit 0; done"
 _PROBE = "import fractions, os\nprint(os.getuid())\n"
 
@@ -274,12 +389,13 @@ def _probe() -> Isolation:
     root = os.geteuid() == 0
     unshare = shutil.which("unshare")
     cgroup = _cgroup_version() if root else None
+    shared = root and _uids.shared
     tries = []
-    if unshare:
-        tries.append(Isolation(drop_uid=root, namespaces=True, userns=not root, cgroup=cgroup))
-    tries.append(Isolation(drop_uid=root, namespaces=False, cgroup=cgroup))
+    if unshare and _view()["pivot_root"]:
+        tries.append(Isolation(drop_uid=root, namespaces=True, userns=not root, cgroup=cgroup, shared_uid=shared))
+    tries.append(Isolation(drop_uid=root, namespaces=False, cgroup=cgroup, shared_uid=shared))
     if cgroup:
-        tries.append(Isolation(drop_uid=root, namespaces=False))
+        tries.append(Isolation(drop_uid=root, namespaces=False, shared_uid=shared))
     why = "no configuration ran a probe program"
     for iso in tries:
         try:
@@ -403,15 +519,26 @@ class _RunCgroup:
             pass
         return 0
 
-    def empty(self) -> bool:
+    def _pids(self) -> list[int]:
+        pids = []
         for procs in self.procs:
             try:
                 with open(procs) as f:
-                    if f.read().strip():
-                        return False
-            except OSError:
+                    pids += [int(pid) for pid in f.read().split()]
+            except (OSError, ValueError):
                 pass
-        return True
+        return pids
+
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup until none is left (at most 2 s)."""
+        deadline = time.monotonic() + 2.0
+        while (pids := self._pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.005)
 
     def remove(self) -> None:
         """Remove the cgroup once its processes are gone (they are being killed: wait up to 2 s)."""
@@ -430,57 +557,90 @@ class _RunCgroup:
 
 
 @functools.cache
-def _unreachable_prefix() -> tuple[str, str] | None:
-    """(hidden ancestor, interpreter prefix) when another uid cannot reach the stdlib.
+def _view() -> dict:
+    """What the program's private root holds of the host, read-only: only what the interpreter needs.
 
-    Here the interpreter lives under /root (mode 700): a dropped uid could start
-    Python but not import the standard library. The supervisor then mounts an empty
-    tmpfs over that ancestor and binds the prefix back, read-only in effect.
+    The system's libraries and tools (``/usr`` and its merged-usr links), the
+    interpreter's own prefix (pyenv under ``/root`` included: only that prefix), the
+    dynamic linker's cache and a few devices; never the repository, ``$HOME``,
+    ``/etc`` or the data. ``pivot_root`` is None on an architecture we do not know.
     """
-    prefix = os.path.realpath(sys.base_prefix)
-    path = "/"
-    for part in prefix.strip("/").split("/"):
-        path = os.path.join(path, part)
-        if not os.stat(path).st_mode & 0o001:
-            return (path, prefix) if path != prefix else None
-    return None
+    links, readonly = [], []
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            links.append((path, os.readlink(path)))
+        elif os.path.isdir(path):
+            readonly.append(path)
+    executable = os.path.realpath(sys.executable)
+    for path in (os.path.realpath(sys.base_prefix), executable, *_SYSTEM_FILES):
+        if os.path.exists(path) and not any(path == d or path.startswith(d + "/") for d in readonly):
+            readonly.append(path)
+    return {"readonly": readonly, "devices": [d for d in _DEVICES if os.path.exists(d)],
+            "links": links + list(_DEVICE_LINKS), "executable": executable,
+            "pivot_root": _PIVOT_ROOT.get(os.uname().machine)}
+
+
+def _uid_map() -> list[tuple[int, int]]:
+    """(first uid, count) of each range of uids mapped in this user namespace."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            return [(int(inside), int(count)) for inside, _, count in (line.split() for line in f)]
+    except (OSError, ValueError):
+        return []
+
+
+def _account_uids() -> set[int]:
+    try:
+        return {entry.pw_uid for entry in pwd.getpwall()}
+    except (OSError, KeyError):
+        return set()
 
 
 class _UidPool:
-    """Throwaway uids, one per concurrent run, so runs cannot touch each other."""
+    """Throwaway uids, one per concurrent run, so runs cannot touch each other.
+
+    Where about 2^32 uids are mapped (a plain host): 100,000 uids far above any
+    account. Where few are (a rootless container maps 65,536): the highest mapped
+    uids from 32768 up that no account owns. With none spare, every run uses
+    "nobody" and the runs of this process take turns (``shared``), one at a time.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._free = threading.Condition()
         self._busy: set[int] = set()
         self._rng = random.Random()  # private: never disturb the caller's seeded random
-        self._candidates = self._range()
+        self.candidates, self.shared = self.choose(_uid_map(), _account_uids())
 
     @staticmethod
-    def _range() -> range:
-        top = 0
-        try:
-            with open("/proc/self/uid_map") as f:
-                for line in f:
-                    inside, _, count = (int(x) for x in line.split())
-                    top = max(top, inside + count)
-        except (OSError, ValueError):
-            pass
-        if top > 2_000_000_000:
-            return range(1_900_000_000, 1_900_100_000)
-        return range(65534, 65535)  # only "nobody": concurrent runs share a uid
+    def choose(ranges: list[tuple[int, int]], accounts: set[int]) -> tuple[Sequence[int], bool]:
+        """(uids to hand out, whether runs must share the one uid there is)."""
+        if max((first + count for first, count in ranges), default=0) > 2_000_000_000:
+            return range(1_900_000_000, 1_900_100_000), False
+        spare = [uid for first, count in ranges for uid in range(max(first, 32768), min(first + count, 65534))
+                 if uid not in accounts]
+        if spare:
+            return spare[-1024:], False
+        nobody = any(first <= 65534 < first + count for first, count in ranges)
+        return [65534] if nobody else [], True
 
     def take(self) -> int:
-        with self._lock:
-            for _ in range(1000):
-                uid = self._rng.choice(self._candidates)
-                if uid not in self._busy:
-                    break
-            self._busy.add(uid)
-            return uid
+        """A uid no other run of this process holds; waits for one when all are taken."""
+        if not self.candidates:
+            raise SandboxUnavailable("no unprivileged uid is mapped in this user namespace")
+        with self._free:
+            while True:
+                for _ in range(100):
+                    uid = self._rng.choice(self.candidates)
+                    if uid not in self._busy:
+                        self._busy.add(uid)
+                        return uid
+                if len(self._busy) >= len(self.candidates):
+                    self._free.wait()
 
     def give(self, uid: int) -> None:
-        with self._lock:
+        with self._free:
             self._busy.discard(uid)
+            self._free.notify()
 
 
 _uids = _UidPool()
@@ -611,37 +771,64 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _is_zombie(pid: str) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-
-
-def _alive(uid: int) -> bool:
-    """Whether any live (non-zombie) process runs under ``uid``."""
+def _tasks_of(uid: int) -> int:
+    """How many tasks (threads included, as ``RLIMIT_NPROC`` counts them) run under ``uid``."""
+    total = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid and not _is_zombie(entry):
-                    return True
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    total += len(os.listdir(f"/proc/{entry}/task"))
             except OSError:
                 continue
-    return False
+    return total
 
 
-def _reap_uid(uid: int, in_pid_namespace: bool) -> None:
-    """Make sure no process of the run's uid outlives the run.
+def _nproc_offset(iso: Isolation, uid: int | None) -> int:
+    """Tasks the kernel counts against the program's ``RLIMIT_NPROC`` that are not the program's.
 
-    With a pid namespace the kernel is already killing them (it takes a few ms);
-    without one, processes that left the process group (setsid) are killed with
-    ``kill(-1)`` run as that uid.
+    The limit counts every task of the program's uid: in a user namespace the
+    supervisor and the namespace's init share it (2); with no namespace and no uid
+    of its own, all of yours do (counted now, so approximate); a uid shared with
+    unrelated processes counts theirs.
     """
-    deadline = time.monotonic() + (1.0 if in_pid_namespace else 0.0)
-    while _alive(uid):
-        if time.monotonic() > deadline:
-            subprocess.run(["/bin/sh", "-c", _KILL_ALL_OF_MY_UID], user=uid, group=uid,
-                           extra_groups=[], env={}, capture_output=True, timeout=10)
-            return
-        time.sleep(0.01)
+    if iso.userns:
+        return 2
+    if uid is None:
+        return _tasks_of(os.getuid()) + 1
+    return _tasks_of(uid) if iso.shared_uid else 0
+
+
+def _kill_leftovers(uid: int | None, group: _RunCgroup | None, iso: Isolation) -> None:
+    """Without a pid namespace, kill what left the process group (setsid) and still runs.
+
+    The run's cgroup names its processes exactly; failing that, ``kill(-1)`` as the
+    run's own uid reaches only this run, so it is never used on a shared uid (or
+    your own, in user mode): there such processes can outlive the run.
+    """
+    if group:
+        group.kill()
+    elif uid is not None and not iso.shared_uid and _tasks_of(uid):
+        subprocess.run(["/bin/sh", "-c", _KILL_ALL_OF_MY_UID], user=uid, group=uid,
+                       extra_groups=[], env={}, capture_output=True, timeout=10)
+
+
+def _stop(proc: subprocess.Popen, namespaces: bool) -> None:
+    """End the run and wait until none of its processes is left.
+
+    With namespaces the supervisor kills the pid namespace's init on SIGTERM and
+    returns once the kernel has killed everything in it; the process group is
+    killed only if it does not answer within 5 s (or without namespaces).
+    """
+    if namespaces and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None or not namespaces:
+        _kill_group(proc.pid)
+    proc.wait()
 
 
 def _read_status(fd: int) -> tuple[str | None, dict | None]:
@@ -726,14 +913,14 @@ def run_python(code: str, *, stdin: str = "", files: dict[str, str] | None = Non
 
 def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits,
              iso: Isolation) -> SandboxResult:
-    start = time.monotonic()
     files = dict(files or {})
     memory_mb, nproc, budget = _budget(limits, iso)
     if (problem := _check_names(files)) is not None:
         return SandboxResult(False, None, "", problem, False, f"could not write files: {problem}",
-                             time.monotonic() - start, None, None, iso.describe(), budget)
+                             0.0, None, None, iso.describe(), budget)
     files["main.py"] = code
     uid = _uids.take() if iso.drop_uid else None
+    start = time.monotonic()  # after the wait for a turn on a shared uid
     scratch = tempfile.mkdtemp(prefix="cascadekit-sbx-")
     group = None
     try:
@@ -743,23 +930,20 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
             except OSError as err:
                 raise SandboxUnavailable(f"cannot make the run's cgroup: {err}") from err
         workdir = "/tmp" if iso.namespaces else os.path.join(scratch, "work")
-        if not iso.namespaces:
-            os.mkdir(workdir)
-            if uid is not None:
-                os.chown(workdir, uid, uid)
+        os.mkdir(os.path.join(scratch, "root") if iso.namespaces else workdir)
+        if uid is not None and not iso.namespaces:
+            os.chown(workdir, uid, uid)
         config = {
             "files": files, "workdir": workdir, "uid": uid, "namespaces": iso.namespaces,
-            "disk_mb": limits.disk_mb,
-            "cover": [d for d in _COVERED_BY_TMP if os.path.isdir(d)] if iso.namespaces else [],
-            "expose": _unreachable_prefix() if iso.namespaces and uid is not None else None,
+            "disk_mb": limits.disk_mb, "root": os.path.join(scratch, "root"), **_view(),
             "cgroup_procs": group.procs if group else [],
-            "rlimits": _rlimits(limits, memory_mb, nproc),
+            "rlimits": _rlimits(limits, memory_mb, nproc + _nproc_offset(iso, uid)),
             "forbid_root": not iso.userns,
         }
         return _run(scratch, config, stdin, limits, iso, group, budget, start)
     finally:
-        if uid is not None and not (group and group.empty()):
-            _reap_uid(uid, iso.namespaces)
+        if not iso.namespaces:
+            _kill_leftovers(uid, group, iso)
         if group:
             group.remove()
         if uid is not None:
@@ -794,8 +978,9 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
             now = time.monotonic()
             exited = proc.poll() is not None
             if exited and drain_until is None:
-                # The supervisor is done: kill leftovers, then drain what is buffered.
-                _kill_group(proc.pid)
+                # The supervisor is done: kill leftovers (none with a pid namespace), then drain.
+                if not iso.namespaces:
+                    _kill_group(proc.pid)
                 drain_until = now + 0.5
             if exited and not streams.open or drain_until is not None and now >= drain_until:
                 break
@@ -804,13 +989,12 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
                 break
             streams.pump(min(0.05, deadline - now))
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
+        _stop(proc, iso.namespaces)
         streams.close()
     stderr = streams.text("stderr")
     setup, status = _read_status(status_r)
-    if setup is not None and setup.startswith("uid: "):
-        raise SandboxUnavailable(f"the sandbox could not drop root: {setup[5:]}")
+    if setup is not None and setup.startswith("privileges: "):
+        raise SandboxUnavailable(f"the sandbox could not drop its privileges: {setup[12:]}")
     returncode, reason = _verdict(status, stderr, timed_out, streams.overflow,
                                   group.oom_kills() if group else 0, limits)
     if setup is not None:

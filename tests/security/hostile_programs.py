@@ -74,16 +74,26 @@ def memory_bomb() -> tuple[bool, str]:
 
 @case
 def memory_across_children() -> tuple[bool, str]:
-    """Eight children of 150 MB each: at no moment may the run hold more than its 512 MB budget."""
-    code = ("import os, time\nkids = []\nfor _ in range(8):\n    pid = os.fork()\n"
-            "    if pid == 0:\n        try:\n            block = bytearray(150 * 2**20)\n"
-            "            for i in range(0, len(block), 4096):\n                block[i] = 1\n"
-            "            time.sleep(5)\n        finally:\n            os._exit(0)\n    kids.append(pid)\n"
-            "time.sleep(2.5)\n"
-            "print('alive', sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in kids), flush=True)\n")
-    r = run_python(code, limits=Limits(memory_mb=512, wall_s=8))
-    alive = int(r.stdout.split()[1]) if r.stdout.startswith("alive ") else 0
-    return alive * 150 <= 512, f"{alive} children of 150 MB alive together ({r.killed_reason}; {r.budget})"
+    """Eight children of 150 MB each: at no moment may the run hold more than its 512 MB budget.
+
+    Each child reports once it has touched its whole block and then holds it; the
+    program waits until every live child has reported (a loaded machine touches
+    memory slowly) and counts those alive and holding at the same time.
+    """
+    code = ("import os, select, time\nkids = {}\ndone_r, done_w = os.pipe()\nhold_r, hold_w = os.pipe()\n"
+            "for k in range(8):\n    pid = os.fork()\n    if pid == 0:\n        try:\n"
+            "            block = bytearray(150 * 2**20)\n            for i in range(0, len(block), 4096):\n"
+            "                block[i] = 1\n            os.write(done_w, bytes([k]))\n            os.read(hold_r, 1)\n"
+            "        finally:\n            os._exit(0)\n    kids[pid] = k\n"
+            "alive, held, deadline = set(kids), set(), time.monotonic() + 6\n"
+            "while time.monotonic() < deadline and not alive <= held:\n"
+            "    alive = {pid for pid in alive if os.waitpid(pid, os.WNOHANG) == (0, 0)}\n"
+            "    if select.select([done_r], [], [], 0.05)[0]:\n        ready = os.read(done_r, 64)\n"
+            "        held |= {pid for pid, k in kids.items() if k in ready}\n"
+            "print('holding', len(alive & held), flush=True)\n")
+    r = run_python(code, limits=Limits(memory_mb=512, wall_s=10))
+    holding = int(r.stdout.split()[1]) if r.stdout.startswith("holding ") else 0
+    return holding * 150 <= 512, f"{holding} children of 150 MB held together ({r.killed_reason}; {r.budget})"
 
 
 @case
@@ -267,6 +277,109 @@ def ptrace_the_caller() -> tuple[bool, str]:
     return (r.ok and not attached), r.stdout.strip()
 
 
+def _undo_mounts_code(marker: str, token: str) -> str:
+    """The unprivileged escape of issue 30: unmount what the sandbox mounted, then reach the host."""
+    return ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for t in (b'/run', b'/dev/shm', b'/var/tmp', b'/tmp', b'/proc', b'/usr', b'/'):\n"
+            "    libc.umount2(t, 2)\n"
+            "for d in ('/tmp', '/var/tmp', '/dev/shm'):\n    try:\n"
+            f"        open(d + '/{marker}', 'w').write('escaped')\n    except OSError:\n        pass\n"
+            "seen = 0\nfor p in os.listdir('/proc'):\n    try:\n"
+            f"        seen += {token.encode()!r} in open('/proc/%s/cmdline' % p, 'rb').read()\n"
+            "    except OSError:\n        pass\nprint('host processes seen', seen)\n")
+
+
+def _landed(marker: str) -> list[str]:
+    landed = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.exists(os.path.join(d, marker))]
+    for d in landed:
+        os.unlink(os.path.join(d, marker))
+    return landed
+
+
+@case
+def undo_the_sandbox_mounts() -> tuple[bool, str]:
+    """Unmounting /run, /dev/shm, /var/tmp, /tmp and /proc must fail: nothing lands, no host process shows."""
+    marker, token = f"ck-escaped-{uuid.uuid4().hex[:8]}", f"ck-witness-{uuid.uuid4().hex[:8]}"
+    witness = _spawn_sleeper(token)
+    try:
+        r = run_python(_undo_mounts_code(marker, token))
+    finally:
+        witness.kill()
+        witness.wait()
+    landed = _landed(marker)
+    return (not landed and "host processes seen 0" in r.stdout), f"landed in {landed}; {r.stdout.strip()}"
+
+
+@case
+def undo_the_sandbox_mounts_from_a_patch() -> tuple[bool, str]:
+    """The same attack from a module the harness imports (an SWE patch)."""
+    marker = f"ck-escaped-{uuid.uuid4().hex[:8]}"
+    calc = _undo_mounts_code(marker, "unused") + "def add(a, b):\n    return a - b\n"
+    v = verify_patch(f"```diff\n{make_diff(REPO, {**REPO, 'calc.py': calc})}```", REPO, SWE_TESTS)
+    landed = _landed(marker)
+    return not landed and not v.all_passed, f"landed in {landed}; {v.reason}"
+
+
+@case
+def unmount_from_a_nested_user_namespace() -> tuple[bool, str]:
+    """A new user namespace gives capabilities back, but over a copy whose mounts are locked."""
+    marker = f"ck-escaped-{uuid.uuid4().hex[:8]}"
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('unshare', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())\n"
+            "for t in (b'/tmp', b'/proc', b'/dev/shm'):\n    print('umount', t, libc.umount2(t, 2))\n"
+            f"try:\n    open('/tmp/{marker}', 'w').write('x')\nexcept OSError:\n    pass\n")
+    r = run_python(code)
+    landed = _landed(marker)
+    undone = [line for line in r.stdout.splitlines() if line.startswith("umount") and line.endswith(" 0")]
+    return not landed and not undone, f"landed in {landed}; {r.stdout.strip()}"
+
+
+@case
+def ptrace_the_supervisor() -> tuple[bool, str]:
+    """The sandbox's own processes keep capabilities: the program (same uid in user mode) must not attach."""
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for pid in sorted({1, os.getppid()}):\n    print('attach', pid, libc.ptrace(16, pid, 0, 0))\n"
+            "for what in ('root', 'cwd', 'exe'):\n    try:\n"
+            "        print('link', what, os.readlink('/proc/1/' + what))\n    except OSError as e:\n"
+            "        print('no', what, type(e).__name__)\n")
+    r = run_python(code)
+    attached = [line for line in r.stdout.splitlines() if line.startswith("attach") and line.endswith(" 0")]
+    return (r.ok and not attached and "link" not in r.stdout), r.stdout.strip().replace("\n", "; ")
+
+
+@case
+def host_files_are_not_readable() -> tuple[bool, str]:
+    """A world-readable file beside the suite, the suite itself, the kit's source and /etc/passwd: none visible."""
+    import cascadekit.sandbox
+    here = os.path.dirname(os.path.abspath(__file__))
+    secret = os.path.join(here, f"ck-world-readable-{uuid.uuid4().hex[:8]}")
+    with open(secret, "w") as f:
+        f.write("hunter2")
+    os.chmod(secret, 0o644)
+    paths = [secret, os.path.abspath(__file__), os.path.abspath(cascadekit.sandbox.__file__), "/etc/passwd"]
+    code = ("import json\nfor p in json.loads(input()):\n    try:\n        open(p).read(1)\n"
+            "        print('read', p)\n    except OSError as e:\n        print('no', type(e).__name__)\n")
+    try:
+        r = run_python(code, stdin=json.dumps(paths) + "\n")
+    finally:
+        os.unlink(secret)
+    return (r.ok and "read" not in r.stdout and r.stdout.count("no ") == len(paths)), r.stdout.strip().replace("\n", "; ")
+
+
+_CHILDREN = ("import os\nkids = []\nr, w = os.pipe()\nfor _ in range(10):\n    try:\n        pid = os.fork()\n"
+             "    except OSError:\n        break\n    if pid == 0:\n        os.close(w)\n        os.read(r, 1)\n"
+             "        os._exit(0)\n    kids.append(pid)\nprint('children', len(kids), flush=True)\nos.close(w)\n"
+             "for pid in kids:\n    os.waitpid(pid, 0)\n")
+
+
+@case
+def process_budget_counts_only_the_program() -> tuple[bool, str]:
+    """Under a budget of N processes the program may hold N - 1 children at once, and not N."""
+    got = {n: run_python(_CHILDREN, limits=Limits(nproc=n, memory_mb=512)) for n in (2, 4)}
+    counts = {n: r.stdout.strip() for n, r in got.items()}
+    return all(r.ok and r.stdout == f"children {n - 1}\n" for n, r in got.items()), f"{counts} ({got[4].budget})"
+
+
 # ---------------------------------------------------------------- reward tampering
 
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -427,10 +540,10 @@ def _shm_ids() -> set[str]:
         return set()
 
 
-def _spawn_sleeper():
+def _spawn_sleeper(*tag: str):
     import subprocess
     import sys
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *tag])
 
 
 MODE = "root" if os.geteuid() == 0 else "user"
