@@ -10,28 +10,35 @@ program runs in a fresh interpreter with:
 * a private scratch folder as working directory, with a disk quota where
   namespaces allow a tmpfs, deleted afterwards; ``RLIMIT_FSIZE`` caps one file,
 * an environment built from scratch (no inherited secrets), no core dumps, few
-  file descriptors, ``no_new_privs`` (setuid binaries grant nothing),
+  file descriptors, ``no_new_privs`` (setuid binaries grant nothing), and no
+  capability at all: empty effective, permitted, inheritable, ambient and
+  bounding sets, locked securebits, checked before any untrusted line runs,
 * stdout and stderr read in bounded chunks: past the cap the run is killed.
 
 How strong the box is depends on the machine; :func:`isolation` probes it once:
 
 * **As root (CI here)** the program runs under a throwaway uid of its own (one
-  per run: ``RLIMIT_NPROC`` binds, runs cannot signal each other or the caller),
-  and the child checks that the drop really happened before any untrusted line
-  runs; if it cannot drop root, the sandbox refuses (:class:`SandboxUnavailable`)
+  per concurrent run: ``RLIMIT_NPROC`` binds, runs cannot signal each other or the
+  caller); if it cannot drop root, the sandbox refuses (:class:`SandboxUnavailable`)
   rather than run model code as uid 0. It runs inside new network, mount, pid,
-  IPC and UTS namespaces (``unshare``): no network; a private size-limited tmpfs
-  on ``/tmp`` that also covers ``/var/tmp``, ``/dev/shm`` and ``/run`` (so
-  ``/run/lock`` and host sockets there are out of reach); SysV shared memory dies
-  with the run; the supervisor is pid 1, so when it exits the kernel kills every
-  process the program started, even ones that called ``setsid``. Where the
-  interpreter sits in a folder other uids cannot enter (pyenv under ``/root``), an
-  empty tmpfs hides that folder and only the interpreter's prefix is bound back.
-* **As an ordinary user** (a laptop) the same namespaces come from a user
-  namespace (``unshare --user``) where the kernel allows one: no network, private
-  ``/tmp``, its own pids (so ``kill(-1)`` cannot reach the caller), but no separate
-  uid: the program can read and write what you can outside ``/tmp``, and there is
-  no cgroup. Without user namespaces only the limits, the scratch folder, the
+  IPC and UTS namespaces (``unshare``): no network; its root is a fresh tmpfs
+  (``pivot_root``) holding read-only binds of only what the interpreter needs
+  (``/usr`` and the interpreter's prefix, see :func:`_view`), a few devices, its
+  own ``/proc`` and a private size-limited ``/tmp`` (also ``/var/tmp`` and
+  ``/dev/shm``), so the repository, ``$HOME``, ``/etc``, ``/run`` and the data are
+  out of sight; SysV shared memory dies with the run. The supervisor stays
+  outside the pid namespace; its first child is pid 1 there and reaps every
+  process of the namespace (setsid daemons included), and the supervisor returns
+  only once the namespace is empty, so no run is ever reaped by uid. Where the
+  user namespace maps few uids (rootless containers map 65,536), the spare uids
+  above 32768 are used; with none, every run uses uid 65534 and the runs take
+  turns, and the result's ``isolation`` and ``cascadekit env`` say so.
+* **As an ordinary user** (a laptop) the same namespaces and the same private
+  root come from a user namespace (``unshare --user``) where the kernel allows
+  one. The program is root of that namespace but holds no capability, so it
+  cannot undo a mount, and the sandbox's own processes are not dumpable, so it
+  cannot ptrace them either; it runs under your uid (no separate one) and there
+  is no cgroup. Without user namespaces only the limits, the scratch folder, the
   clean environment and the process-group kill are left. A warning (and
   ``cascadekit env``) names exactly what is missing. This is a course kit's box,
   not a security boundary: use a container or VM for code you would not run.
@@ -39,10 +46,11 @@ How strong the box is depends on the machine; :func:`isolation` probes it once:
 The program is started by a small supervisor (``_SUPERVISOR`` below). It starts
 from ``/`` with no relative entry on ``sys.path`` (``-P`` where Python has it), so
 nothing in the scratch folder can shadow the modules it imports while it is still
-privileged; it joins the cgroup, mounts the private folders, writes the files,
-forks, and the fork applies the limits, drops the uid, verifies the drop and runs
-``main.py``. The supervisor reports setup errors, exit status and CPU time on a
-private pipe that the program never holds.
+privileged; it builds the private root, forks pid 1 of the new pid namespace,
+which mounts ``/proc``, enters the root, writes the files and forks the program;
+the program joins the cgroup, applies the limits, drops its uid and every
+capability, verifies the drop and runs ``main.py``. Pid 1 reports setup errors,
+exit status and CPU time on a private pipe that the program never holds.
 
 Departure from ``python -I``: the environment is read (not ``-E``), because it is
 ours entirely (built by :func:`_clean_env`) and ``PYTHONHASHSEED`` must reach the
@@ -76,8 +84,13 @@ __all__ = ["Limits", "SandboxResult", "Isolation", "SandboxUnavailable", "isolat
 class Limits:
     """Resource limits of one sandboxed run.
 
-    ``memory_mb`` and ``nproc`` are budgets for the whole run (every process and
-    thread the program starts, together); ``disk_mb`` bounds the scratch folder.
+    ``memory_mb`` and ``nproc`` are budgets for the program's processes and threads
+    together, the program itself included and the sandbox's own processes not: under
+    ``nproc=N`` the program may hold N - 1 children at once (with no cgroup, the
+    memory split may lower N; ``SandboxResult.budget`` says what held). Without
+    namespaces or a uid of its own the kernel counts all your processes, which the
+    sandbox offsets as they were at the start (approximate). ``disk_mb`` bounds the
+    scratch folder.
     """
 
     wall_s: float = 10.0
@@ -932,6 +945,7 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
         workdir = "/tmp" if iso.namespaces else os.path.join(scratch, "work")
         os.mkdir(os.path.join(scratch, "root") if iso.namespaces else workdir)
         if uid is not None and not iso.namespaces:
+            os.chmod(scratch, 0o711)  # the run's uid may pass through to its folder, not list ours
             os.chown(workdir, uid, uid)
         config = {
             "files": files, "workdir": workdir, "uid": uid, "namespaces": iso.namespaces,
@@ -956,7 +970,7 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
     status_r, status_w = os.pipe()
     config["status_fd"] = status_w
     config_path = os.path.join(scratch, "config")
-    with open(config_path, "wb") as f:
+    with open(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
         marshal.dump(config, f)  # read back by the supervisor without importing json
     argv = [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, config_path]
     if iso.namespaces:

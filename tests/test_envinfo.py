@@ -34,7 +34,12 @@ def test_env_names_the_sandbox_and_what_it_cannot_guarantee(monkeypatch: pytest.
     assert any("no separate uid" in line for line in lines) and any("no network" in line for line in lines)
     strong = sandbox.Isolation(drop_uid=True, namespaces=True, cgroup="v1")
     monkeypatch.setattr(envinfo, "isolation", lambda: strong)
-    assert sandbox_lines()[1:] == ["  missing     nothing"]
+    assert sandbox_lines()[1:] == ["  missing     nothing"] and "own uid" in sandbox_lines()[0]
+    few_uids = sandbox.Isolation(drop_uid=True, namespaces=True, shared_uid=True)
+    monkeypatch.setattr(envinfo, "isolation", lambda: few_uids)
+    lines = sandbox_lines()
+    assert "shared uid, runs take turns" in lines[0] and "own uid" not in lines[0]
+    assert any("every run uses uid 65534, so runs take turns" in line for line in lines)
 
 
 def test_device_choice_is_the_runtime_automatic_one(monkeypatch: pytest.MonkeyPatch) -> None:

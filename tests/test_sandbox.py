@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
@@ -179,3 +180,27 @@ def test_weak_isolation_warns(monkeypatch):
     with pytest.warns(RuntimeWarning, match="weak isolation.*no separate uid.*no network isolation"):
         iso = sandbox.isolation.__wrapped__()
     assert iso == Isolation(drop_uid=False, namespaces=False)
+
+
+def test_uid_pool_gives_each_run_its_own_uid_and_takes_turns_only_when_there_is_one():
+    choose = sandbox._UidPool.choose
+    assert choose([(0, 4294967295)], {0, 65534}) == (range(1_900_000_000, 1_900_100_000), False)
+    uids, shared = choose([(0, 65536)], {0, 1000, 65534, 65533})
+    assert not shared and len(uids) == 1024 and 65533 not in uids and 65534 not in uids
+    assert all(32768 <= uid < 65534 for uid in uids)
+    assert choose([(0, 1), (65534, 1)], {0, 65534}) == ([65534], True)
+    assert choose([(0, 1)], {0}) == ([], True)
+    pool = sandbox._UidPool()
+    pool.candidates, pool.shared = [65534], True
+    first = pool.take()
+    taken = []
+    waiter = threading.Thread(target=lambda: taken.append(pool.take()))
+    waiter.start()
+    waiter.join(0.3)
+    assert taken == [] and waiter.is_alive()  # the second run waits for its turn
+    pool.give(first)
+    waiter.join(5)
+    assert taken == [65534]
+    pool.candidates = []
+    with pytest.raises(SandboxUnavailable, match="no unprivileged uid"):
+        pool.take()

@@ -13,13 +13,11 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 import hostile_programs as hostile
 
-ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -27,19 +25,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the suite already run
 
 
 @pytest.fixture(scope="module")
-def unprivileged_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def unprivileged_results(kit_copy) -> dict:
     if not (os.path.exists(SYSTEM_PYTHON) and shutil.which("setpriv")):
         pytest.fail(f"the unprivileged run needs {SYSTEM_PYTHON} and setpriv (util-linux)")
-    home = tmp_path_factory.mktemp("unprivileged")
-    shutil.copytree(ROOT / "cascadekit", home / "cascadekit", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(Path(hostile.__file__), home / "hostile_programs.py")
+    home = kit_copy(NOBODY)
     (home / "markers").mkdir()
-    for path in [home, *home.rglob("*")]:
-        os.chown(path, NOBODY, NOBODY)
-    for parent in home.parents:  # pytest's base temp folder is private to root
-        if str(parent) == "/tmp":
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o005)
+    os.chown(home / "markers", NOBODY, NOBODY)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "PYTHONPATH": str(home), "CASCADEKIT_SECURITY_DIR": str(home / "markers")}
     proc = subprocess.run(
