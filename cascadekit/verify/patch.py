@@ -49,7 +49,7 @@ from cascadekit.verify.code import FunctionTests, run_hidden_tests
 from cascadekit.verify.boxed import answer_part
 
 __all__ = [
-    "PatchError", "Hunk", "FilePatch", "Edit", "PatchVerdict", "extract_diff", "parse_diff",
+    "MAX_PATCH_CHARS", "PatchError", "Hunk", "FilePatch", "Edit", "PatchVerdict", "extract_diff", "parse_diff",
     "parse_search_replace", "parse_patch", "apply_patch", "make_diff", "normalize_patch",
     "patch_similarity", "verify_patch",
 ]
@@ -109,6 +109,9 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _SEARCH, _DIVIDER, _REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 #: Longest normalised patch :func:`patch_similarity` compares (the comparison is quadratic in the worst case).
 MAX_SIMILARITY_CHARS = 20_000
+#: Longest answer (after the think block) read as a patch: above one paper-scale completion (about 135 kB),
+#: so the verifier's own work per rollout stays bounded; a longer one is rejected with this reason.
+MAX_PATCH_CHARS = 200_000
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -205,12 +208,39 @@ def parse_diff(diff: str) -> list[FilePatch]:
     return patches
 
 
+def _occurrences(lines: Sequence[str], block: Sequence[str], start: int) -> list[int]:
+    """Every ``j >= start`` where ``lines[j:j + len(block)] == block``, in O(len(lines) + len(block)) time.
+
+    Knuth-Morris-Pratt over whole lines: a hostile hunk that almost matches
+    everywhere (N/2 copies of a line in a file of N) costs one pass, where trying
+    every offset costs N^2/4 line comparisons.
+    """
+    size = len(block)
+    if size == 0:
+        return list(range(start, len(lines) + 1))
+    fallback = [0] * size  # fallback[i]: longest proper prefix of block[:i + 1] that is also its suffix
+    k = 0
+    for i in range(1, size):
+        while k and block[i] != block[k]:
+            k = fallback[k - 1]
+        k += block[i] == block[k]
+        fallback[i] = k
+    spots, k = [], 0
+    for j in range(start, len(lines)):
+        while k and lines[j] != block[k]:
+            k = fallback[k - 1]
+        k += lines[j] == block[k]
+        if k == size:
+            spots.append(j - size + 1)
+            k = fallback[k - 1]
+    return spots
+
+
 def _locate(lines: list[str], block: list[str], want: int, start: int) -> int:
     """Where ``block`` sits: at ``want`` if it matches there, else at its one exact match."""
-    size = len(block)
-    if want >= start and lines[want:want + size] == block:
+    if want >= start and lines[want:want + len(block)] == block:
         return want
-    spots = [j for j in range(start, len(lines) - size + 1) if lines[j:j + size] == block]
+    spots = _occurrences(lines, block, start)
     if len(spots) == 1:
         return spots[0]
     raise PatchError("context or removed lines do not match the file" if not spots
@@ -294,11 +324,14 @@ def parse_patch(text: str) -> list[FilePatch] | list[Edit]:
     """The patch in a model answer (after its think block); raises :class:`PatchError`.
 
     SEARCH/REPLACE blocks when the answer has a ``<<<<<<< SEARCH`` line, else a
-    unified diff; ``"no patch found"`` when it has neither.
+    unified diff; ``"no patch found"`` when it has neither, ``"patch too long"`` over
+    :data:`MAX_PATCH_CHARS`.
     """
     if not isinstance(text, str):
         raise PatchError("no patch found: not a string")
     answer = _answer(text)
+    if len(answer) > MAX_PATCH_CHARS:
+        raise PatchError(f"patch too long: {len(answer):,} characters, over the {MAX_PATCH_CHARS:,} one patch may have")
     if any(line.strip() == _SEARCH for line in answer.split("\n")):
         return parse_search_replace(answer)
     diff = extract_diff(text)
