@@ -21,11 +21,15 @@ __all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "atomic_writ
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8",
+                replace: bool = True) -> Iterator[IO]:
     """Open a temporary file beside ``path``; on a clean exit it replaces ``path``.
 
     ``mode`` is ``"w"`` (text) or ``"wb"`` (bytes). The parent folder is created.
     If the block raises, the temporary file is removed and ``path`` is untouched.
+    With ``replace=False`` an existing ``path`` is kept and :class:`FileExistsError`
+    raised instead; the finished file is hard-linked into place, so the check and
+    the write are one step (no other writer can slip in between).
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes whole files: mode must be 'w' or 'wb', not {mode!r}")
@@ -38,16 +42,20 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)  # FileExistsError if anything is there, a link included
+            os.unlink(tmp)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` atomically."""
-    with atomic_open(path) as fh:
+def atomic_write_text(path: str | os.PathLike, text: str, replace: bool = True) -> None:
+    """Write ``text`` to ``path`` atomically (``replace=False``: :class:`FileExistsError` if ``path`` exists)."""
+    with atomic_open(path, replace=replace) as fh:
         fh.write(text)
 
 
