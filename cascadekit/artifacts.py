@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from cascadekit.atomic import atomic_write_json
+from cascadekit.atomic import atomic_write_json, replace_folder
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest of a few thousand files is a few hundred kB
@@ -241,29 +241,50 @@ PROVENANCE = "provenance.json"
 MAX_SHIPPED_BYTES = 10 << 20
 
 
+def _copy_files(source: Path, dest: Path, names: list[str]) -> None:
+    """Copy ``names`` (paths relative to ``source``) into ``dest``, a temporary folder that is renamed as a whole."""
+    for name in names:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, dest / name)
+
+
 def ship(stage: str, key: str, provenance: dict[str, Any], root: Path | None = None) -> Path:
     """Copy the verified cache entry ``stage/key`` to ``data/checkpoints/<stage>/<key>/`` with its provenance.
 
     The copy carries the entry's manifest, so :func:`get_or_build` checks every
     file's sha256 before it uses the shipped entry. Refuses an entry over
     :data:`MAX_SHIPPED_BYTES`.
+
+    Atomic like a build: the files go to ``.<key>.XXXXXXXX`` beside the
+    destination, are verified there, and the folder is renamed into place by
+    :func:`cascadekit.atomic.replace_folder`, which keeps a shipped entry being
+    replaced until the new one is complete. A ship killed midway leaves the old
+    entry (or none) and a temporary folder that readers never look at and the
+    next ship of the entry deletes. The cache entry's lock is held throughout, so
+    the entry is not rebuilt while it is copied and two ships of it take turns.
     """
     source = artifact_path(stage, key, root)
     if not source.is_dir():
         raise ValueError(f"no cache entry {stage}/{key} under {source.parent.parent}: build it first")
-    verify(source, stage, key)
-    files = [*read_manifest(source, stage, key), MANIFEST]
-    size = sum((source / name).stat().st_size for name in files)
-    if size > MAX_SHIPPED_BYTES:
-        raise ValueError(f"{stage}/{key} is {size / 2**20:.1f} MiB: over the {MAX_SHIPPED_BYTES >> 20} MiB a "
-                         f"shipped checkpoint may weigh")
-    dest = shipped_root() / stage / key
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in files:
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / name, dest / name)
-    atomic_write_json(dest / PROVENANCE, {"stage": stage, "key": key, **provenance})
-    verify(dest, stage, key)
+    with _lock(source.parent, key):
+        verify(source, stage, key)
+        files = [*read_manifest(source, stage, key), MANIFEST]
+        size = sum((source / name).stat().st_size for name in files)
+        if size > MAX_SHIPPED_BYTES:
+            raise ValueError(f"{stage}/{key} is {size / 2**20:.1f} MiB: over the {MAX_SHIPPED_BYTES >> 20} MiB a "
+                             f"shipped checkpoint may weigh")
+        dest = shipped_root() / stage / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(dest.parent, key)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=dest.parent))
+        try:
+            _copy_files(source, tmp, files)
+            atomic_write_json(tmp / PROVENANCE, {"stage": stage, "key": key, **provenance})
+            verify(tmp, stage, key)
+            os.chmod(tmp, 0o755)  # mkdtemp's folder is private; a committed entry is not
+            replace_folder(tmp, dest)
+        finally:
+            _remove(tmp)
     return dest
 
 
@@ -280,9 +301,7 @@ def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
     except CorruptArtifact as err:
         warnings.warn(f"ignoring a damaged shipped checkpoint, building instead: {err}", stacklevel=4)
         return False
-    for name in read_manifest(shipped, stage, key):
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shipped / name, dest / name)
+    _copy_files(shipped, dest, list(read_manifest(shipped, stage, key)))
     return True
 
 

@@ -13,11 +13,13 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "atomic_write_jsonl_gz", "same_file"]
+__all__ = ["atomic_open", "atomic_write_text", "atomic_write_json", "atomic_write_jsonl_gz", "replace_folder",
+           "same_file"]
 
 
 @contextlib.contextmanager
@@ -70,6 +72,26 @@ def atomic_write_jsonl_gz(path: str | os.PathLike, records: Iterable[Any]) -> No
             gzip.GzipFile(filename=Path(path).name.removesuffix(".gz"), mode="wb", fileobj=raw) as packed, \
             io.TextIOWrapper(packed, encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def replace_folder(new: str | os.PathLike, dest: str | os.PathLike) -> None:
+    """Rename the finished folder ``new`` to ``dest``; an existing ``dest`` is kept until ``new`` is in place.
+
+    A folder cannot be renamed over another, so an old ``dest`` is first renamed
+    aside (into ``.<name>.XXXXXXXX`` beside it), then ``new`` is renamed in, then
+    the old one is deleted. A crash before the first rename leaves the old
+    ``dest``, after the second the new one; between the two (two system calls)
+    ``dest`` is missing while both whole folders sit under temporary names, and
+    the next writer of ``dest`` deletes those. Never a half-written ``dest``.
+    """
+    new, dest = Path(new), Path(dest)
+    if not (dest.exists() or dest.is_symlink()):
+        os.replace(new, dest)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    os.replace(dest, aside / "old")
+    os.replace(new, dest)
+    shutil.rmtree(aside)
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
