@@ -17,7 +17,13 @@ a warning, deleted and rebuilt:
   be an object with ``stage`` and ``key`` equal to the entry's, and ``files``
   mapping relative paths (no absolute path, no ``..``, nothing that leads out
   of the entry through a link) to 64-digit lowercase hex sha256s;
-- a plain file or a symlink where the entry's folder should be.
+- a plain file or a symlink where the entry's folder should be;
+- a file with more than one hard link (its content can change under another
+  name after it was checked, and it may be a file from outside the cache).
+
+A plain file or a symlink where a stage's folder (``<root>/<stage>``) should be
+is removed (never what the link points to) with a warning, and the stage's
+entries are built afresh in a real folder.
 
 Concurrency: every ``get_or_build`` of an entry holds a lock on
 ``<root>/<stage>/.<key>.lock`` (:class:`filelock.FileLock`, an OS lock that a
@@ -60,7 +66,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from cascadekit.atomic import atomic_write_json
+from cascadekit.atomic import atomic_write_json, replace_folder
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest of a few thousand files is a few hundred kB
@@ -119,14 +125,20 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
+def _hard_linked(path: Path) -> bool:
+    """Whether the file ``path`` has another name somewhere (another hard link to its data)."""
+    return path.stat().st_nlink > 1
+
+
 def write_manifest(folder: Path, stage: str, key: str) -> None:
     """Record the sha256 of every file under ``folder`` (the last write of a build), atomically."""
     files = {}
     for p in sorted(folder.rglob("*")):
         if not p.is_file() or p.name == MANIFEST:
             continue
-        if not _inside(p, folder):
-            raise ValueError(f"{p} links outside the artifact folder {folder}: a cache entry must hold its own files")
+        if not _inside(p, folder) or _hard_linked(p):
+            raise ValueError(f"{p} links outside the artifact folder {folder} (a symlink or a hard link): "
+                             f"a cache entry must hold its own files")
         files[p.relative_to(folder).as_posix()] = _sha256(p)
     atomic_write_json(folder / MANIFEST, {"stage": stage, "key": key, "files": files})
 
@@ -177,12 +189,16 @@ def verify(folder: Path, stage: str | None = None, key: str | None = None) -> No
     if folder.is_symlink() or not folder.is_dir():
         raise CorruptArtifact(f"{folder}: not a folder (a plain file or a link where the entry should be)")
     files = read_manifest(folder, stage, key)
-    for name, expected in files.items():
+    for name in (MANIFEST, *files):
         path = folder / name
         if not path.is_file():
             raise CorruptArtifact(f"{folder}: {name} is missing")
         if not _inside(path, folder):
             raise CorruptArtifact(f"{folder}: {name} links outside the entry")
+        if _hard_linked(path):
+            raise CorruptArtifact(f"{folder}: {name} is a hard link (the same file has another name elsewhere)")
+    for name, expected in files.items():
+        path = folder / name
         try:
             actual = _sha256(path)
         except OSError as err:
@@ -203,12 +219,14 @@ def _remove(path: Path) -> None:
 
 
 def _stage_folder(root: Path, stage: str) -> Path:
-    """``<root>/<stage>``, created; a plain file or dangling link in its place is removed with a warning."""
+    """``<root>/<stage>``, created; a plain file or a link in its place is removed (not followed) with a warning."""
     if root.exists() and not root.is_dir():
         raise NotADirectoryError(f"cache root {root} is not a folder (set $CASCADEKIT_CACHE to a folder)")
     folder = root / stage
-    if (folder.is_symlink() and not folder.is_dir()) or (folder.exists() and not folder.is_dir()):
-        warnings.warn(f"removing {folder}: a plain file where the cache's {stage!r} folder should be", stacklevel=3)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a link" if folder.is_symlink() else "a plain file"
+        warnings.warn(f"removing {folder}: {what} where the cache's {stage!r} folder should be (links are not "
+                      f"followed; its entries are built afresh)", stacklevel=3)
         _remove(folder)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -241,29 +259,50 @@ PROVENANCE = "provenance.json"
 MAX_SHIPPED_BYTES = 10 << 20
 
 
+def _copy_files(source: Path, dest: Path, names: list[str]) -> None:
+    """Copy ``names`` (paths relative to ``source``) into ``dest``, a temporary folder that is renamed as a whole."""
+    for name in names:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, dest / name)
+
+
 def ship(stage: str, key: str, provenance: dict[str, Any], root: Path | None = None) -> Path:
     """Copy the verified cache entry ``stage/key`` to ``data/checkpoints/<stage>/<key>/`` with its provenance.
 
     The copy carries the entry's manifest, so :func:`get_or_build` checks every
     file's sha256 before it uses the shipped entry. Refuses an entry over
     :data:`MAX_SHIPPED_BYTES`.
+
+    Atomic like a build: the files go to ``.<key>.XXXXXXXX`` beside the
+    destination, are verified there, and the folder is renamed into place by
+    :func:`cascadekit.atomic.replace_folder`, which keeps a shipped entry being
+    replaced until the new one is complete. A ship killed midway leaves the old
+    entry (or none) and a temporary folder that readers never look at and the
+    next ship of the entry deletes. The cache entry's lock is held throughout, so
+    the entry is not rebuilt while it is copied and two ships of it take turns.
     """
     source = artifact_path(stage, key, root)
     if not source.is_dir():
         raise ValueError(f"no cache entry {stage}/{key} under {source.parent.parent}: build it first")
-    verify(source, stage, key)
-    files = [*read_manifest(source, stage, key), MANIFEST]
-    size = sum((source / name).stat().st_size for name in files)
-    if size > MAX_SHIPPED_BYTES:
-        raise ValueError(f"{stage}/{key} is {size / 2**20:.1f} MiB: over the {MAX_SHIPPED_BYTES >> 20} MiB a "
-                         f"shipped checkpoint may weigh")
-    dest = shipped_root() / stage / key
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in files:
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / name, dest / name)
-    atomic_write_json(dest / PROVENANCE, {"stage": stage, "key": key, **provenance})
-    verify(dest, stage, key)
+    with _lock(source.parent, key):
+        verify(source, stage, key)
+        files = [*read_manifest(source, stage, key), MANIFEST]
+        size = sum((source / name).stat().st_size for name in files)
+        if size > MAX_SHIPPED_BYTES:
+            raise ValueError(f"{stage}/{key} is {size / 2**20:.1f} MiB: over the {MAX_SHIPPED_BYTES >> 20} MiB a "
+                             f"shipped checkpoint may weigh")
+        dest = shipped_root() / stage / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(dest.parent, key)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=dest.parent))
+        try:
+            _copy_files(source, tmp, files)
+            atomic_write_json(tmp / PROVENANCE, {"stage": stage, "key": key, **provenance})
+            verify(tmp, stage, key)
+            os.chmod(tmp, 0o755)  # mkdtemp's folder is private; a committed entry is not
+            replace_folder(tmp, dest)
+        finally:
+            _remove(tmp)
     return dest
 
 
@@ -280,9 +319,7 @@ def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
     except CorruptArtifact as err:
         warnings.warn(f"ignoring a damaged shipped checkpoint, building instead: {err}", stacklevel=4)
         return False
-    for name in read_manifest(shipped, stage, key):
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shipped / name, dest / name)
+    _copy_files(shipped, dest, list(read_manifest(shipped, stage, key)))
     return True
 
 

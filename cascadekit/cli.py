@@ -154,9 +154,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise ValueError(f"{args.outputs}:{number}: record {totals['n'] + 1}: malformed gold problem ({err})") from None
             verdict = judge(record["output"], problem)
             fh.write(json.dumps(asdict(verdict)) + "\n")
-            totals.update(n=1, correct=verdict.correct, answer=verdict.answer_correct,
-                          missing=verdict.n_missing > 0, dependency=verdict.n_dependency > 0,
-                          value=verdict.n_value > 0, mismatch=verdict.answer_mismatch)
+            flags = dict(correct=verdict.correct, answer=verdict.answer_correct, missing=verdict.n_missing > 0,
+                         dependency=verdict.n_dependency > 0, value=verdict.n_value > 0,
+                         mismatch=verdict.answer_mismatch)
+            totals.update(n=1, **{name: int(flag) for name, flag in flags.items()})  # counts, never True/False
             accuracy += verdict.process_accuracy
     n = totals["n"]
     print(f"judged {n} outputs -> {out}")
@@ -235,7 +236,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.training.whole_cascade import CascadeStage, check_order, joint_rl, parse_joint, run_cascade
 
     order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
-    joint_prompts = parse_joint(args.joint) if args.joint else None  # checked before anything trains
+    joint_prompts = None if args.joint is None else parse_joint(args.joint)  # before anything trains; '' is an error
     profile = resolve("14", args.scale, parse_overrides(args.set), args.seed).profile
     try:
         against = None if args.against is None else json.loads(Path(args.against).read_text())
@@ -308,7 +309,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.slurm:
         from cascadekit.atomic import atomic_write_text
 
-        atomic_write_text(args.slurm, the_plan.slurm)
+        try:
+            atomic_write_text(args.slurm, the_plan.slurm, replace=args.force)
+        except FileExistsError:
+            raise ValueError(f"--slurm {args.slurm!r} exists: refusing to replace it (add --force)") from None
         print(f"wrote {args.slurm}: submit it with sbatch")
         return 0
     if args.role == "serve":
@@ -534,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="profile override, repeatable (passed on to the stage's experiment)")
     launch.add_argument("--dry-run", action="store_true", help="validate and print every command; run nothing")
     launch.add_argument("--slurm", default="", help="write the Slurm batch script here instead of running")
+    launch.add_argument("--force", action="store_true", help="let --slurm replace an existing file")
     launch.add_argument("--role", default="train", choices=("train", "serve"))
     launch.add_argument("--machine-rank", type=_bounded_int(0, 1023), default=0)
     launch.add_argument("--main-address", default="", help="host name of training node 0")

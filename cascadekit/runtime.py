@@ -10,7 +10,9 @@
   otherwise it is downloaded only when allowed (``allow_download=True``, or
   ``CASCADEKIT_ALLOW_DOWNLOAD=1``), with one line naming the model and the cache
   folder; when not allowed, :class:`DownloadNotAllowed` says what is missing and
-  how to allow it. Nothing at the smoke or toy scale downloads anything: their
+  how to allow it. A folder that cannot be loaded (no weights, pickled weights
+  that are not plain tensors, a config that asks to run its own code, which is
+  never trusted) is one :class:`CheckpointUnloadable` line. Nothing at the smoke or toy scale downloads anything: their
   models are built from scratch (:func:`cascadekit.models.build_model`) and their
   checkpoints are local folders.
 - :func:`with_lora` wraps a model with LoRA (PEFT), :func:`lora_config` is the
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -44,7 +47,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 __all__ = [
-    "CPU", "DOWNLOAD_ENV", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
+    "CPU", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
     "checkpoint_folder", "choose_device", "cuda_device", "download_allowed", "four_bit_config", "hub_cache_dir",
     "load_chat_tokenizer",
     "load_model", "load_tokenizer", "lora_config", "require", "save_checkpoint", "with_lora",
@@ -223,6 +226,29 @@ def _not_allowed(what: str, name: str) -> DownloadNotAllowed:
 T = TypeVar("T")
 
 
+class CheckpointUnloadable(OSError):
+    """A checkpoint folder the loader refused or failed on, in one line naming the folder."""
+
+
+def _loaded(what: str, folder: str | os.PathLike, load: Callable[..., T], **kwargs: Any) -> T:
+    """``load(folder, **kwargs)``; any failure of the loader on the folder's files is a :class:`CheckpointUnloadable`.
+
+    A released or model-written folder is hostile input: transformers and torch
+    answer a bad one with many lines (a pickle refused by ``weights_only``, a
+    missing tokenizer file, a config asking for remote code), which the command
+    line must turn into one. The first line of the loader's message is kept, and
+    the original error is chained for a reader who wants all of it.
+    """
+    try:
+        return load(str(folder), **kwargs)
+    except Exception as err:  # noqa: BLE001 - whatever the files make the loader raise
+        if isinstance(err, pickle.UnpicklingError):
+            reason = "its weights are a pickle that is not plain tensors (refused: loading it could run code)"
+        else:
+            reason = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise CheckpointUnloadable(f"{what} at {folder} cannot be loaded: {reason}") from err
+
+
 def _snapshot(name: str, local_files_only: bool) -> Path:
     """The folder of hub model ``name`` in the HF cache (downloaded first unless ``local_files_only``)."""
     try:
@@ -241,10 +267,10 @@ def _from_source(what: str, source: str | os.PathLike, load: Callable[..., T], a
     """
     folder = _local_folder(source)
     if folder is not None:  # a folder never touches the network
-        return load(str(folder), **kwargs)
+        return _loaded(what, folder, load, **kwargs)
     name = os.fspath(source)
     try:
-        return load(str(_snapshot(name, local_files_only=True)), **kwargs)
+        return _loaded(what, _snapshot(name, local_files_only=True), load, **kwargs)
     except OSError as cached:  # not in the cache, or only partly
         if not download_allowed(allow=allow_download):
             raise _not_allowed(what, name) from cached
@@ -253,7 +279,7 @@ def _from_source(what: str, source: str | os.PathLike, load: Callable[..., T], a
                                      f"and HF_HUB_OFFLINE is set, so it cannot be downloaded") from cached
     print(f"cascadekit: downloading {what} {name} from the Hugging Face Hub into {hub_cache_dir()}",
           file=sys.stderr, flush=True)
-    return load(str(_snapshot(name, local_files_only=False)), **kwargs)
+    return _loaded(what, _snapshot(name, local_files_only=False), load, **kwargs)
 
 
 QUANTIZATIONS = ("none", "4bit")
@@ -282,7 +308,7 @@ def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
     placement = placement or CPU
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
-    kwargs: dict[str, Any] = {"dtype": placement.weights_dtype}
+    kwargs: dict[str, Any] = {"dtype": placement.weights_dtype, "trust_remote_code": False}  # never ask, never run
     if quantization == "4bit":
         if not placement.on_gpu:
             raise ValueError(f"4-bit loading needs a CUDA GPU (bitsandbytes); the placement is {placement}")
@@ -294,7 +320,7 @@ def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
 
 def load_tokenizer(source: str | os.PathLike, *, allow_download: bool | None = None) -> PreTrainedTokenizerBase:
     """The tokenizer of a checkpoint folder (saved with ``save_pretrained``) or of a hub model."""
-    return _from_source("tokenizer", source, AutoTokenizer.from_pretrained, allow_download)
+    return _from_source("tokenizer", source, AutoTokenizer.from_pretrained, allow_download, trust_remote_code=False)
 
 
 def load_chat_tokenizer(source: str | os.PathLike, *, allow_download: bool | None = None) -> PreTrainedTokenizerBase:

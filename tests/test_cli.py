@@ -100,3 +100,39 @@ def test_ship_refuses_a_missing_or_damaged_entry(tmp_path, monkeypatch, capsys):
     assert main(["ship", "chat-base", "k", "--what", "x", "--built-by", "y"]) == 2
     assert "damaged" in capsys.readouterr().err
     assert main(["ship", "../etc", "k", "--what", "x", "--built-by", "y"]) == 2
+
+
+def test_verify_prints_counts_for_one_record_as_for_many(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cascadekit.world import generate_problem
+
+    problem = generate_problem(3, "A", seed=0).to_dict()
+    outputs = tmp_path / "one.jsonl"
+    outputs.write_text(json.dumps({"gold": problem, "output": problem["solution_text"]}) + "\n")
+    assert main(["verify", str(outputs), "--out", str(tmp_path / "v.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "process-verified correct: 1/1 (100.0%)" in out and "answer correct:           1/1" in out
+    assert "missing node 0, dependency mismatch 0, value mismatch 0, answer mismatch 0" in out
+    assert "True" not in out and "False" not in out
+
+
+@pytest.mark.parametrize("joint", ["", " ", ",", " , "])
+def test_an_empty_joint_is_an_error_not_the_default_cascade(joint: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cascade", "--scale", "smoke", "--joint", joint, "--out", str(tmp_path / "o"),
+                 "--work", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert err == "cascadekit cascade: error: joint RL needs at least one DOMAIN=PROMPTS\n"
+    assert not list(tmp_path.iterdir())  # nothing trained, nothing written
+
+
+def test_launch_slurm_keeps_an_existing_file_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.sh"
+    job.write_text("my own batch script\n")
+    assert main(["launch", "sft", "--scale", "paper", "--slurm", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cascadekit launch: error: --slurm ") and "exists" in err and "--force" in err
+    assert err.count("\n") == 1 and job.read_text() == "my own batch script\n"
+    assert main(["launch", "sft", "--scale", "paper", "--slurm", str(job), "--force"]) == 0
+    assert job.read_text().startswith("#!/bin/bash") and [p.name for p in tmp_path.iterdir()] == ["job.sh"]
+    fresh = tmp_path / "fresh.sh"
+    assert main(["launch", "sft", "--scale", "paper", "--slurm", str(fresh)]) == 0 and fresh.read_text() == job.read_text()

@@ -66,3 +66,88 @@ def test_a_missing_checkpoint_is_one_error(tmp_path, capsys):
     assert main(["evaluate-checkpoints", f"SFT={tmp_path / 'nowhere'}", "--scale", "smoke",
                  "--out", str(tmp_path / "o")]) == 2
     assert "no checkpoint folder at" in capsys.readouterr().err
+
+
+# --- hostile or broken checkpoints: one line, exit 2, nothing run ---------------------------
+
+class _Payload:
+    """Unpickled, this would run a shell command that leaves ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _hostile(kind, good, folder, marker):
+    """A checkpoint folder (a copy of ``good``) broken or armed the way ``kind`` says."""
+    import shutil
+
+    import torch
+
+    if kind == "empty":
+        folder.mkdir()
+        return folder
+    shutil.copytree(good, folder)
+    weights = folder / "model.safetensors"
+    if kind == "pickle":
+        weights.unlink()
+        torch.save({"weight": _Payload(marker)}, folder / "pytorch_model.bin")
+    elif kind == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif kind == "remote code":
+        config = json.loads((folder / "config.json").read_text())
+        config.update(model_type="evilmodel",  # a type only the folder's own code could load
+                      auto_map={"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"})
+        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    return folder
+
+
+@pytest.fixture
+def open_stdin(monkeypatch):
+    """stdin an open pipe that never sends anything: a "[y/N]" prompt would wait on it."""
+    import os
+    import sys
+
+    read, write = os.pipe()
+    stdin = os.fdopen(read)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    yield
+    stdin.close()
+    os.close(write)
+
+
+@pytest.mark.parametrize("kind, needle", [
+    ("hub", "SFT: checkpoint 'nosuchorg/nosuchmodel' is not a local folder and not in the Hugging Face cache"),
+    ("empty", "is not a checkpoint folder (it has no config.json)"),
+    ("pickle", "its weights are a pickle that is not plain tensors (refused: loading it could run code)"),
+    ("truncated", "cannot be loaded: "),
+    ("remote code", "config asks to run code shipped with the checkpoint (auto_map)"),
+])
+def test_a_bad_checkpoint_is_one_line_and_exit_2(kind, needle, checkpoints, tmp_path, monkeypatch, open_stdin,
+                                                capsys):
+    monkeypatch.delenv("CASCADEKIT_ALLOW_DOWNLOAD", raising=False)
+    marker = tmp_path / "ran"
+    source = "nosuchorg/nosuchmodel" if kind == "hub" else _hostile(kind, checkpoints[0], tmp_path / "ck", marker)
+    out = tmp_path / "out"
+    assert main(["evaluate-checkpoints", f"SFT={source}", "--scale", "smoke", "--set", "sft.max_new_tokens=2",
+                 "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("cascadekit evaluate-checkpoints: error: ") and needle in captured.err, captured.err
+    assert captured.err.count("\n") == 1 and "[y/N]" not in captured.out + captured.err
+    assert not marker.exists() and not out.exists()  # nothing ran, nothing written
+
+
+def test_the_loader_itself_never_runs_or_asks_for_a_checkpoints_code(checkpoints, tmp_path, open_stdin, capsys):
+    from cascadekit.runtime import CheckpointUnloadable, load_model
+
+    marker = tmp_path / "ran"
+    folder = _hostile("remote code", checkpoints[0], tmp_path / "ck", marker)
+    with pytest.raises(CheckpointUnloadable, match="cannot be loaded: .*custom code") as caught:
+        load_model(folder)
+    assert "\n" not in str(caught.value) and not marker.exists()
+    assert "[y/N]" not in "".join(capsys.readouterr())

@@ -31,9 +31,14 @@ from cascadekit.evaluation.stage_table import (
     Generator, aggregate, judge_records, paper_vs_run, rollout, stage_markdown, suite_records,
 )
 from cascadekit.profiles import Profile
-from cascadekit.runtime import checkpoint_folder, choose_device, load_chat_tokenizer, load_model, require
+from cascadekit.runtime import (
+    DownloadNotAllowed, checkpoint_folder, choose_device, load_chat_tokenizer, load_model, require,
+)
 
-__all__ = ["evaluate_checkpoints", "parse_checkpoints", "vllm_generator"]
+__all__ = ["check_sources", "evaluate_checkpoints", "parse_checkpoints", "vllm_generator"]
+
+#: A model's config.json is a few kB; a larger one is not read.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def parse_checkpoints(pairs: Sequence[str]) -> list[tuple[str, str]]:
@@ -50,6 +55,45 @@ def parse_checkpoints(pairs: Sequence[str]) -> list[tuple[str, str]]:
     if not out:
         raise ValueError("name at least one checkpoint as STAGE=FOLDER_OR_HUB_NAME")
     return out
+
+
+def check_sources(checkpoints: Sequence[tuple[str, str]], allow_download: bool | None = None) -> list[Path]:
+    """Each source's local folder (a hub name's cached or downloaded snapshot), before any model loads.
+
+    A missing folder, a hub name that is not cached with downloading off, a
+    folder with no readable ``config.json`` (an empty one, a tokenizer alone) and
+    a config that asks to run the folder's own code (``auto_map``: the kit never
+    trusts remote code, and never asks) are one ValueError naming the stage, so
+    the last checkpoint of a list cannot fail after the first one was evaluated
+    for an hour.
+    """
+    folders = []
+    for stage, source in checkpoints:
+        try:
+            folder = checkpoint_folder(source, allow_download=allow_download)
+        except DownloadNotAllowed as err:
+            raise ValueError(f"{stage}: {err}") from None
+        if "auto_map" in _config(folder, stage):
+            raise ValueError(f"{stage}: {folder}'s config asks to run code shipped with the checkpoint (auto_map); "
+                             f"the kit never runs a checkpoint's own code")
+        folders.append(folder)
+    return folders
+
+
+def _config(folder: Path, stage: str) -> dict[str, Any]:
+    """``folder``'s ``config.json`` as a JSON object, or a ValueError saying why it is not a checkpoint's."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{stage}: {folder} is not a checkpoint folder (it has no config.json)")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{stage}: {path} is larger than {MAX_CONFIG_BYTES:,} bytes: not a model config")
+    try:
+        config = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{stage}: {path} is not JSON ({type(err).__name__})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{stage}: {path} is a JSON {type(config).__name__}, not an object")
+    return config
 
 
 def vllm_generator(folder: Path, tokenizer: Any) -> Generator:
@@ -81,11 +125,13 @@ def evaluate_checkpoints(checkpoints: Sequence[tuple[str, str]], profile: Profil
                          allow_download: bool | None = None) -> list[dict[str, Any]]:
     """Every checkpoint on the same records; writes ``stage_table.md``, ``rows.json`` and ``samples.jsonl`` to ``out``.
 
-    Records are checked before any model loads, so a malformed one costs no GPU time.
+    Records and sources (:func:`check_sources`) are checked before any model loads, so a malformed one
+    costs no GPU time.
     """
     records = list(suite_records(profile) if records is None else records)
     for record in records:
         check_record(record)
+    check_sources(checkpoints, allow_download)
     use_vllm = _use_vllm(profile)
     rows: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []

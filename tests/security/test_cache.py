@@ -338,3 +338,46 @@ def test_the_newest_good_checkpoint_wins_by_number_not_name(tmp_path):
     (tmp_path / "checkpoint-x").mkdir()
     (tmp_path / "checkpoint-11").write_text("")
     assert resume_checkpoint(tmp_path) == newest
+
+
+def test_a_link_where_the_stage_folder_should_be_is_not_followed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    planted = get_or_build("pretrain", "k", _builder([]), root=elsewhere)  # a valid entry behind the link
+    (planted / "keep.txt").write_text("mine")
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "pretrain").symlink_to(elsewhere / "pretrain", target_is_directory=True)
+    calls = []
+    with pytest.warns(UserWarning, match="a link where the cache's 'pretrain' folder should be"):
+        path = get_or_build("pretrain", "k", _builder(calls), root=root)
+    assert len(calls) == 1 and not (root / "pretrain").is_symlink() and path.resolve().is_relative_to(root)
+    verify(path, "pretrain", "k")
+    assert (planted / "keep.txt").read_text() == "mine"  # the link's target is untouched
+
+
+@pytest.mark.parametrize("member", ["model.safetensors", "sub/config.json", "manifest.json"])
+def test_a_hard_linked_member_is_rejected_and_rebuilt(tmp_path, member):
+    path, calls = _built(tmp_path / "cache")
+    outside = tmp_path / "outside"
+    outside.write_bytes((path / member).read_bytes())  # the same bytes, so its sha256 still matches
+    (path / member).unlink()
+    os.link(outside, path / member)
+    with pytest.raises(CorruptArtifact, match=f"{member} is a hard link"):
+        verify(path, "pretrain", "k")
+    with pytest.warns(UserWarning, match="rebuilding corrupt cache entry"):
+        get_or_build("pretrain", "k", _builder(calls), root=tmp_path / "cache")
+    assert len(calls) == 2 and (path / member).stat().st_nlink == 1
+    verify(path, "pretrain", "k")
+    assert outside.stat().st_nlink == 1  # the rebuild deleted only the entry's name for it
+
+
+def test_a_builder_that_hard_links_a_file_in_is_refused(tmp_path):
+    outside = tmp_path / "weights.bin"
+    outside.write_bytes(b"w")
+
+    def links(folder):
+        os.link(outside, folder / "model.bin")
+
+    with pytest.raises(ValueError, match="hard link"):
+        get_or_build("pretrain", "k", links, root=tmp_path / "cache")
+    assert not artifact_path("pretrain", "k", tmp_path / "cache").exists() and outside.read_bytes() == b"w"

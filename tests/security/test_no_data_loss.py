@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,3 +164,118 @@ _DIRECT_WRITE = re.compile(r"\.write_text\(|\.write_bytes\(|\.open\(\s*[\"']w|[^
 def test_no_direct_writes_remain(name: str) -> None:
     source = (REPO / "cascadekit" / name).read_text()
     assert not _DIRECT_WRITE.findall(source), f"{name} writes a file in place: use cascadekit.atomic"
+
+
+# --- ship: a shipped entry is the old one or the whole new one ------------------------------
+
+_WEIGHTS = 1 << 20
+
+
+def _cache_entry(root: Path, fill: bytes) -> None:
+    """Cache entry sft/k (built again, with ``fill`` as its weights, if it exists)."""
+    from cascadekit.artifacts import get_or_build
+
+    def build(folder: Path) -> None:
+        (folder / "model.safetensors").write_bytes(fill * _WEIGHTS)
+        (folder / "sub").mkdir()
+        (folder / "sub" / "config.json").write_text("{}")
+
+    get_or_build("sft", "k", build, root=root, rebuild=True)
+
+
+def _entry_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("reship", [False, True])
+def test_a_ship_that_fails_mid_copy_leaves_the_old_entry_or_none(reship: bool, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from cascadekit import artifacts
+
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr(artifacts, "shipped_root", lambda: shipped)
+    cache = tmp_path / "cache"
+    _cache_entry(cache, b"\x01")
+    if reship:
+        artifacts.ship("sft", "k", {"what": "old"}, root=cache)
+        _cache_entry(cache, b"\x02")
+    before = _entry_bytes(shipped / "sft" / "k") if reship else None
+    real = shutil.copyfile
+
+    def half_then_die(src, dst, **kwargs):
+        if Path(src).name != "model.safetensors":
+            return real(src, dst, **kwargs)
+        Path(dst).write_bytes(Path(src).read_bytes()[:_WEIGHTS // 2])
+        raise OSError("killed mid-copy (simulated)")
+
+    monkeypatch.setattr(shutil, "copyfile", half_then_die)
+    with pytest.raises(OSError, match="simulated"):
+        artifacts.ship("sft", "k", {"what": "new"}, root=cache)
+    entry = shipped / "sft" / "k"
+    if reship:
+        assert _entry_bytes(entry) == before
+        artifacts.verify(entry, "sft", "k")
+    else:
+        assert not entry.exists()
+    assert [p.name for p in (shipped / "sft").iterdir()] == (["k"] if reship else [])  # no temporary left
+
+
+_SLOW_SHIP = """
+import sys, time
+from pathlib import Path
+from cascadekit import artifacts
+artifacts.shipped_root = lambda: Path(sys.argv[1])
+
+def slow_copy(src, dst, **kwargs):
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(64 << 10):
+            fout.write(chunk)
+            fout.flush()
+            time.sleep(0.05)
+
+artifacts.shutil.copyfile = slow_copy
+artifacts.ship("sft", "k", {"what": "new"}, root=Path(sys.argv[2]))
+"""
+
+
+def test_kill_9_during_a_reship_keeps_the_shipped_entry_and_the_next_ship_cleans_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cascadekit import artifacts
+
+    shipped, cache = tmp_path / "shipped", tmp_path / "cache"
+    monkeypatch.setattr(artifacts, "shipped_root", lambda: shipped)
+    _cache_entry(cache, b"\x01")
+    artifacts.ship("sft", "k", {"what": "old"}, root=cache)
+    before = _entry_bytes(shipped / "sft" / "k")
+    _cache_entry(cache, b"\x02")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", _SLOW_SHIP, str(shipped), str(cache)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the temporary entry holds part of the weights
+            partial = list((shipped / "sft").glob(".k.*/model.safetensors"))
+            if partial and partial[0].stat().st_size > 0:
+                break
+            assert child.poll() is None, "the ship finished before it could be killed"
+            time.sleep(0.02)
+        else:
+            pytest.fail("the ship never got going")
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert _entry_bytes(shipped / "sft" / "k") == before
+    leftovers = [p.name for p in (shipped / "sft").iterdir() if p.name != "k"]
+    assert len(leftovers) == 1 and re.fullmatch(r"\.k\.\w{8}", leftovers[0])
+
+    def never(folder: Path) -> None:
+        raise AssertionError("the shipped entry was not used")
+
+    used = artifacts.get_or_build("sft", "k", never, root=tmp_path / "reader")  # the leftover is not looked at
+    assert (used / "model.safetensors").read_bytes() == b"\x01" * _WEIGHTS
+    with pytest.warns(UserWarning, match="interrupted"):
+        artifacts.ship("sft", "k", {"what": "new"}, root=cache)
+    assert [p.name for p in (shipped / "sft").iterdir()] == ["k"]
+    assert (shipped / "sft" / "k" / "model.safetensors").read_bytes() == b"\x02" * _WEIGHTS
+    artifacts.verify(shipped / "sft" / "k", "sft", "k")
