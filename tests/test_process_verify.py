@@ -204,3 +204,101 @@ def test_issue_inputs_give_a_verdict_with_a_reason(text):
 def test_a_correct_solution_after_hostile_noise_still_verifies():
     p = generate_problem(3, "A", seed=0)
     assert judge(p.training_text + "\x00" + "[" * 10_000, p).correct
+
+
+# --- issue 35: no prefix acceptance, tags of any length, Unicode decided ----------------------
+
+def _paper_problem(mode: str = "forward"):
+    from cascadekit.world import paper
+    import random
+    return paper.generate(6, "A", random.Random(3), seed=3, mode=mode)
+
+
+def _wrong_redefinition(p) -> str:
+    """The last gold step again, under its own letter, with a value one too many."""
+    last = solution_steps(p)[-1]
+    head = last.split(";")[0]
+    letter = head.rsplit(" ", 1)[1]
+    return f"{head}; so {letter} = {p.nodes[-1].value + 1}."
+
+
+def test_an_output_over_the_cap_is_rejected_whole_never_judged_on_its_prefix():
+    from cascadekit.verify.process import MAX_TEXT
+    p = _paper_problem()
+    prefix = p.training_text
+    text = prefix + " " * (MAX_TEXT - len(prefix)) + _wrong_redefinition(p)
+    assert judge(prefix, p).correct and len(text) > MAX_TEXT
+    verdict = judge(text, p)
+    assert not verdict.correct and verdict.n_missing == verdict.n_gold and verdict.answer_mismatch
+    assert "200,000-character cap" in verdict.reason and verdict.reason.startswith("missing: every step")
+
+
+def test_a_wrong_redefinition_late_in_a_long_output_is_read():
+    from cascadekit.verify.process import MAX_TEXT
+    p = _paper_problem()
+    body = p.training_text.split("</solution>")[0]
+    text = body + " " * (MAX_TEXT - len(body) - 200) + _wrong_redefinition(p) + " </solution>"
+    assert len(text) <= MAX_TEXT
+    verdict = judge(text, p)
+    assert not verdict.correct and verdict.n_value == 1, verdict.reason
+
+
+@pytest.mark.parametrize("length", [0, 199, 201, 5_000])
+def test_a_tag_of_any_length_is_stripped(length):
+    p = _paper_problem()
+    body, tail = p.training_text.split("</solution>")
+    tag = f"<note {'n' * length} {_wrong_redefinition(p)}>"
+    assert judge(f"{body} {tag} </solution>{tail}", p).correct  # a tag's content is never a step
+
+
+def test_many_unclosed_angle_brackets_are_fast():
+    p = _paper_problem()
+    judge("<" * 199_000 + p.training_text[:900], p)  # linear: would hang on a tag regex that spans "<"
+
+
+def _digits(text: str, zero: str) -> str:
+    return "".join(chr(ord(zero) + int(ch)) if ch.isdigit() else ch for ch in text)
+
+
+@pytest.mark.parametrize("zero", ["\uff10", "\u0660", "\u06f0", "\u0966"])  # fullwidth, Arabic-Indic, Persian, Devanagari
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_unicode_decimal_digits_are_read_as_numbers_as_the_official_reads_them(zero, mode):
+    p = _paper_problem(mode)
+    assert judge(_digits(p.training_text, zero), p).correct
+    wrong = _digits(p.training_text.replace("<answer> ", f"<answer> {p.answer + 1}", 1), zero)
+    assert not judge(wrong, p).correct
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e"])
+def test_invisible_format_characters_inside_expressions_are_ignored(invisible):
+    p = _paper_problem()
+    text = p.training_text.replace(" + ", f" {invisible}+{invisible} ").replace(" = ", f" ={invisible} ")
+    assert text != p.training_text and judge(text, p).correct
+
+
+@pytest.mark.parametrize("symbol", ["\uff0b", "\u2795", "\u00e9"])  # fullwidth plus, heavy plus, a letter
+def test_another_non_ascii_character_makes_the_expression_prose_and_the_step_is_rejected(symbol):
+    p = next(p for seed in range(40) if " + " in (p := _paper_problem()).solution_text)
+    text = p.training_text.replace(" + ", f" {symbol} ", 1)
+    verdict = judge(text, p)
+    assert not verdict.correct and verdict.n_dependency >= 1, verdict.reason
+
+
+@pytest.mark.parametrize("filler", ["", "the letter ", "the variable that we will call ", "word " * 40])
+def test_define_takes_up_to_40_filler_words_between_as_and_the_letter(filler):
+    parsed = parse_solution(f"Define bees in Oak as {filler}q; so q = 2.")
+    assert [(s.name, s.letter, s.value) for s in parsed.steps] == [("bees in oak", "q", 2)]
+
+
+def test_define_with_more_than_40_filler_words_is_no_step():
+    steps = parse_solution("Define bees in Oak as " + "word " * 41 + "q; so q = 2.").steps
+    assert all(step.name != "bees in oak" for step in steps)  # read as a minimal-grammar sentence instead
+
+
+@pytest.mark.parametrize("text", [("Define " + "a " * 200) * 480, "Define a as " * 16_000,
+                                  "Define a as " + "a " * 99_000, ("Define a " + "as " * 200) * 240])
+def test_define_grammar_is_fast_on_hostile_text(text):
+    import time
+    start = time.process_time()
+    parse_solution(text)
+    assert time.process_time() - start < 20  # a hang guard, not a speed claim (about 2 s on one shared core)

@@ -31,6 +31,7 @@ missing or wrong.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -146,20 +147,26 @@ class ProcessVerdict:
     reason: str
 
 
-_DEFINE = re.compile(r"Define\s+(.{1,400}?)\s+(?:as|a)\s+(?:[A-Za-z]+\s+){0,3}?([A-Za-z]);", re.IGNORECASE | re.DOTALL)
+#: ``Define <name> as <up to 40 filler words> <letter>;``; a filler word is never ``Define`` and is matched
+#: possessively, so hostile text costs linear time (the official allows any number of filler words).
+_DEFINE = re.compile(r"Define\s+(.{1,400}?)\s+(?:as|a)\s+(?:(?!define\b)[A-Za-z]++\s++){0,40}+([A-Za-z]);",
+                     re.IGNORECASE | re.DOTALL)
 _LAST_DEFINE = re.compile(r"\bDefine\s+", re.IGNORECASE)
 _ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z])\s*=\s*([^.;]+)")
 _LETTER = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z](?![A-Za-z0-9_])")
 _EXPRESSION = re.compile(r"[0-9A-Za-z\s()+\-*/.]*")
 _IDENTIFIER = re.compile(r"[A-Za-z]\w*")
 _IDENTIFIER_GLUED = re.compile(r"[A-Za-z][A-Za-z0-9_]|[0-9][A-Za-z]")
-_TAG = re.compile(r"<[^<>]{0,200}>")
+_TAG = re.compile(r"<[^<>]*>")  # any length; never spans a "<", so linear
 _NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
 _ANSWER_TAG = re.compile(r"<answer>\s*([-+]?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE)
 _ANSWER_LINE = re.compile(r"Answer:\s*([-+]?[0-9]+(?:\.[0-9]+)?)")
 _SENTENCE_END = re.compile(r"\.(?:\s+|$)")
 _OPERATOR = re.compile(r"[-+*/()]")
-_MAX_TEXT = 200_000
+#: The longest output the judge reads; a longer one is rejected whole, never judged on a prefix.
+MAX_TEXT = 200_000
+#: A Unicode decimal digit that is not ASCII (fullwidth, Arabic-Indic, ...): the official ``\d`` reads them.
+_UNICODE_DIGIT = re.compile(r"(?![0-9])\d")
 
 
 def _solution_body(text: str) -> str:
@@ -202,9 +209,26 @@ def _step_value(clauses: list[str], rest: str) -> Fraction | None:
     return parse_number(numbers[-1].lstrip("+")) if numbers else None
 
 
+def readable(text: str) -> str:
+    """``text`` as the judge reads it: Unicode decimal digits as ASCII ones, invisible format characters gone.
+
+    A zero-width space, joiner, soft hyphen, byte-order mark or bidi control
+    (Unicode category Cf) shows nothing, so it must neither split an expression
+    into prose nor hide a letter; every other non-ASCII character stays, and an
+    expression holding one is prose (see ``DIFFERENCES``).
+    """
+    if text.isascii():
+        return text
+    text = _UNICODE_DIGIT.sub(lambda digit: str(unicodedata.decimal(digit.group())), text)
+    return "".join(ch for ch in text if ch.isascii() or unicodedata.category(ch) != "Cf")
+
+
 def parse_solution(text: str) -> ParsedSolution:
-    """Read a solution into steps (quantity, parents, value) and a final answer."""
-    text = str(text)[:_MAX_TEXT]
+    """Read a solution into steps (quantity, parents, value) and a final answer.
+
+    The whole text is read; :func:`judge` rejects one over :data:`MAX_TEXT` before it gets here.
+    """
+    text = readable(str(text))
     lettered = _lettered_text(text)
     if _DEFINE.search(lettered):
         return ParsedSolution(_lettered_steps(lettered), _parse_answer(text))
@@ -338,10 +362,15 @@ def _named_steps(body: str) -> tuple[ParsedStep, ...]:
 def judge(text: str, problem: Problem) -> ProcessVerdict:
     """Check a solution against the problem's gold graph, node by node, then the answer.
 
-    Never raises on any ``text``: only the first 200,000 characters are read, every
-    number and expression is bounded (see :func:`evaluate`), and whatever cannot be
-    read counts as a missing or wrong step, named in the verdict's reason.
+    Never raises on any ``text``: an output over :data:`MAX_TEXT` characters is
+    rejected whole (every step missing, the reason says why), never judged on a
+    prefix; every number and expression is bounded (see :func:`evaluate`), and
+    whatever cannot be read counts as a missing or wrong step, named in the
+    verdict's reason.
     """
+    text = str(text)
+    if len(text) > MAX_TEXT:
+        return _over_cap(len(text), problem)
     parsed = parse_solution(text)
     steps = parsed.by_name()
     gold_names = {node.name for node in problem.nodes}
@@ -369,6 +398,16 @@ def judge(text: str, problem: Problem) -> ProcessVerdict:
         n_gold=n_gold, n_missing=len(missing), n_dependency=len(dependency), n_value=len(value),
         n_extra=n_extra, answer_mismatch=not answer_correct,
         reason=_reason(correct, missing, dependency, value, parsed.answer, problem.answer))
+
+
+def _over_cap(length: int, problem: Problem) -> ProcessVerdict:
+    """The verdict on an output too long to read: nothing in it counts, so every gold step is missing."""
+    n_gold = len(problem.nodes)
+    return ProcessVerdict(
+        correct=False, answer_correct=False, process_accuracy=0.0, n_gold=n_gold, n_missing=n_gold,
+        n_dependency=0, n_value=0, n_extra=0, answer_mismatch=True,
+        reason=(f"missing: every step (the output's {length:,} characters are over the judge's {MAX_TEXT:,}-character "
+                f"cap, so none was read); answer missing != {_number_text(problem.answer)}"))
 
 
 def _reason(correct: bool, missing: list[str], dependency: list[str], value: list[str],
