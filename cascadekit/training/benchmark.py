@@ -85,8 +85,10 @@ def _tokens_per_step(profile: Profile) -> int:
     return profile.pretrain.batch_size * profile.pretrain.seq_len
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench train", description=__doc__.splitlines()[0])
     add_scale_arguments(parser)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
