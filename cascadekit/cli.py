@@ -403,6 +403,21 @@ def cmd_ship(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``cascadekit bench NAME``: each benchmark's module (also runnable as ``python -m MODULE``).
+BENCHMARKS = {
+    "grpo": "cascadekit.training.grpo_benchmark",  # kit vs bare TRL per phase, share of the matmul peak
+    "train": "cascadekit.training.benchmark",  # training tokens/s: fp32, bf16 autocast, a plain loop
+    "async-rewards": "cascadekit.training.async_rewards_benchmark",  # blocking vs streamed Code RL rewards
+}
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    importlib.import_module(BENCHMARKS[args.name]).main(args.options, parser_class=_Parser)
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     from cascadekit.envinfo import describe_environment
 
@@ -561,6 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
     ship.add_argument("--what", required=True, help="one line: what the checkpoint is")
     ship.add_argument("--built-by", required=True, help="the command that built it (kept in provenance.json)")
     ship.set_defaults(func=cmd_ship)
+
+    bench = sub.add_parser("bench", help="run a benchmark (grpo, train, async-rewards); ratios against a baseline "
+                                        "measured in the same run", add_help=False)
+    bench.add_argument("name", choices=list(BENCHMARKS))
+    bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (NAME --help)")
+    bench.set_defaults(func=cmd_bench)
 
     env = sub.add_parser("env", help="stack versions, device, dtype, memory and known problems")
     env.add_argument("--short", action="store_true")

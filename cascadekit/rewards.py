@@ -27,13 +27,19 @@ Part II's RL stages reward with the domain's own verifier instead
 (:func:`verifier_reward`): the dataset's ``domain`` and ``gold`` columns say which
 judge scores a completion and against what. Math RL subtracts a penalty for an
 answer that switches format (:func:`math_rl_reward`).
+
+A GRPO group often repeats itself (in the toy cascade only 27% of an SWE RL
+group's rollouts and 66% of an RLHF group's are distinct), so every reward here
+verifies each distinct completion of a batch once (:func:`once_per_completion`):
+the DAG-world rewards directly, every Part II reward through
+:func:`reading_markup`, which the chat GRPO stages wrap them in.
 """
 
 from __future__ import annotations
 
 import json
 from functools import lru_cache, wraps
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from cascadekit.chat import END_OF_TURN
 from cascadekit.domains import domains
@@ -42,6 +48,52 @@ from cascadekit.verify.process import ProcessVerdict, judge
 from cascadekit.world.render import Problem
 
 RewardFn = Callable[..., list[float]]
+
+
+
+def _plain(value: Any) -> Any:
+    """A JSON stand-in for what ``json`` cannot write: a tensor's or array's values, else its ``str``."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def row_key(prompt: Any, completion: Any, row: Mapping[str, Any]) -> str:
+    """What a per-completion reward reads of one rollout, as text: equal keys get equal scores."""
+    return json.dumps([prompt, completion_text(completion), dict(row)], sort_keys=True, default=_plain)
+
+
+def once_per_completion(reward: RewardFn) -> RewardFn:
+    """``reward`` run once per distinct rollout of a batch, each score copied to the rollout's repeats.
+
+    Rollouts are the same when their prompt, completion text and every per-row
+    argument (dataset columns such as ``gold``, and ``completion_ids``) are: the
+    reward is handed exactly what it would have been handed for each repeat, so a
+    reward that scores each completion on its own (every reward of the kit does)
+    gives the same list as verifying every rollout. Arguments that are not one
+    entry per rollout (``trainer_state``, TRL's logging callbacks) pass through.
+    The wrapper keeps ``reward``'s ``__name__`` (a GRPO stage's key names its reward by it).
+    """
+    @wraps(reward)
+    def memo(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        n = len(completions)
+        if len(prompts) != n:  # not TRL's shape: the reward's own checks answer
+            return reward(prompts, completions, **kwargs)
+        per_row = {k: v for k, v in kwargs.items() if isinstance(v, (list, tuple)) and len(v) == n}
+        keys = [row_key(prompts[i], completions[i], {k: v[i] for k, v in per_row.items()}) for i in range(n)]
+        first: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        if len(first) == n:
+            return reward(prompts, completions, **kwargs)
+        picked = list(first.values())
+        scores = reward([prompts[i] for i in picked], [completions[i] for i in picked],
+                        **{**kwargs, **{k: [v[i] for i in picked] for k, v in per_row.items()}})
+        if len(scores) != len(picked):
+            raise ValueError(f"{getattr(reward, '__name__', reward)!r} returned {len(scores)} scores "
+                             f"for {len(picked)} completions")
+        slot = {keys[i]: j for j, i in enumerate(picked)}
+        return [scores[slot[key]] for key in keys]
+
+    return memo
 
 
 def penalty(verdict: ProcessVerdict) -> int:
@@ -102,16 +154,19 @@ def _verdicts(completions: list[Any], kwargs: dict[str, Any]) -> list[ProcessVer
     return [judge(completion_text(c), _as_problem(g)) for c, g in zip(completions, golds)]
 
 
+@once_per_completion
 def outcome_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """1 for an exact final answer, whatever the steps."""
     return [outcome_score(v) for v in _verdicts(completions, kwargs)]
 
 
+@once_per_completion
 def process_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """``max(0, 1 - penalty / |gold|)`` for a right answer, 0 for a wrong one."""
     return [process_score(v) for v in _verdicts(completions, kwargs)]
 
 
+@once_per_completion
 def strict_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """1 only for a right answer reached with no mistake at all, extra steps included."""
     return [strict_score(v) for v in _verdicts(completions, kwargs)]
@@ -128,7 +183,7 @@ def mixed_reward(alpha: float = 0.2) -> RewardFn:
 
     reward.__name__ = reward.__qualname__ = f"mixed_reward_{alpha:g}"
     reward.__doc__ = f"{alpha:g} * outcome + {1 - alpha:g} * process."
-    return reward
+    return once_per_completion(reward)
 
 
 def verifier_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
@@ -176,15 +231,18 @@ def reading_markup(reward: RewardFn, tokenizer: Any, end: str = END_OF_TURN) -> 
     special tokens, so the text TRL passes a reward has lost the edges of the think
     block: a verifier could not tell the reasoning from the answer, nor check the
     mode. TRL also passes the sampled ``completion_ids``; this decodes them keeping
-    every marker, up to the end-of-turn marker ``end``. The wrapped reward keeps its
+    every marker, up to the end-of-turn marker ``end``. Each distinct rollout is
+    scored once (:func:`once_per_completion`). The wrapped reward keeps its
     ``__name__`` (a GRPO stage's key names its reward by it).
     """
+    scored = once_per_completion(reward)
+
     @wraps(reward)
     def read(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         ids = kwargs.get("completion_ids")
         if ids is None or len(ids) != len(completions):
             raise ValueError("reading_markup needs TRL's completion_ids, one per completion")
         texts = [tokenizer.decode(list(row), skip_special_tokens=False).split(end, 1)[0] for row in ids]
-        return reward(prompts, texts, **kwargs)
+        return scored(prompts, texts, **kwargs)
 
     return read

@@ -21,6 +21,9 @@ itself, inside TRL's own HF generation path:
   time. A rollout whose text differs from what was sent (it cannot in TRL 1.16,
   but the check is cheap) is verified again on the spot, so the rewards are the
   synchronous rewards, always.
+* Each distinct rollout of a batch is verified once: a rollout equal to one
+  already sent (same prompt, text and dataset row,
+  :func:`cascadekit.rewards.row_key`) shares its verdict (``stats["repeats"]``).
 
 Sampling is untouched (same batch, same random draws): a run with streaming
 gives the same rollouts and rewards as one without, only the time differs.
@@ -55,7 +58,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList, TrainerCallback
 
 from cascadekit.chat import END_OF_TURN, stop_token_ids
-from cascadekit.rewards import RewardFn
+from cascadekit.rewards import RewardFn, row_key
 
 __all__ = ["StreamingRewards"]
 
@@ -106,8 +109,10 @@ class StreamingRewards(TrainerCallback):
         self._lock = threading.Lock()
         self._rows: list[Mapping[str, Any]] = []
         self._sent: dict[int, tuple[str, Future]] = {}
+        self._verdicts: dict[str, Future] = {}  # this batch's verifications, by rollout (row_key)
         self._hooked: Any = None  # the model whose generate is wrapped
-        self.stats = {"completions": 0, "sent_while_generating": 0, "reverified": 0, "verify_s": 0.0, "wait_s": 0.0}
+        self.stats = {"completions": 0, "sent_while_generating": 0, "reverified": 0, "repeats": 0, "verify_s": 0.0,
+                      "wait_s": 0.0}
 
     # -- the pool ----------------------------------------------------------
     @property
@@ -167,13 +172,19 @@ class StreamingRewards(TrainerCallback):
                 self.stats["verify_s"] += time.perf_counter() - started
 
     def submit(self, index: int, text: str) -> None:
-        """Start verifying row ``index`` of the current batch as ``text``."""
+        """Start verifying row ``index`` of the current batch as ``text`` (or share the verdict of its repeat)."""
         row = self._rows[index]
-        self._sent[index] = (text, self.pool.submit(self._score_one, row.get("prompt"), text, _row_data(row)))
+        prompt, data = row.get("prompt"), _row_data(row)
+        key = row_key(prompt, text, data)
+        if key in self._verdicts:
+            self.stats["repeats"] += 1
+        else:
+            self._verdicts[key] = self.pool.submit(self._score_one, prompt, text, data)
+        self._sent[index] = (text, self._verdicts[key])
 
     def begin(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """A new generation batch: ``rows`` are its dataset rows, one per rollout, in TRL's order."""
-        self._rows, self._sent = list(rows), {}
+        self._rows, self._sent, self._verdicts = list(rows), {}, {}
 
     # -- the reward TRL calls ------------------------------------------------
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
@@ -195,7 +206,7 @@ class StreamingRewards(TrainerCallback):
         rewards = [self._sent[i][1].result() for i in range(len(texts))]
         self.stats["wait_s"] += time.perf_counter() - started
         self.stats["completions"] += len(texts)
-        self._rows, self._sent = [], {}
+        self._rows, self._sent, self._verdicts = [], {}, {}
         return rewards
 
     # -- inside TRL ----------------------------------------------------------

@@ -92,8 +92,9 @@ def run(profile: Profile, steps: int, repeats: int, delay_s: float) -> dict[str,
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench async-rewards", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="toy")
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the first is warm-up)")
     parser.add_argument("--repeats", type=int, default=2, help="sync/async run pairs")

@@ -40,7 +40,7 @@ from accelerate import PartialState
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, training_precision
 from cascadekit.runtime import choose_device, lora_config, save_checkpoint
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
@@ -70,8 +70,9 @@ def build_grpo_config(
     ``num_nodes`` default to the job's (``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, as
     ``accelerate launch`` and ``torchrun`` set them; one process without them).
 
-    Device and precision come from :func:`cascadekit.runtime.choose_device` (a GPU
-    profile on a machine without CUDA runs on the CPU in float32). vLLM generates
+    Device and precision come from :func:`cascadekit.profiles.training_precision` (a GPU
+    profile on a machine without CUDA runs on the CPU in float32, or under bf16
+    autocast with ``engine.precision: bf16-autocast``: the update half of the step). vLLM generates
     the rollouts when the profile runs on a GPU with the ``vllm`` backend:
     ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a ``trl vllm-serve`` process started beside the trainer and found through the
     ``vllm_server_host``/``vllm_server_port`` (or ``vllm_server_base_url``)
@@ -116,7 +117,7 @@ def build_grpo_config(
         max_steps=max_steps if max_steps is not None else max(1, rl.samples // rl.prompts_per_step),
         seed=profile.seed,
         # hardware
-        **placement.trainer_arguments(),
+        **training_precision(profile),
         gradient_checkpointing=on_gpu,
         use_vllm=use_vllm,
         # bookkeeping: a curve point per step, checkpoints left to the caller

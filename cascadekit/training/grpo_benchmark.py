@@ -1,8 +1,9 @@
-"""How fast is the kit's GRPO step, and where does its time go?
+"""How fast is the kit's GRPO step, where does its time go, and how near the machine does it run?
 
-``python -m cascadekit.training.grpo_benchmark [--profile toy] [--steps 8] [--repeats 3] [--threads 1]``
+``cascadekit bench grpo [--profile toy] [--steps 8] [--repeats 3] [--threads 1]``
+(also ``python -m cascadekit.training.grpo_benchmark``)
 
-Two measurements in one process, on the same model shape, data and settings:
+Three measurements in one process, on the same model shape, data and settings:
 
 1. **Overhead.** The kit's path (:func:`~cascadekit.training.grpo.train_grpo`,
    with its phase timers and curve extraction) against a bare ``GRPOTrainer``
@@ -14,15 +15,27 @@ Two measurements in one process, on the same model shape, data and settings:
    in this process's CPU seconds. On a machine shared with other jobs the wall
    clock swings several-fold from step to step, so the overhead is judged on
    CPU time with one torch thread (``--threads 1``, the default), which counts
-   the work done and not the waiting; both medians are printed, leaving out
-   each run's first (warm-up) step. Target: the kit within 10%.
-2. **Shares.** The kit's :class:`~cascadekit.training.grpo.PhaseTimer` splits
-   each step into generating, scoring, updating and the rest (see its
-   docstring for exactly what each covers).
+   the work done and not the waiting; medians leave out each run's first
+   (warm-up) step. Target: the kit within 10%.
+2. **Phases.** :class:`PhaseClock`, attached to both runs alike, splits each
+   step's CPU seconds into ``generate`` (TRL's ``_generate``: tokenise, sample,
+   decode), ``reward`` (``_calculate_rewards``), ``forward_backward`` (from the
+   end of scoring to gradient clipping: the policy's forward and backward pass
+   over the batch), ``optimizer`` (clipping and the optimizer step) and
+   ``overhead`` (the rest: advantages, logging, TRL's and the kit's bookkeeping).
+   The table gives each phase's median per step for the kit and for bare TRL,
+   and their ratio.
+3. **The machine's floor.** The same run measures one-thread fp32 matmul
+   (``torch.mm`` of two 512 x 512 matrices, best of several) in GFLOP per CPU
+   second, and reports what share of it generation and training reach: a
+   generated token costs ``2 N`` FLOP and a trained one ``6 N`` (forward and
+   backward), ``N`` the model's matmul weights (its parameters less the input
+   embedding, plus the output head when tied), counting the useful tokens
+   (the masks) and leaving attention out (small at toy length).
 
 The model is the profile's shape over a one-character-per-token vocabulary and
-the reward is a cheap partial-credit answer check, so scoring is a lower bound on what
-the process verifier costs; generation length is capped by
+the reward is a cheap partial-credit answer check, so the reward phase is a lower
+bound on what the verifiers cost; generation length is capped by
 ``--max-completion-length`` to keep the run short.
 """
 from __future__ import annotations
@@ -33,7 +46,8 @@ import io
 import statistics
 import tempfile
 import time
-from typing import Any
+from functools import wraps
+from typing import Any, Callable
 
 import pandas as pd
 import torch
@@ -103,32 +117,132 @@ class StepClock(TrainerCallback):
         self.cpu.append(time.process_time() - self._start[1])
 
 
-def _bare(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, list[float]]:
+PHASES = ("generate", "reward", "forward_backward", "optimizer", "overhead")
+
+
+class PhaseClock(TrainerCallback):
+    """CPU seconds of each step's phases (see the module docstring), and its generated and trained tokens.
+
+    It wraps the trainer's ``_generate``, ``_calculate_rewards``,
+    ``_generate_and_score_completions`` and ``_clip_grad_norm`` (TRL 1.16 and
+    transformers 5 private methods: :meth:`attach` fails loudly if they move)
+    and stamps the Trainer's step and optimizer callbacks.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+        self._spent: dict[str, float] = {}
+        self._marks: dict[str, float] = {}
+        self._tokens = {"generated": 0, "trained": 0}
+
+    def attach(self, trainer: GRPOTrainer) -> None:
+        """Instrument ``trainer`` (call before ``train``)."""
+        for name in ("_generate", "_calculate_rewards", "_generate_and_score_completions", "_clip_grad_norm"):
+            if not callable(getattr(trainer, name, None)):
+                raise RuntimeError(f"{type(trainer).__name__}.{name} moved: PhaseClock needs updating")
+        trainer._generate = self._spending("generate", trainer._generate)
+        trainer._calculate_rewards = self._spending("reward", trainer._calculate_rewards)
+        score, clip = trainer._generate_and_score_completions, trainer._clip_grad_norm
+
+        @wraps(score)
+        def scored(*args: Any, **kwargs: Any) -> Any:
+            batch = score(*args, **kwargs)
+            self._marks["scored"] = time.process_time()
+            generated = int(batch["completion_mask"].sum())
+            self._tokens["generated"] += generated
+            self._tokens["trained"] += generated + int(batch["prompt_mask"].sum())
+            return batch
+
+        @wraps(clip)
+        def clipping(*args: Any, **kwargs: Any) -> Any:
+            self._marks.setdefault("clip", time.process_time())
+            return clip(*args, **kwargs)
+
+        trainer._generate_and_score_completions, trainer._clip_grad_norm = scored, clipping
+        trainer.add_callback(self)
+
+    def _spending(self, phase: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.process_time()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self._spent[phase] = self._spent.get(phase, 0.0) + time.process_time() - start
+
+        return timed
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001 - Trainer callback signature
+        self._spent, self._tokens = {}, {"generated": 0, "trained": 0}
+        self._marks = {"begin": time.process_time()}
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._marks.setdefault("clip", time.process_time())  # no clipping: the optimizer phase starts here
+
+    def on_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._marks["stepped"] = time.process_time()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        end, m = time.process_time(), self._marks
+        scored = m.get("scored", m["begin"])
+        clip = m.get("clip", scored)
+        stepped = m.get("stepped", clip)
+        row = {"step_s": end - m["begin"], "generate_s": self._spent.get("generate", 0.0),
+               "reward_s": self._spent.get("reward", 0.0), "forward_backward_s": clip - scored,
+               "optimizer_s": stepped - clip, **self._tokens}
+        row["overhead_s"] = row["step_s"] - sum(row[f"{p}_s"] for p in PHASES[:-1])
+        self.rows.append(row)
+
+
+def matmul_flops_per_token(model: torch.nn.Module) -> int:
+    """FLOP of one token's forward pass through the matmul weights: ``2 N`` (see the module docstring)."""
+    embedding = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is embedding
+    weights = sum(p.numel() for p in model.parameters()) - embedding.numel() + (embedding.numel() if tied else 0)
+    return 2 * weights
+
+
+def matmul_peak(size: int = 512, repeats: int = 20, rounds: int = 5) -> float:
+    """One process's fp32 ``torch.mm`` speed at its torch threads, GFLOP per CPU second (best of ``rounds``)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(rounds):
+        start = time.process_time()
+        for _ in range(repeats):
+            torch.mm(a, b)
+        best = max(best, 2 * size**3 * repeats / max(time.process_time() - start, 1e-9) / 1e9)
+    return best
+
+
+def _bare(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, PhaseClock, list[float]]:
     tokenizer = _tokenizer()
     config = build_grpo_config(profile, workdir, max_steps=steps)
-    clock = StepClock()
+    clock, phases = StepClock(), PhaseClock()
     trainer = GRPOTrainer(
         model=_model(profile, len(tokenizer)), processing_class=tokenizer, reward_funcs=answer_prefix,
         args=config, train_dataset=_prompts(steps * profile.rl.prompts_per_step), callbacks=[clock],
     )
+    phases.attach(trainer)
     trainer.train()
-    return clock, [e["reward"] for e in trainer.state.log_history if "reward" in e]
+    return clock, phases, [e["reward"] for e in trainer.state.log_history if "reward" in e]
 
 
-def _kit(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, list[float], pd.DataFrame]:
+def _kit(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, PhaseClock, list[float], pd.DataFrame]:
     tokenizer = _tokenizer()
-    clock = StepClock()
+    clock, phases = StepClock(), PhaseClock()
     result = train_grpo(
         _model(profile, len(tokenizer)), tokenizer, _prompts(steps * profile.rl.prompts_per_step), answer_prefix,
-        profile, workdir, max_steps=steps, callbacks=[clock],
+        profile, workdir, max_steps=steps, callbacks=[clock], hooks=[phases.attach],
     )
-    return clock, list(result.curves["reward"]), result.timings
+    return clock, phases, list(result.curves["reward"]), result.timings
 
 
 def run(profile: Profile, steps: int, repeats: int) -> dict[str, Any]:
-    """Alternate bare and kit runs; return median step times, reward agreement and phase shares."""
+    """Alternate bare and kit runs; return median step and phase times, reward agreement, shares and peak use."""
     clocks: dict[str, list[StepClock]] = {"bare": [], "kit": []}
-    timings = []
+    phases: dict[str, list[dict[str, float]]] = {"bare": [], "kit": []}
+    timings, peaks = [], [matmul_peak()]
     same_rewards = True
     with tempfile.TemporaryDirectory() as workdir:
         for rep in range(repeats):
@@ -136,31 +250,44 @@ def run(profile: Profile, steps: int, repeats: int) -> dict[str, Any]:
             for which in ("bare", "kit") if rep % 2 == 0 else ("kit", "bare"):
                 with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs
                     if which == "bare":
-                        clock, rewards["bare"] = _bare(profile, steps, workdir)
+                        clock, phase, rewards["bare"] = _bare(profile, steps, workdir)
                     else:
-                        clock, rewards["kit"], table = _kit(profile, steps, workdir)
+                        clock, phase, rewards["kit"], table = _kit(profile, steps, workdir)
                         timings.append(table.iloc[1:])
                 clocks[which].append(clock)
+                phases[which] += phase.rows[1:]
             same_rewards &= rewards["bare"] == rewards["kit"]
+            peaks.append(matmul_peak())
+    flops = matmul_flops_per_token(_model(profile, len(_tokenizer())))
     out: dict[str, Any] = {
         "same_rewards": same_rewards,
         "shares": phase_shares(pd.concat(timings), skip=0),
         "steps_measured": sum(len(c.wall) - 1 for c in clocks["kit"]),
+        "peak_gflops": max(peaks), "flops_per_token": flops,
     }
     for which, runs in clocks.items():
         for kind in ("wall", "cpu"):
             out[f"{which}_{kind}_s"] = statistics.median(s for c in runs for s in getattr(c, kind)[1:])
+        rows = pd.DataFrame(phases[which])
+        out[f"{which}_phases"] = {p: float(rows[f"{p}_s"].median()) for p in PHASES}
+        peak = out["peak_gflops"] * 1e9
+        out[f"{which}_generate_peak"] = float(rows["generated"].sum() * flops / (rows["generate_s"].sum() * peak))
+        training_s = rows["forward_backward_s"].sum() + rows["optimizer_s"].sum()
+        out[f"{which}_train_peak"] = float(rows["trained"].sum() * 3 * flops / (training_s * peak))
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench grpo", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="toy")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first is warm-up)")
     parser.add_argument("--repeats", type=int, default=3, help="bare/kit run pairs")
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave torch's default)")
     args = parser.parse_args(argv)
+    if args.steps < 2 or args.repeats < 1 or args.max_completion_length < 1 or args.threads < 0:
+        parser.error("--steps must be at least 2, --repeats and --max-completion-length at least 1, --threads >= 0")
     if args.threads:
         torch.set_num_threads(args.threads)
     profile = load_profile(args.profile, {"rl.max_completion_length": args.max_completion_length})
@@ -175,7 +302,17 @@ def main(argv: list[str] | None = None) -> None:
     cpu, wall = (out[f"kit_{k}_s"] / out[f"bare_{k}_s"] - 1 for k in ("cpu", "wall"))
     print(f"  kit vs bare                          {cpu:+7.1%}   {wall:+7.1%}   (target: within 10%)")
     print(f"  same rollouts and rewards in both: {out['same_rewards']}")
-    print("share of the kit's step time:")
+    print("CPU seconds per step by phase (medians):   bare      kit   kit/bare")
+    for phase in PHASES:
+        bare, kit = out["bare_phases"][phase], out["kit_phases"][phase]
+        ratio = f"{kit / bare:8.2f}" if bare > 0 else "       -"
+        print(f"  {phase:<18}                    {bare:8.3f} {kit:8.3f} {ratio}")
+    print(f"one-thread fp32 matmul peak in this run: {out['peak_gflops']:.1f} GFLOP/s; "
+          f"{out['flops_per_token'] / 1e6:.2f} MFLOP per token forward")
+    print("share of that peak reached:                bare      kit")
+    for part in ("generate", "train"):
+        print(f"  {part:<18}                    {out[f'bare_{part}_peak']:8.2%} {out[f'kit_{part}_peak']:8.2%}")
+    print("share of the kit's step time (wall clock, PhaseTimer):")
     for phase, share in out["shares"].items():
         print(f"  {phase:<9} {share:6.1%}")
 

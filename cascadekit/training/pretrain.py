@@ -23,6 +23,7 @@ profile's base through :func:`cached_pretrained` and commits its ladder under
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -49,7 +50,7 @@ from transformers import (
 from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.evaluation.bands import Bands
 from cascadekit.models import start_model
-from cascadekit.profiles import PretrainConfig, Profile
+from cascadekit.profiles import PretrainConfig, Profile, precision_inputs, training_precision
 from cascadekit.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
 from cascadekit.tokenizer import build_tokenizer, load_tokenizer
 from cascadekit.world import generate_problems
@@ -129,8 +130,9 @@ def training_blocks(profile: Profile, tokenizer: PreTrainedTokenizerBase, mixtur
 def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profile: Profile) -> TrainingArguments:
     """Trainer settings: AdamW, warmup then cosine to ``min_lr_ratio * lr``, clip 1.0.
 
-    Device and precision come from :func:`cascadekit.runtime.choose_device` (bf16
-    autocast when the profile asks for bf16 and the device has it).
+    Device and precision come from :func:`cascadekit.profiles.training_precision`
+    (bf16 when the profile asks for bf16 and the device has it, bf16 autocast on
+    the CPU with ``engine.precision: bf16-autocast``).
     """
     return TrainingArguments(
         output_dir=str(out_dir),
@@ -142,7 +144,7 @@ def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profi
         warmup_steps=cfg.warmup_ratio,  # a float below 1 is a fraction of max_steps
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
-        **choose_device(profile).trainer_arguments(),
+        **training_precision(profile),
         save_steps=cfg.save_steps,
         save_total_limit=2,
         logging_steps=max(1, max_steps // 200),
@@ -375,7 +377,11 @@ def tokenizer_key(profile: Profile) -> str:
 
 
 def pretrain_key(profile: Profile) -> str:
-    return profile.hash("world", "tokenizer", "model", "pretrain", "seed")
+    """The pretraining key: the sections it reads, and the precision when it is not fp32 (fp32 keys as before)."""
+    key = profile.hash("world", "tokenizer", "model", "pretrain", "seed")
+    if precision := precision_inputs(profile):
+        return hashlib.sha256(json.dumps([key, precision], sort_keys=True).encode()).hexdigest()[:len(key)]
+    return key
 
 
 def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:

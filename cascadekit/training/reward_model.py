@@ -56,7 +56,7 @@ from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
 from cascadekit.pipeline import Stage, StageOutput, run_stage
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
 from cascadekit.training.dynamic_sampling import sample_groups
 
@@ -195,7 +195,7 @@ def reward_config(profile: Profile, out_dir: Path) -> RewardConfig:
     return RewardConfig(
         output_dir=str(out_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.lr, lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0, max_length=None,
-        **choose_device(profile).trainer_arguments(), logging_steps=10, save_strategy="no", report_to="none",
+        **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
         seed=profile.seed, data_seed=profile.seed,
     )
 
@@ -247,7 +247,7 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> Sta
     train = preference_records(profile, "rl", cfg.tasks, profile.seed, start)
     held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seed, start)
     inputs = {"start": start.key, "layers": layers, "reward_model": dataclasses.asdict(cfg),
-              "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed}
+              "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed, **precision_inputs(profile)}
     run_dir = cache_root() / "runs" / f"reward-model-{Stage('reward-model', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:

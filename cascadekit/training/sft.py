@@ -45,7 +45,7 @@ from cascadekit.base_model import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
 from cascadekit.pipeline import Stage, StageOutput, run_stage
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.released_data import released_sets, stream_records
 from cascadekit.runtime import choose_device, download_allowed, load_tokenizer, save_checkpoint, with_lora
 from cascadekit.trainable import engine_settings, load_trainable
@@ -127,7 +127,7 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
         warmup_steps=0.05,
         weight_decay=0.0,
         max_grad_norm=1.0,
-        **choose_device(profile).trainer_arguments(),
+        **training_precision(profile),
         logging_steps=max(1, steps_hint // 50),
         save_strategy="no",
         report_to="none",
@@ -170,7 +170,7 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
     inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
-              **engine_settings(profile.engine)}
+              **engine_settings(profile.engine), **precision_inputs(profile)}
     run_dir = cache_root() / "runs" / f"sft-{Stage('sft', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:

@@ -202,6 +202,12 @@ class SemanticJudge:
     Read the completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
     which :func:`cascadekit.pipeline.chat_grpo` applies). Its ``__name__`` names
     the judge's stage key, so a GRPO stage's key changes with the judge.
+
+    A GRPO step asks the judge twice about the same rollouts (inside the
+    execution-free reward, and as a watched reward of its own), so it keeps the
+    last call's answers and judges only texts it has not just judged: each
+    distinct text once per step. (A text's P(YES) can differ in the last bits with
+    the batch it is padded in; the tests hold it to 1e-5.)
     """
 
     def __init__(self, stage: StageOutput, batch_size: int = 64):
@@ -209,7 +215,13 @@ class SemanticJudge:
         self.tokenizer = load_tokenizer(stage.checkpoint)
         self.batch_size = batch_size
         self.__name__ = f"swe_judge_{stage.key}"
+        self.judged = 0  # texts the model has read, over all calls
+        self._last: dict[str, float] = {}  # the last call's P(YES) by text
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         texts = [scored_text(str(p), completion_text(c)) for p, c in zip(prompts, completions)]
-        return yes_probabilities(self.model, self.tokenizer, texts, self.batch_size)
+        new = [t for t in dict.fromkeys(texts) if t not in self._last]
+        self.judged += len(new)
+        known = {**self._last, **dict(zip(new, yes_probabilities(self.model, self.tokenizer, new, self.batch_size)))}
+        self._last = {t: known[t] for t in texts}
+        return [known[t] for t in texts]
