@@ -423,13 +423,15 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 
 def cmd_times(args: argparse.Namespace) -> int:
-    from cascadekit.course_times import README, apply_summary, format_duration
+    """Set the README's column from a course summary; keep a copy only where the target is the repository or ``--timings`` says."""
+    from cascadekit.course_times import README, apply_summary, default_timings_dir, format_duration
 
     readme = Path(args.readme) if args.readme else README
-    times = apply_summary(Path(args.summary), readme)
+    timings = Path(args.timings) if args.timings else default_timings_dir(readme)
+    times = apply_summary(Path(args.summary), readme, timings)
+    kept = f"summary kept as {timings / f'{times.scale}.md'}" if timings else "no copy of the summary kept"
     print(f"{readme}: `{times.scale}` column set from {args.summary} "
-          f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); "
-          f"summary kept as data/results/timings/{times.scale}.md")
+          f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); {kept}")
     return 0
 
 
@@ -548,6 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     times = sub.add_parser("times", help="put a course run's chapter times (its summary.md) into the README's table")
     times.add_argument("summary", help="summary.md written by `cascadekit run`")
     times.add_argument("--readme", help="the README to rewrite (default: the repository's)")
+    times.add_argument("--timings", help="folder to keep the summary in as <scale>.md (default: the repository's "
+                                         "data/results/timings/ when --readme is the repository's README, else none)")
     times.set_defaults(func=cmd_times)
 
     ship = sub.add_parser("ship", help="copy a finished cache entry into data/checkpoints/ to commit it")
