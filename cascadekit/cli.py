@@ -408,8 +408,10 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
-    from cascadekit.book import BookBuildError, broken_internal_links, build_book
+    """Build the book; a bad ``--executed`` or ``--out`` is one line and exit 2 (ValueError), a Sphinx failure exit 1."""
+    from cascadekit.book import BookBuildError, broken_internal_links, build_book, check_book_arguments
 
+    check_book_arguments(Path(args.executed), Path(args.out))
     try:
         html = build_book(Path(args.executed), Path(args.out))
     except BookBuildError as err:
