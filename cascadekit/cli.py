@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run, experiment, probe, launch, evaluate-checkpoints, book and env.
+"""The cascadekit command line: one verb per job (``cascadekit --help`` lists them all).
 
 Every argument is checked before any work starts: bad input (an unknown scale,
 context, split, style or chapter, an op range out of bounds, a count too large,
@@ -450,8 +450,8 @@ def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> N
 def build_parser() -> argparse.ArgumentParser:
     from cascadekit.world import SPLITS, STYLES
 
-    parser = _Parser(prog="cascadekit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="cascadekit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     data = sub.add_parser("data", help="write generated DAG problems to JSONL")
     data.add_argument("--ops", type=_ops, default="2-10", help="op counts, e.g. 2-10 or 2,5,9")
@@ -566,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="stack versions, device, dtype, memory and known problems")
     env.add_argument("--short", action="store_true")
     env.set_defaults(func=cmd_env)
+    parser.description = (f"The cascadekit course kit's command line. Commands: {', '.join(sub.choices)}. "
+                          "Run 'cascadekit COMMAND --help' for one command's arguments. Bad input is one line "
+                          "on stderr and exit status 2.")
     return parser
 
 
