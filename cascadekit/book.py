@@ -2,12 +2,17 @@
 
 The book never executes a notebook: it stages the pages in ``book/``, the
 executed chapters and the committed toy-scale results into a scratch source
-folder and runs Sphinx there, offline. ``broken_internal_links`` and
-``pages_missing_figures`` are the checks the test suite applies to the result.
+folder and runs Sphinx there, offline, into a scratch output folder that then
+replaces ``--out`` whole (MyST-NB writes ``jupyter_execute/`` beside its output
+folder, so nothing of a build lands beside ``--out``). The course's book is the
+toy run's; a book of the untrained smoke run says so at the top of every page.
+``broken_internal_links``, ``pages_missing_figures`` and ``machine_paths`` are the
+checks the test suite applies to the result.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -65,19 +70,43 @@ def timings_page(results_dir: Path = RESULTS_DIR) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+SMOKE_NOTICE = ("**This is the untrained smoke run**: tiny models trained for seconds, to prove every code path "
+                "runs, so its scores are zeros and noise. The course's results are the toy run's: "
+                "`cascadekit run --scale toy --out runs/toy`, then `cascadekit book --executed runs/toy`.")
+_SCALE = re.compile(r"^scale = [\"'](\w+)[\"']", re.M)
+
+
+def run_scale(notebook: Path) -> str | None:
+    """The scale an executed chapter ran at: its injected parameters, else its default ones."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    for tag in ("injected-parameters", "parameters"):
+        for cell in cells:
+            found = _SCALE.search(cell.source) if tag in cell.metadata.get("tags", []) else None
+            if found:
+                return found.group(1)
+    return None
+
+
 def stage(executed_dir: Path, src: Path) -> list[Path]:
     """Copy the book pages, executed chapters and figures into ``src``; return the chapters."""
+    executed = sorted(Path(executed_dir).glob("[0-9][0-9]_*.ipynb"))
+    if not executed:
+        raise ValueError(f"no executed chapters (NN_*.ipynb) in {executed_dir}; run `cascadekit run` first")
+    smoke = run_scale(executed[0]) == "smoke"
     for page in BOOK_DIR.iterdir():
         if page.suffix in {".md", ".py"}:
             shutil.copy(page, src / page.name)
+    if smoke:
+        index = (src / "index.md").read_text()
+        heading, _, rest = index.partition("\n")
+        atomic_write_text(src / "index.md", f"{heading}\n\n{SMOKE_NOTICE}\n{rest}")
     atomic_write_text(src / "results.md", results_page())
     atomic_write_text(src / "timings.md", timings_page())
     atomic_write_text(src / "syllabus.md", syllabus_page())
     chapters_dir = src / "chapters"
     chapters_dir.mkdir()
-    executed = sorted(Path(executed_dir).glob("[0-9][0-9]_*.ipynb"))
-    if not executed:
-        raise BookBuildError(f"no executed chapters (NN_*.ipynb) in {executed_dir}; run `cascadekit run` first")
     for notebook in executed:
         stage_chapter(notebook, chapters_dir / notebook.name)
     return executed
@@ -86,8 +115,9 @@ def stage(executed_dir: Path, src: Path) -> list[Path]:
 def stage_chapter(notebook: Path, dest: Path) -> None:
     """Copy an executed chapter, hiding its default ``parameters`` cell where papermill injected the run's own.
 
-    The default cell says ``scale = "smoke"``; the injected one below it holds what
-    the run used, so a reader sees one parameters cell and the right one.
+    The default cell holds the notebook's defaults; the injected one below it holds what
+    the run used, so a reader sees one parameters cell and the right one. A smoke
+    chapter gets :data:`SMOKE_NOTICE` under its title.
     """
     import nbformat
 
@@ -97,7 +127,43 @@ def stage_chapter(notebook: Path, dest: Path) -> None:
         for cell, cell_tags in zip(chapter.cells, tags):
             if "parameters" in cell_tags:
                 cell.metadata["tags"] = sorted(cell_tags | {"remove-cell"})
+    if run_scale(notebook) == "smoke":
+        at = 1 if chapter.cells and chapter.cells[0].cell_type == "markdown" else 0
+        chapter.cells.insert(at, nbformat.v4.new_markdown_cell(SMOKE_NOTICE))
     nbformat.write(chapter, dest)
+
+
+def check_book_arguments(executed_dir: Path, out: Path) -> None:
+    """ValueError (one line) for an ``--executed`` that is not a folder or an ``--out`` that cannot be the book."""
+    if not Path(executed_dir).is_dir():
+        raise ValueError(f"--executed {str(executed_dir)!r} is not a folder of executed notebooks; "
+                         "run `cascadekit run` first")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file, not a folder: refusing to replace it with the book")
+    for source in (Path(executed_dir), BOOK_DIR):
+        if same_file(out, source) or Path(os.path.realpath(out)) in Path(os.path.realpath(source)).parents:
+            raise ValueError(f"--out {str(out)!r} holds the input folder {str(source)!r}: refusing to build over it")
+    if out.is_dir() and any(out.iterdir()) and not (out / ".buildinfo").exists():
+        raise ValueError(f"--out {str(out)!r} holds files that are not a book built by Sphinx: "
+                         "choose a new or empty folder")
+
+
+def _replace_folder(built: Path, out: Path) -> None:
+    """Move ``built`` to ``out``, replacing an older book only once the new one is whole beside it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        shutil.copytree(built, partial, dirs_exist_ok=True)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(partial, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(partial, out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def build_book(executed_dir: Path, out: Path) -> Path:
@@ -105,18 +171,17 @@ def build_book(executed_dir: Path, out: Path) -> Path:
     from sphinx.cmd.build import build_main
 
     out = Path(out)
-    for source in (Path(executed_dir), BOOK_DIR):
-        if same_file(out, source):
-            raise ValueError(f"--out {str(out)!r} is the input folder {str(source)!r}: refusing to build over it")
+    check_book_arguments(Path(executed_dir), out)
     with tempfile.TemporaryDirectory() as scratch:
-        src = Path(scratch) / "src"
+        src, built = Path(scratch) / "src", Path(scratch) / "build" / "html"
         src.mkdir()
         stage(Path(executed_dir), src)
         log = Path(scratch) / "sphinx.log"
-        status = build_main(["-b", "html", "-q", "-w", str(log), "-E", str(src), str(out)])
+        status = build_main(["-b", "html", "-q", "-w", str(log), "-E", str(src), str(built)])
         warnings = log.read_text() if log.exists() else ""
         if status != 0:
             raise BookBuildError(f"sphinx exited {status}:\n{warnings}")
+        _replace_folder(built, out)
     return out
 
 
@@ -157,3 +222,24 @@ def pages_missing_figures(html_dir: Path, chapter_stems: list[str]) -> list[str]
     """Chapter pages that render no image at all."""
     return [stem for stem in chapter_stems
             if _parse(Path(html_dir) / "chapters" / f"{stem}.html").images == 0]
+
+
+def _machine_path_pattern() -> re.Pattern[str]:
+    """Absolute paths that name this machine: home folders, temporary folders, and the checkout's own parent."""
+    parent = re.escape(str(REPO_DIR.parent))
+    return re.compile(rf"(?<![\w.~-])(?:/root|/home/[\w.-]+|/tmp|/var/tmp|/private/var|{parent})/[\w.-]+")
+
+
+def machine_paths(folder: Path, suffixes: tuple[str, ...] = (".html", ".ipynb")) -> list[str]:
+    """``file: path`` for every absolute path of this machine in the pages or notebooks under ``folder``.
+
+    A reader's copy of the book (or of an executed chapter) shows paths relative to
+    the repository or the run folder; an absolute one is where the build ran, not
+    something the reader has.
+    """
+    pattern = _machine_path_pattern()
+    found = []
+    for page in sorted(p for p in Path(folder).rglob("*") if p.suffix in suffixes and p.is_file()):
+        for match in sorted(set(pattern.findall(page.read_text(errors="replace")))):
+            found.append(f"{page.relative_to(folder)}: {match}")
+    return found

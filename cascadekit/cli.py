@@ -1,4 +1,4 @@
-"""The ``cascadekit`` command line: data, verify, run, experiment, probe, launch, evaluate-checkpoints, book and env.
+"""The cascadekit command line: one verb per job (``cascadekit --help`` lists them all).
 
 Every argument is checked before any work starts: bad input (an unknown scale,
 context, split, style or chapter, an op range out of bounds, a count too large,
@@ -427,8 +427,10 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
-    from cascadekit.book import BookBuildError, broken_internal_links, build_book
+    """Build the book; a bad ``--executed`` or ``--out`` is one line and exit 2 (ValueError), a Sphinx failure exit 1."""
+    from cascadekit.book import BookBuildError, broken_internal_links, build_book, check_book_arguments
 
+    check_book_arguments(Path(args.executed), Path(args.out))
     try:
         html = build_book(Path(args.executed), Path(args.out))
     except BookBuildError as err:
@@ -442,13 +444,15 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 
 def cmd_times(args: argparse.Namespace) -> int:
-    from cascadekit.course_times import README, apply_summary, format_duration
+    """Set the README's column from a course summary; keep a copy only where the target is the repository or ``--timings`` says."""
+    from cascadekit.course_times import README, apply_summary, default_timings_dir, format_duration
 
     readme = Path(args.readme) if args.readme else README
-    times = apply_summary(Path(args.summary), readme)
+    timings = Path(args.timings) if args.timings else default_timings_dir(readme)
+    times = apply_summary(Path(args.summary), readme, timings)
+    kept = f"summary kept as {timings / f'{times.scale}.md'}" if timings else "no copy of the summary kept"
     print(f"{readme}: `{times.scale}` column set from {args.summary} "
-          f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); "
-          f"summary kept as data/results/timings/{times.scale}.md")
+          f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); {kept}")
     return 0
 
 
@@ -465,8 +469,8 @@ def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> N
 def build_parser() -> argparse.ArgumentParser:
     from cascadekit.world import SPLITS, STYLES
 
-    parser = _Parser(prog="cascadekit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="cascadekit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     data = sub.add_parser("data", help="write generated DAG problems to JSONL")
     data.add_argument("--ops", type=_ops, default="2-10", help="op counts, e.g. 2-10 or 2,5,9")
@@ -568,6 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     times = sub.add_parser("times", help="put a course run's chapter times (its summary.md) into the README's table")
     times.add_argument("summary", help="summary.md written by `cascadekit run`")
     times.add_argument("--readme", help="the README to rewrite (default: the repository's)")
+    times.add_argument("--timings", help="folder to keep the summary in as <scale>.md (default: the repository's "
+                                         "data/results/timings/ when --readme is the repository's README, else none)")
     times.set_defaults(func=cmd_times)
 
     ship = sub.add_parser("ship", help="copy a finished cache entry into data/checkpoints/ to commit it")
@@ -586,6 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="stack versions, device, dtype, memory and known problems")
     env.add_argument("--short", action="store_true")
     env.set_defaults(func=cmd_env)
+    parser.description = (f"The cascadekit course kit's command line. Commands: {', '.join(sub.choices)}. "
+                          "Run 'cascadekit COMMAND --help' for one command's arguments. Bad input is one line "
+                          "on stderr and exit status 2.")
     return parser
 
 

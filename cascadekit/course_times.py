@@ -5,6 +5,12 @@
 README's chapter table (``` `toy` run ```, one per scale, with the course total)
 and keeps the summary under ``data/results/timings/`` for the book and the
 teacher's guide. The README's times are then a run's own, never typed.
+
+It writes only where it is told: ``--readme OTHER`` rewrites OTHER alone, and
+the summary is kept under a timings folder only when the target is the
+repository's README or ``--timings DIR`` names one. A wall time above
+:data:`MAX_CHAPTER_S` is refused: no chapter of the course runs for a week, so
+such a number is a damaged or hand-edited summary, not a measurement.
 """
 from __future__ import annotations
 
@@ -12,15 +18,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cascadekit.atomic import atomic_write_text
+from cascadekit.atomic import atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR
 
 README = REPO_DIR / "README.md"
 TIMINGS_DIR = REPO_DIR / "data" / "results" / "timings"
 TOTAL_LABEL = "all"  # the first cell of the table's total row
+#: The longest chapter time a summary may record: a week (the slowest toy chapter retrains in about an hour).
+MAX_CHAPTER_S = 7 * 24 * 3600.0
 
 _HEADER = re.compile(r"^# Course run at scale `(?P<scale>[\w-]+)` \(code (?P<code>[^)]+)\)", re.M)
-_ROW = re.compile(r"^\|\s*(?P<chapter>\d\d)_[\w-]+\s*\|\s*(?P<status>\w+)\s*\|\s*(?P<wall>[\d.]+)\s*\|", re.M)
+_ROW = re.compile(r"^\|\s*(?P<chapter>\d\d)_[\w-]+\s*\|\s*(?P<status>\w+)\s*\|\s*(?P<wall>[^|]*?)\s*\|", re.M)
+_SECONDS = re.compile(r"\d{1,12}(\.\d{1,6})?")
 
 
 @dataclass(frozen=True)
@@ -41,10 +50,19 @@ def parse_summary(text: str) -> CourseTimes:
     header = _HEADER.search(text)
     if header is None:
         raise ValueError("not a course summary: no '# Course run at scale `...` (code ...)' line")
-    seconds = {m["chapter"]: float(m["wall"]) for m in _ROW.finditer(text) if m["status"] in {"ok", "skipped"}}
+    seconds = {m["chapter"]: _wall_seconds(m["chapter"], m["wall"])
+               for m in _ROW.finditer(text) if m["status"] in {"ok", "skipped"}}
     if not seconds:
         raise ValueError("the summary has no finished chapter")
     return CourseTimes(header["scale"], header["code"], seconds)
+
+
+def _wall_seconds(chapter: str, text: str) -> float:
+    """A row's wall time; ValueError unless it is a plain number of seconds from 0 to :data:`MAX_CHAPTER_S`."""
+    if not _SECONDS.fullmatch(text) or float(text) > MAX_CHAPTER_S:
+        raise ValueError(f"chapter {chapter}: wall time {text[:30]!r} is not a number of seconds from 0 to "
+                         f"{MAX_CHAPTER_S:.0f} (a week): not a measured run")
+    return float(text)
 
 
 def format_duration(seconds: float) -> str:
@@ -102,12 +120,20 @@ def update_chapter_table(readme: str, times: CourseTimes) -> str:
     return readme[:section.start(1)] + body + readme[section.end(1):]
 
 
-def apply_summary(summary: Path, readme: Path = README, timings_dir: Path | None = None) -> CourseTimes:
-    """Rewrite the README's column for the summary's scale and keep the summary as ``<scale>.md``."""
+def apply_summary(summary: Path, readme: Path, timings_dir: Path | None = None) -> CourseTimes:
+    """Rewrite ``readme``'s column for the summary's scale; keep the summary as ``timings_dir/<scale>.md`` if given.
+
+    Nothing else is written: the caller names every target (see :func:`default_timings_dir`).
+    """
     text = Path(summary).read_text()
     times = parse_summary(text)
-    atomic_write_text(readme, update_chapter_table(readme.read_text(), times))
-    timings_dir = timings_dir or TIMINGS_DIR
-    timings_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(timings_dir / f"{times.scale}.md", text)
+    atomic_write_text(readme, update_chapter_table(Path(readme).read_text(), times))
+    if timings_dir is not None:
+        Path(timings_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(timings_dir) / f"{times.scale}.md", text)
     return times
+
+
+def default_timings_dir(readme: Path) -> Path | None:
+    """The committed timings folder when ``readme`` is the repository's README, else None (keep no copy)."""
+    return TIMINGS_DIR if same_file(readme, README) else None

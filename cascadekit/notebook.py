@@ -2,7 +2,10 @@
 
 Each chapter starts with a papermill ``parameters`` cell (scale, seed, out_dir,
 overrides) and then calls :func:`start_chapter`, which resolves the profile,
-prints it with the stack versions and device, and makes the output folder.
+prints it with the stack versions and device, makes the output folder, and
+silences the library messages the kit knows to be noise (:func:`quiet_known_noise`).
+A bad setting (``papermill -p overrides '{"model.hidden": "big"}'``) is one line
+naming the field and the type it needs, the same line ``cascadekit run --set`` gives.
 :func:`show_source` displays a library function's source, so the notebook
 teaches the code that actually runs instead of a pasted copy.
 :func:`quote` and :func:`render` put committed measurements into prose, so a
@@ -10,23 +13,128 @@ number is never typed twice (``tests/test_notebook_numbers.py`` checks the rest)
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import inspect
+import json
+import logging
 import re
 import string
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Mapping
 
 from cascadekit.envinfo import describe_environment
-from cascadekit.profiles import Profile, load_profile
+from cascadekit.profiles import Profile, ProfileError, load_profile
 
 
-def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
+class ChapterSettingsError(ProfileError):
+    """A bad parameter of a chapter, shown in the notebook as its one-line message, without a traceback."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of the traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+def chapter_overrides(overrides: Any) -> dict[str, Any]:
+    """The ``overrides`` parameter as a mapping: a dict, or its JSON text (what ``papermill -p`` passes).
+
+    The values are checked by :func:`~cascadekit.profiles.load_profile`, the checker the command line uses.
+    """
+    if isinstance(overrides, str):
+        try:
+            overrides = json.loads(overrides) if overrides.strip() else {}
+        except (ValueError, RecursionError):
+            raise ChapterSettingsError(f"overrides {overrides[:60]!r}: not JSON; expected a mapping like "
+                                       '{"model.hidden": 64}') from None
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ChapterSettingsError(f"overrides: expected a mapping of 'section.field' to values, like "
+                                   f'{{"model.hidden": 64}}; got {type(overrides).__name__}')
+    return dict(overrides)
+
+
+def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Profile:
     """Resolve and print the profile, the environment's short form, and create ``out_dir``."""
-    profile = load_profile(scale, {"seed": seed, **dict(overrides or {})})
+    try:
+        profile = load_profile(scale, {"seed": seed, **chapter_overrides(overrides)})
+    except ProfileError as err:
+        raise ChapterSettingsError(str(err)) from None
     Path(out_dir).mkdir(parents=True, exist_ok=True)
+    quiet_known_noise()
     print(profile.summary())
     print(describe_environment().short())
     return profile
+
+
+class _KnownNoise(logging.Filter):
+    """Drops the library messages the kit knows to be false alarms here; lets everything else through.
+
+    * transformers' LOAD REPORT when a causal LM is loaded as a one-output scorer (the reward model, the
+      SWE judge): its ``lm_head`` is unused and its ``score`` head new, by design, and nothing else.
+    * TRL's "the model may not learn to stop": the kit's chat template puts ``<|im_end|>`` inside its
+      ``{% generation %}`` markers (:mod:`cascadekit.chat.format`), so the stop token is trained.
+    """
+
+    _ROW = re.compile(r"^(\S+)\s*\|\s*([A-Z]+)\s*\|", re.M)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "LOAD REPORT" in message:
+            rows = self._ROW.findall(message.split("\n", 1)[-1])
+            expected = {("lm_head.", "UNEXPECTED"), ("score.", "MISSING")}
+            return not rows or not all((key.split(".")[0] + ".", status) in expected for key, status in rows)
+        return "the model may not learn to stop" not in message
+
+
+_NOISY_LOGGERS = ("transformers.modeling_utils", "transformers.modeling_layers", "trl.trainer.sft_trainer")
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``patch(module)`` right after ``name`` is first imported, so the kit never imports it itself."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _no_loss_table(module: ModuleType) -> None:
+    """The Trainer's notebook progress keeps its bar but writes no "Training Loss" table.
+
+    With GRPO as the kit runs it (one update per rollout batch, no KL) the logged loss is about 0 by
+    design, so a loss table says nothing; the chapters plot reward and ``frac_reward_zero_std`` instead,
+    and every stage keeps its full log history in its metrics.
+    """
+    module.NotebookProgressCallback.on_log = lambda self, *args, **kwargs: None
+
+
+def quiet_known_noise() -> None:
+    """Filter the known false alarms (see :class:`_KnownNoise`) and the Trainer's loss table; idempotent."""
+    for name in _NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _KnownNoise) for f in logger.filters):
+            logger.addFilter(_KnownNoise())
+    table = "transformers.utils.notebook"
+    if table in sys.modules:
+        _no_loss_table(sys.modules[table])
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(table, _no_loss_table))
 
 
 def committed_or_run(run: Callable[[Any, Path], dict[str, Any]], config: Any, out_dir: str | Path,
@@ -38,7 +146,6 @@ def committed_or_run(run: Callable[[Any, Path], dict[str, Any]], config: Any, ou
     the command and commit that made it. It runs afresh at any other scale, with
     overrides or another seed, when nothing is committed, or with ``retrain``.
     """
-    from cascadekit.profiles import load_profile
     from cascadekit.results import load_metrics
 
     default = config.scale == "toy" and not config.overrides and config.profile.seed == load_profile("toy").seed

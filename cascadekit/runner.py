@@ -5,6 +5,15 @@ order into ``--out``, with a progress bar, and stops at the first failure with
 the failing cell's traceback. It writes ``summary.json`` and ``summary.md``
 (status and wall time per chapter) and, on a second call, skips chapters that
 were already executed at the same scale by the same code version.
+
+Two runs into one ``--out`` share the work: each chapter is claimed with a file
+lock, a run passes over a chapter another run is executing and comes back to it
+at the end (by then it is usually done), and the summary is merged under a lock.
+That is how the test suite's workers execute the chapters once between them.
+
+A kernel runs in the run folder and writes under ``artifacts/NN_name/`` there;
+the parameters papermill injects name that relative path, so an executed
+notebook (and the book made of it) shows no path of the machine that ran it.
 """
 from __future__ import annotations
 
@@ -14,7 +23,9 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
+
+from filelock import FileLock, Timeout
 
 from cascadekit.atomic import atomic_write_json, atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR, code_version
@@ -93,6 +104,10 @@ def _traceback_of(err: Exception) -> str:
 #: A smoke-scale cell runs in seconds; one that takes this long is a hung kernel, reported as a failure.
 #: Other scales have no limit: a toy or paper cell may legitimately train for hours.
 SMOKE_CELL_TIMEOUT_S = 600
+#: The kernel's own log, warnings included, is off: its one warning here is "running over TCP without
+#: encryption", and the kernel and this process talk over the loopback interface only. Cell errors still
+#: come back in the notebook; they are messages, not log lines.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides: dict | None = None) -> Path:
@@ -104,15 +119,16 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
     # papermill writes its output as it goes; a temporary name keeps a killed run from
     # leaving half a notebook where the last complete one was
     partial = out / f".{path.stem}.partial.ipynb"
-    parameters = {"scale": scale, "seed": seed, "out_dir": str((out / "artifacts" / path.stem).resolve())}
+    parameters = {"scale": scale, "seed": seed, "out_dir": f"artifacts/{path.stem}"}  # the kernel runs in ``out``
     if overrides:
         parameters["overrides"] = dict(overrides)
     headless = os.environ.get(HEADLESS_ENV)
     os.environ[HEADLESS_ENV] = "1"  # the kernel inherits it: no live widgets (see cascadekit.widgets)
     try:
         papermill.execute_notebook(
-            str(path), str(partial), parameters=parameters, cwd=str(path.parent),
+            str(path), str(partial), parameters=parameters, cwd=str(out.resolve()),
             kernel_name="python3", language="python", progress_bar=False, log_output=False,
+            extra_arguments=KERNEL_ARGUMENTS,
             request_save_on_cell_execute=False, start_timeout=300,  # a busy laptop can be slow to start a kernel
             execution_timeout=SMOKE_CELL_TIMEOUT_S if scale == "smoke" else None,
         )
@@ -120,12 +136,24 @@ def execute_chapter(path: Path, out: Path, scale: str, seed: int = 0, overrides:
         raise ChapterFailed(f"{path.name} failed:\n{_traceback_of(err)}") from err
     finally:
         if partial.exists():  # the whole notebook, with the failing cell's traceback if any
+            _relative_provenance(partial, path)
             os.replace(partial, target)
         if headless is None:
             os.environ.pop(HEADLESS_ENV, None)
         else:
             os.environ[HEADLESS_ENV] = headless
     return target
+
+
+def _relative_provenance(executed: Path, source: Path) -> None:
+    """papermill's record of where the notebook came from and went, relative to the repository and the run."""
+    import nbformat
+
+    notebook = nbformat.read(executed, as_version=4)
+    record = notebook.metadata.get("papermill", {})
+    record["input_path"] = os.path.relpath(source, REPO_DIR) if source.is_relative_to(REPO_DIR) else source.name
+    record["output_path"] = source.name
+    nbformat.write(notebook, executed)
 
 
 def run_course(
@@ -135,38 +163,78 @@ def run_course(
     seed: int = 0,
     overrides: dict | None = None,
     notebook_dir: Path = NOTEBOOK_DIR,
+    log: Callable[[str], None] | None = None,
 ) -> list[ChapterResult]:
-    """Run the chosen chapters in order; stop at the first failure (after recording it)."""
-    from tqdm.auto import tqdm
+    """Run the chosen chapters in order; stop at the first failure (after recording it).
 
+    ``log`` gets a line when a chapter starts and when it ends. A chapter another
+    run into the same ``out`` is executing is taken up last, once that run lets go of it.
+    """
     load_profile(scale, overrides)  # fail fast on an unknown scale or override ...
     todo = select(chapters(notebook_dir), only)  # ... or chapter
     out = Path(out)
     if same_file(out, notebook_dir):
         raise ValueError(f"--out {str(out)!r} is the notebooks folder: refusing to overwrite the chapters")
+    return run_notebooks(todo, out, scale, seed, overrides, log)
+
+
+def run_notebooks(todo: list[Path], out: Path, scale: str, seed: int = 0, overrides: dict | None = None,
+                  log: Callable[[str], None] | None = None) -> list[ChapterResult]:
+    """Execute ``todo`` in order into ``out`` (see :func:`run_course`), sharing the work with other runs into ``out``."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    version = code_version()
-    done = _load_summary(out)
-    results: list[ChapterResult] = []
-    bar = tqdm(todo, desc=f"course ({scale})", unit="chapter")
-    for path in bar:
-        bar.set_postfix_str(path.stem)
-        prior = done.get(path.stem)
-        if (prior and prior["status"] in {"ok", "skipped"} and prior["scale"] == scale
-                and prior["code_version"] == version and (out / path.name).exists() and not overrides):
-            result = ChapterResult(path.stem, "skipped", prior["wall_s"], scale, version, str(out / path.name))
-        else:
-            start = time.perf_counter()
+    results: dict[str, ChapterResult] = {}
+    deferred: list[Path] = []
+    bar = tqdm(total=len(todo), desc=f"course ({scale})", unit="chapter")
+    try:
+        for path in todo:
+            bar.set_postfix_str(path.stem)
+            lock = FileLock(out / f".{path.stem}.lock")
             try:
-                execute_chapter(path, out, scale, seed, overrides)
-                result = ChapterResult(path.stem, "ok", time.perf_counter() - start, scale, version, str(out / path.name))
-            except ChapterFailed as err:
-                result = ChapterResult(path.stem, "failed", time.perf_counter() - start, scale, version,
-                                       str(out / path.name), str(err))
-        results.append(result)
+                lock.acquire(timeout=0)
+            except Timeout:  # another run is executing it
+                deferred.append(path)
+                continue
+            with lock:  # already held: released on leaving
+                results[path.stem] = _run_chapter(path, out, scale, seed, overrides, log)
+            bar.update()
+        for path in deferred:
+            with FileLock(out / f".{path.stem}.lock"):  # waits for the other run
+                results[path.stem] = _run_chapter(path, out, scale, seed, overrides, log)
+            bar.update()
+    finally:
+        bar.close()
+    return [results[path.stem] for path in todo]
+
+
+def _run_chapter(path: Path, out: Path, scale: str, seed: int, overrides: dict | None,
+                 log: Callable[[str], None] | None) -> ChapterResult:
+    """One chapter, under its lock: skipped if this code already ran it at this scale, else executed.
+
+    Raises ChapterFailed (after recording the failure in the summary).
+    """
+    version = code_version()
+    prior = _load_summary(out).get(path.stem)
+    if (prior and prior["status"] in {"ok", "skipped"} and prior["scale"] == scale
+            and prior["code_version"] == version and (out / path.name).exists() and not overrides):
+        return ChapterResult(path.stem, "skipped", prior["wall_s"], scale, version, str(out / path.name))
+    if log:
+        log(f"executing {path.stem} ({scale}) ...")
+    start = time.perf_counter()
+    try:
+        execute_chapter(path, out, scale, seed, overrides)
+        result = ChapterResult(path.stem, "ok", time.perf_counter() - start, scale, version, str(out / path.name))
+    except ChapterFailed as err:
+        result = ChapterResult(path.stem, "failed", time.perf_counter() - start, scale, version,
+                               str(out / path.name), str(err))
+    with FileLock(out / ".summary.lock"):  # another run may have recorded chapters meanwhile
+        done = _load_summary(out)
         done[path.stem] = asdict(result)
         _write_summary(out, done, scale)
-        if result.status == "failed":
-            bar.close()
-            raise ChapterFailed(result.error)
-    return results
+    if log:
+        log(f"{path.stem} ({scale}): {result.status} in {result.wall_s:.0f} s")
+    if result.status == "failed":
+        raise ChapterFailed(result.error)
+    return result

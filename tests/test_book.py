@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit.book import BookBuildError, broken_internal_links, build_book, pages_missing_figures, stage
+from cascadekit.book import SMOKE_NOTICE, broken_internal_links, build_book, machine_paths, pages_missing_figures, stage
+from cascadekit.cli import main
 from cascadekit.runner import chapters
 
 
 @pytest.mark.notebook
 def test_book_builds_from_smoke_run(smoke_run: Path, tmp_path: Path) -> None:
     html = build_book(smoke_run, tmp_path / "html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["html"]  # no jupyter_execute/ beside --out (issue 30)
+    assert machine_paths(html) == [] and machine_paths(smoke_run) == []  # issue 37
     stems = [p.stem for p in chapters()]
     for page in ["index", "setup", "teaching", "results", "glossary"] + [f"chapters/{s}" for s in stems]:
         assert (html / f"{page}.html").exists(), page
@@ -30,6 +33,9 @@ def test_book_builds_from_smoke_run(smoke_run: Path, tmp_path: Path) -> None:
     chapter = (html / "chapters" / "13_swe_rl.html").read_text()
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists() and "_static/mathjax/tex-chtml.js" in chapter
     assert "tag_injected-parameters" in chapter and "tag_parameters" not in chapter  # only the run's own parameters
+    notice = "This is the untrained smoke run"
+    assert notice in SMOKE_NOTICE and all(notice in (html / f"{page}.html").read_text()
+                                          for page in ["index"] + [f"chapters/{s}" for s in stems])
 
 
 def test_staging_hides_the_default_parameters_only_under_injected_ones(tmp_path: Path) -> None:
@@ -37,8 +43,8 @@ def test_staging_hides_the_default_parameters_only_under_injected_ones(tmp_path:
 
     from cascadekit.book import stage_chapter
 
-    cells = [nbformat.v4.new_code_cell('scale = "smoke"', metadata={"tags": ["parameters"]}),
-             nbformat.v4.new_code_cell('scale = "toy"', metadata={"tags": ["injected-parameters"]})]
+    cells = [nbformat.v4.new_code_cell('scale = "toy"', metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell('scale = "paper"', metadata={"tags": ["injected-parameters"]})]
     for name, chapter_cells in (("injected", cells), ("plain", cells[:1])):
         nbformat.write(nbformat.v4.new_notebook(cells=chapter_cells), tmp_path / f"{name}.ipynb")
         stage_chapter(tmp_path / f"{name}.ipynb", tmp_path / f"{name}-staged.ipynb")
@@ -46,14 +52,46 @@ def test_staging_hides_the_default_parameters_only_under_injected_ones(tmp_path:
     assert injected[0].metadata["tags"] == ["parameters", "remove-cell"]
     assert injected[1].metadata["tags"] == ["injected-parameters"]
     plain = nbformat.read(tmp_path / "plain-staged.ipynb", as_version=4).cells
-    assert plain[0].metadata["tags"] == ["parameters"]
+    assert plain[0].metadata["tags"] == ["parameters"] and len(plain) == 1
+    title = nbformat.v4.new_markdown_cell("# 01 · A chapter")
+    smoke = [title, nbformat.v4.new_code_cell('scale = "smoke"', metadata={"tags": ["injected-parameters"]})]
+    nbformat.write(nbformat.v4.new_notebook(cells=smoke), tmp_path / "smoke.ipynb")
+    stage_chapter(tmp_path / "smoke.ipynb", tmp_path / "smoke-staged.ipynb")
+    staged = nbformat.read(tmp_path / "smoke-staged.ipynb", as_version=4).cells
+    assert [c.source for c in staged[:2]] == ["# 01 · A chapter", SMOKE_NOTICE]  # the notice under the title
 
 
 def test_book_refuses_an_empty_run(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    with pytest.raises(BookBuildError, match="no executed chapters"):
+    with pytest.raises(ValueError, match="no executed chapters"):
         stage(tmp_path / "nothing", src)
+
+
+@pytest.mark.parametrize("case", ["out is a file", "executed is missing", "executed is empty", "out holds the input",
+                                  "out holds other files"])
+def test_bad_book_arguments_are_one_line_and_exit_2(case: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: no Sphinx traceback, no exit 1, and nothing written, before any build starts."""
+    executed, out = tmp_path / "run", tmp_path / "html"
+    executed.mkdir()
+    (executed / "01_x.ipynb").write_text("{}")
+    if case == "out is a file":
+        out.write_text("keep me")
+    elif case == "executed is missing":
+        executed = tmp_path / "nonexistent"
+    elif case == "executed is empty":
+        (executed / "01_x.ipynb").unlink()
+    elif case == "out holds the input":
+        out = tmp_path
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("keep me")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["book", "--executed", str(executed), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cascadekit book: error: ") and err.count("\n") == 1, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def test_link_checker_finds_a_broken_link(tmp_path: Path) -> None:

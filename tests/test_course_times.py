@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from cascadekit.cli import main
-from cascadekit.course_times import column_title, format_duration, parse_summary, update_chapter_table
+from cascadekit.course_times import (MAX_CHAPTER_S, column_title, default_timings_dir, format_duration, parse_summary,
+                                     update_chapter_table)
 
 README = """# kit
 
@@ -65,15 +66,36 @@ def test_the_column_is_added_then_replaced_and_other_scales_kept() -> None:
     assert update_chapter_table(both, parse_summary(smoke)) == both  # idempotent
 
 
-def test_cli_rewrites_the_readme_and_keeps_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_rewrites_the_readme_and_keeps_the_summary_only_where_told(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--readme OTHER`` writes OTHER alone (issue 30); ``--timings DIR`` adds the copy; the repository's files stay."""
     import cascadekit.course_times as course_times
 
-    monkeypatch.setattr(course_times, "TIMINGS_DIR", tmp_path / "timings")
+    committed = tmp_path / "committed-timings"
+    monkeypatch.setattr(course_times, "TIMINGS_DIR", committed)  # where the repository's copy would go
     readme, summary = tmp_path / "README.md", tmp_path / "summary.md"
     readme.write_text(README)
     summary.write_text(SUMMARY)
     assert main(["times", str(summary), "--readme", str(readme)]) == 0
     assert column_title("toy") in readme.read_text()
-    assert (tmp_path / "timings" / "toy.md").read_text() == SUMMARY
+    assert not committed.exists()
+    assert main(["times", str(summary), "--readme", str(readme), "--timings", str(tmp_path / "kept")]) == 0
+    assert (tmp_path / "kept" / "toy.md").read_text() == SUMMARY and not committed.exists()
+    assert default_timings_dir(course_times.README) == committed and default_timings_dir(readme) is None
     summary.write_text("no summary here")
     assert main(["times", str(summary), "--readme", str(readme)]) == 2
+
+
+@pytest.mark.parametrize("wall", ["100000000000000000000000000000.0", "1e29", "nan", "inf", "-3", "1.2.3", "999999.0"])
+def test_an_absurd_wall_time_is_refused_with_a_reason(wall: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    readme, summary = tmp_path / "README.md", tmp_path / "summary.md"
+    readme.write_text(README)
+    summary.write_text(SUMMARY.replace("| 6.5 |", f"| {wall} |"))
+    with pytest.raises(ValueError, match="chapter 01: wall time .* not a measured run"):
+        parse_summary(summary.read_text())
+    assert main(["times", str(summary), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cascadekit times: error: chapter 01" in err
+    assert readme.read_text() == README  # nothing written
+    assert parse_summary(SUMMARY.replace("| 6.5 |", f"| {MAX_CHAPTER_S:.0f} |")).seconds["01"] == MAX_CHAPTER_S

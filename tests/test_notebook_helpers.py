@@ -73,3 +73,60 @@ def test_a_toy_chapter_reads_its_committed_run_unless_asked_to_retrain(tmp_path,
     (folder / "metrics.json").write_text("{not json")
     assert committed_or_run(run, resolve("10", "toy"), tmp_path) == {"fresh": True}
     assert [scale for scale, _ in ran] == ["toy", "toy", "toy", "smoke", "toy"]
+
+
+@pytest.mark.parametrize("overrides, field", [({"model.hidden": "big"}, "model.hidden='big': expected an integer"),
+                                              ('{"model.hidden": "big"}', "model.hidden='big': expected an integer"),
+                                              (["model.hidden"], "overrides: expected a mapping"),
+                                              ("model.hidden=64", "overrides 'model.hidden=64': not JSON")])
+def test_a_bad_overrides_parameter_is_one_line_naming_the_field(overrides: object, field: str, tmp_path) -> None:
+    """Issue 37: the same message as the command line's ``--set``, and no traceback in the notebook."""
+    from cascadekit.notebook import ChapterSettingsError, start_chapter
+    from cascadekit.profiles import ProfileError, parse_overrides
+
+    with pytest.raises(ChapterSettingsError) as caught:
+        start_chapter("smoke", 0, tmp_path / "out", overrides)
+    assert str(caught.value).startswith(field)
+    assert caught.value._render_traceback_() == [f"ChapterSettingsError: {caught.value}"]
+    if "expected an integer" in field:
+        with pytest.raises(ProfileError) as cli:
+            parse_overrides(["model.hidden=big"])
+        assert str(caught.value) == str(cli.value)
+
+
+def test_overrides_as_papermill_passes_them() -> None:
+    from cascadekit.notebook import chapter_overrides
+
+    assert chapter_overrides('{"model.hidden": 64}') == {"model.hidden": 64}
+    assert chapter_overrides("") == chapter_overrides(None) == chapter_overrides({}) == {}
+
+
+def test_known_library_noise_is_dropped_and_the_rest_kept(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from cascadekit.notebook import quiet_known_noise
+
+    quiet_known_noise()
+    quiet_known_noise()  # idempotent: one filter per logger
+    head_swap = ("Qwen3ForSequenceClassification LOAD REPORT from: /root/.cache/x\nKey | Status |\n---+---+-\n"
+                 "lm_head.weight | UNEXPECTED | \nscore.weight   | MISSING    | \n\nNotes: ...")
+    damaged = head_swap.replace("score.weight  ", "model.norm.weight")
+    logger = logging.getLogger("transformers.modeling_utils")
+    assert len(logger.filters) == 1
+    with caplog.at_level(logging.WARNING):
+        logger.warning(head_swap)
+        logger.warning(damaged)
+        logging.getLogger("trl.trainer.sft_trainer").warning("... the model may not learn to stop. ...")
+        logging.getLogger("trl.trainer.sft_trainer").warning("something else")
+    assert [r.getMessage() for r in caplog.records] == [damaged, "something else"]
+
+
+def test_the_trainer_notebook_progress_writes_no_loss_table() -> None:
+    """After ``quiet_known_noise`` (before or after transformers is imported) ``on_log`` writes no table row."""
+    from cascadekit.notebook import quiet_known_noise
+
+    quiet_known_noise()
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    callback = NotebookProgressCallback()  # no tracker: the original on_log would fail on this "loss" log
+    assert callback.on_log(None, None, None, logs={"loss": 0.0}) is None

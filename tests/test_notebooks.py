@@ -38,6 +38,25 @@ def test_first_code_cell_is_parameters(path: Path) -> None:
     assert "start_chapter(" in second.source
 
 
+@pytest.mark.parametrize("path", CHAPTERS + sorted((CHAPTERS[0].parent / "solutions").glob("*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_a_notebook_opens_on_the_course_scale_and_writes_where_git_ignores(path: Path) -> None:
+    """Issue 37: Run All in JupyterLab gives the toy run (the committed one where there is one), not smoke,
+    and running in place leaves nothing for git to pick up."""
+    import subprocess
+
+    first = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    defaults: dict = {}
+    exec(first.source, defaults)
+    assert defaults["scale"] == "toy"
+    written = path.parent / defaults["out_dir"] / "figure.png"
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(written.relative_to(root))], cwd=root)
+    assert ignored.returncode == 0, f"{written.relative_to(root)} is not ignored by git"
+
+
 @pytest.mark.notebook
 def test_every_chapter_executes_at_smoke_scale(smoke_run: Path) -> None:
     summary = json.loads((smoke_run / "summary.json").read_text())

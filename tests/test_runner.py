@@ -58,3 +58,42 @@ def test_stops_at_first_failure_with_traceback(course: Path, tmp_path: Path) -> 
 def test_unknown_scale_fails_before_running(course: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown scale profile 'gigantic'"):
         run_course("gigantic", tmp_path / "out", notebook_dir=course)
+
+
+def test_an_executed_notebook_names_no_path_of_this_machine(course: Path, tmp_path: Path) -> None:
+    """Issue 37: the injected ``out_dir`` is relative to the run folder, where the kernel runs."""
+    from cascadekit.book import machine_paths
+
+    out = tmp_path / "out"
+    run_course("smoke", out, only=["01"], notebook_dir=course)
+    executed = nbformat.read(out / "01_first.ipynb", as_version=4)
+    injected = next(c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", []))
+    assert 'out_dir = "artifacts/01_first"' in injected.source
+    assert machine_paths(out) == []
+    (out / "planted.ipynb").write_text(f'{{"x": "{tmp_path}/somewhere"}}')
+    assert [found.split(": ")[0] for found in machine_paths(out)] == ["planted.ipynb"]  # the check can fail
+
+
+def test_two_runs_into_one_folder_execute_each_chapter_once(course: Path, tmp_path: Path) -> None:
+    """The test suite's workers share one smoke run this way: a chapter is claimed by one run, the other waits."""
+    import threading
+
+    marks = tmp_path / "executed.txt"
+    for name in ("01_first", "02_second", "03_third"):
+        _notebook(course / f"{name}.ipynb", f"open({str(marks)!r}, 'a').write({name!r} + '\\n')")
+    out, lines, outcomes = tmp_path / "out", [], []
+
+    def one_run() -> None:
+        outcomes.append(run_course("smoke", out, notebook_dir=course, log=lines.append))
+
+    runs = [threading.Thread(target=one_run) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert sorted(marks.read_text().split()) == ["01_first", "02_second", "03_third"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(c["chapter"], c["status"]) for c in summary["chapters"]] == [
+        ("01_first", "ok"), ("02_second", "ok"), ("03_third", "ok")]
+    assert sorted(r.status for outcome in outcomes for r in outcome) == ["ok"] * 3 + ["skipped"] * 3
+    assert sum(line.startswith("executing ") for line in lines) == 3
