@@ -216,7 +216,7 @@ def mount(source, target, fstype, flags, data=None):
 def kept_flags(path):
     # A read-only remount must keep the flags the kernel locked on the original mount.
     f, out = os.statvfs(path).f_flag, MS_NOSUID | MS_NODEV
-    for st, ms in ((8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21)):
+    for st, ms in ((8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21)):  # noexec, noatime, nodiratime, relatime
         out |= ms if f & st else 0
     return out | (0 if f & (1024 | 4096) else 1 << 24)
 def bind(source, target, readonly):
@@ -334,19 +334,20 @@ def wait_program(pid):
     exit_code = os.WEXITSTATUS(code) if os.WIFEXITED(code) else -os.WTERMSIG(code)
     return "status %d %d %.6f %d" % (os.WIFSIGNALED(code), exit_code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
 def reap_namespace():
-    # As pid 1, kill(-1) reaches only this namespace; every process left is our descendant.
-    while True:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            while os.waitpid(-1, 0):
-                pass
-        except ChildProcessError:
-            return
+    # As pid 1, kill(-1) reaches only this namespace (and a process that has it
+    # pending can fork no more); every process left is our descendant: reap to the last.
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        while True:
+            os.waitpid(-1, 0)
+    except ChildProcessError:
+        pass
 os.umask(0o022)
-libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the program (same uid in user mode) cannot ptrace us
+if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: the program (same uid in user mode) cannot ptrace us
+    fail("cannot make the supervisor undumpable")
 try:
     cgroups = [os.open(p, os.O_WRONLY) for p in cfg["cgroup_procs"]]
 except OSError as e:

@@ -26,7 +26,7 @@ from cascadekit.verify.patch import make_diff, verify_patch
 Case = Callable[[], "tuple[bool, str]"]
 CASES: dict[str, Case] = {}
 TAMPERING: dict[str, str] = {}  # name -> a wrong solution of add(a, b) that tries to collect the reward
-ROOT_ONLY = {"secret_file_in_home", "stdlib_shadowing_as_root", "stdlib_shadowing_through_a_patch"}
+ROOT_ONLY = {"stdlib_shadowing_as_root", "stdlib_shadowing_through_a_patch"}
 
 
 def case(fn: Case) -> Case:

@@ -1,7 +1,9 @@
 """The hostile suite again as an ordinary user (uid 65534), as a laptop would run it.
 
 Without root there is no separate uid and no cgroup; where the kernel allows user
-namespaces the sandbox still gets its own network, mount, pid and IPC namespaces.
+namespaces the sandbox still gets its own network, mount, pid and IPC namespaces,
+a private read-only root, and a program without capabilities (so the escapes of
+issue 30, undoing the sandbox's mounts or ptracing its supervisor, are cases here).
 This test (as root) copies the kit and the hostile programs where uid 65534 can
 read them, runs them under the system Python with ``setpriv``, and checks the
 user-mode expectations case by case. Run as an ordinary user, ``test_hostile.py``
