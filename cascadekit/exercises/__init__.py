@@ -86,10 +86,14 @@ def get(exercise_id: str) -> Exercise:
 
 
 def check(exercise_id: Any, answer: Any) -> Result:
-    """Right, or wrong with a hint (never the answer). Never raises on a student's answer."""
-    if not isinstance(exercise_id, str) or exercise_id not in _registry():
-        shown = exercise_id[:20] if isinstance(exercise_id, str) else type(exercise_id).__name__
-        return Result(str(shown), None, f"no exercise {shown!r}; the exercises are {', '.join(_registry())}")
+    """Right, or wrong with a hint (never the answer). Never raises or hangs on a student's answer.
+
+    The answer is read in a contained child process (:mod:`cascadekit.exercises.child`);
+    the expected value is computed here only afterwards.
+    """
+    if type(exercise_id) is not str or exercise_id not in _registry():  # a str subclass could hash forever
+        shown = exercise_id[:20] if type(exercise_id) is str else "that"
+        return Result(shown, None, f"no exercise {shown!r}; the exercises are {', '.join(_registry())}")
     exercise = _registry()[exercise_id]
     if answer is None:
         return Result(exercise_id, None, f"no answer yet: replace `None` with {exercise.answer.describe()}.")
@@ -97,7 +101,7 @@ def check(exercise_id: Any, answer: Any) -> Result:
         mark = exercise.answer.mark(answer)
     except FileNotFoundError as error:
         return Result(exercise_id, None, f"cannot check: a committed result is missing ({error})")
-    except Exception as error:  # a student's object that breaks comparison; the kit's own bugs show their type
+    except Exception as error:  # the answer itself is only touched in a child; this is the kit's own bug
         mark = Mark(False, f"this answer could not be checked ({type(error).__name__}: {str(error)[:120]})")
     if mark.correct:
         return Result(exercise_id, True, "right.")

@@ -1,30 +1,29 @@
 """How an answer is judged: a number, one of a few choices, or a function run on test inputs.
 
-Answers come from students, so every kind validates the answer at the edge and
-returns a :class:`Mark` instead of raising. A student's function runs in a forked
-child process with a time limit and a memory ceiling; the child sends back plain
-JSON values only, and the comparison happens here, in the parent, so a function
+Answers come from students, so every kind turns a bad answer into a :class:`Mark`
+instead of raising. Nothing here touches the student's object in the notebook's
+process: reading it (``float()``, ``strip()``, calling a function on the test
+inputs) happens in a contained child (:mod:`cascadekit.exercises.child`) that
+sends back plain JSON values, and the comparison with the expected values,
+computed here only after the child is gone, happens in the parent. So an answer
 can neither hang the notebook nor see or forge the expected values.
 """
 from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import numbers
-import os
-import sys
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from cascadekit.exercises.child import CHILD_MEMORY_BYTES, MAX_RESULT_BYTES, run_contained
 
 #: One test case: positional arguments for the student's function.
 Case = tuple[Any, ...]
 
 MAX_TEXT = 200  # longest text answer read, in characters
-MAX_RESULT_BYTES = 1_000_000  # largest JSON a student's function may send back
-FUNCTION_TIMEOUT_S = 10.0  # for every test case together
-CHILD_MEMORY_BYTES = 1 << 30  # extra address space a student's function may take
+FUNCTION_TIMEOUT_S = 10.0  # for reading an answer, or for every test case of a function together
+MAX_MESSAGE = 300  # longest message a child's verdict may put in front of the student
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,36 @@ def _shown(value: Any) -> str:
     return text[:60]
 
 
+def _stopped(reading: str, why: str, timeout: float) -> str:
+    """The message for a child a limit stopped, or that ended without a result; ``reading`` names what it did."""
+    return {
+        "time": f"{reading} took longer than {timeout:g} s (an endless loop?)",
+        "cpu": f"{reading} used more CPU time than the {timeout:g} s a check allows",
+        "memory": f"{reading} ran out of memory: past the {CHILD_MEMORY_BYTES >> 30} GB a check allows (MemoryError)",
+    }.get(why, f"{reading} ended its process before returning (sys.exit, os._exit or a crash)")
+
+
+def _contained(job: Callable[[], dict[str, Any]], reading: str) -> dict[str, Any]:
+    """``job`` run in the contained child: ``{"value": ...}`` or similar, or ``{"error": message}``."""
+    timeout = FUNCTION_TIMEOUT_S
+    outcome = run_contained(job, timeout)
+    if "stopped" in outcome:
+        return {"error": _stopped(reading, str(outcome["stopped"]), timeout)}
+    if "error" in outcome:
+        return {"error": str(outcome["error"])[:MAX_MESSAGE]}
+    return outcome
+
+
+def _read_number(answer: Any) -> dict[str, Any]:
+    """In the child: ``answer`` as a plain float, or why it is not a number."""
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+        return {"error": f"expected a number (int or float), got {_shown(answer)}"}
+    try:
+        return {"value": float(answer)}
+    except (OverflowError, ValueError, TypeError):
+        return {"error": "that number cannot be read as a float"}
+
+
 @dataclass(frozen=True)
 class Number:
     """A real number, right within ``rel`` relative or ``abs_`` absolute tolerance."""
@@ -56,16 +85,27 @@ class Number:
         return "a number"
 
     def mark(self, answer: Any) -> Mark:
-        if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
-            return Mark(False, f"expected a number (int or float), got {_shown(answer)}")
-        try:
-            value = float(answer)
-        except (OverflowError, ValueError, TypeError):
+        read = _contained(lambda: _read_number(answer), "reading your number")
+        if "error" in read:
+            return Mark(False, read["error"])
+        value = read.get("value")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return Mark(False, "that number cannot be read as a float")
         if not math.isfinite(value):
             return Mark(False, "expected a finite number")
-        ok = math.isclose(value, float(self.expected()), rel_tol=self.rel, abs_tol=self.abs_)
-        return Mark(ok, "")
+        return Mark(math.isclose(value, float(self.expected()), rel_tol=self.rel, abs_tol=self.abs_), "")
+
+
+def _read_choice(answer: Any, options: Sequence[str]) -> dict[str, Any]:
+    """In the child: ``answer`` stripped and lower-cased, or why it is not one of ``options``."""
+    if not isinstance(answer, str):
+        return {"error": f"expected a string, one of {list(options)}; got {_shown(answer)}"}
+    if len(answer) > MAX_TEXT:
+        return {"error": f"that answer is {len(answer):,} characters long; expected one of {list(options)}"}
+    picked = answer.strip().lower()
+    if not isinstance(picked, str) or picked not in {o.lower() for o in options}:
+        return {"error": f"{str.__str__(answer)[:40]!r} is not one of {list(options)}"}
+    return {"value": str.__str__(picked)}
 
 
 @dataclass(frozen=True)
@@ -79,15 +119,14 @@ class Choice:
         return "one of " + ", ".join(repr(o) for o in self.options)
 
     def mark(self, answer: Any) -> Mark:
-        if not isinstance(answer, str):
-            return Mark(False, f"expected a string, one of {list(self.options)}; got {_shown(answer)}")
-        if len(answer) > MAX_TEXT:
-            return Mark(False, f"that answer is {len(answer):,} characters long; expected one of {list(self.options)}")
-        picked = answer.strip().lower()
-        options = {o.lower(): o for o in self.options}
-        if picked not in options:
-            return Mark(False, f"{answer[:40]!r} is not one of {list(self.options)}")
-        return Mark(options[picked] == self.expected(), "")
+        options = [str(o) for o in self.options]
+        read = _contained(lambda: _read_choice(answer, options), "reading your answer")
+        if "error" in read:
+            return Mark(False, read["error"])
+        chosen = {o.lower(): o for o in options}.get(read.get("value"))  # type: ignore[arg-type]
+        if chosen is None:
+            return Mark(False, f"that answer is not one of {options}")
+        return Mark(chosen == self.expected(), "")
 
 
 MAX_VALUES = 100_000  # numbers and strings a student's function may return, over all test inputs
@@ -102,10 +141,12 @@ def _plain(value: Any, budget: list[int]) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         raise ValueError(f"returned more than {MAX_VALUES:,} values; far too much")
-    if value is None or isinstance(value, (bool, str)):
-        if isinstance(value, str) and len(value) > MAX_RESULT_BYTES // 10:
-            raise ValueError(f"returned a string of {len(value):,} characters; far too much")
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        if len(value) > MAX_RESULT_BYTES // 10:
+            raise ValueError(f"returned a string of {len(value):,} characters; far too much")
+        return str.__str__(value)
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -118,81 +159,24 @@ def _plain(value: Any, budget: list[int]) -> Any:
 
 
 def _run_cases(function: Callable[..., Any], cases: Sequence[Case]) -> dict[str, Any]:
-    """Every case's result as plain values, or the first case's error; never raises."""
+    """In the child: every case's result as plain values, or the first case's error; never raises."""
+    if not callable(function):
+        return {"error": f"expected a function (def ... or lambda), got {_shown(function)}"}
     results, budget = [], [MAX_VALUES]
     for i, case in enumerate(cases):
         try:
             value = function(*case)
+        except MemoryError:
+            return {"stopped": "memory"}
         except BaseException as error:  # SystemExit and KeyboardInterrupt from student code included
             return {"error": f"on test input {i + 1} your function raised {type(error).__name__}: {str(error)[:200]}"}
         try:
             results.append(_plain(value, budget))
+        except MemoryError:
+            return {"stopped": "memory"}
         except (TypeError, ValueError, RecursionError) as error:
             return {"error": f"on test input {i + 1} your function {str(error)[:200]}"}
     return {"results": results}
-
-
-def _child(function: Callable[..., Any], cases: Sequence[Case], conn: Any) -> None:
-    try:
-        import resource
-
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        with open("/proc/self/statm") as statm:
-            used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        ceiling = used + CHILD_MEMORY_BYTES
-        if hard == resource.RLIM_INFINITY or ceiling < hard:
-            resource.setrlimit(resource.RLIMIT_AS, (ceiling, hard))
-    except (ImportError, OSError, ValueError):
-        pass  # no memory ceiling on this platform; the time limit still holds
-    try:
-        payload = json.dumps(_run_cases(function, cases))
-    except (TypeError, ValueError, RecursionError) as error:
-        payload = json.dumps({"error": f"your function's results cannot be read: {str(error)[:200]}"})
-    if len(payload) > MAX_RESULT_BYTES:
-        payload = json.dumps({"error": f"your function returned {len(payload):,} bytes of results; far too much"})
-    conn.send_bytes(payload.encode())
-    conn.close()
-    os._exit(0)
-
-
-def _in_fork(function: Callable[..., Any], cases: Sequence[Case], timeout: float) -> dict[str, Any]:
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(function, cases, send), daemon=True)
-    process.start()
-    send.close()
-    try:
-        if not receive.poll(timeout):
-            alive = process.is_alive()
-            return {"error": f"your function took longer than {timeout:g} s on the test inputs (an endless loop?)"
-                    if alive else "your function ended its process before returning (sys.exit, os._exit or a crash)"}
-        try:
-            data = receive.recv_bytes(MAX_RESULT_BYTES + 1024)
-        except (EOFError, OSError):
-            return {"error": "your function ended its process before returning (sys.exit, os._exit, a crash or out of memory)"}
-        return json.loads(data)
-    finally:
-        receive.close()
-        if process.is_alive():
-            process.kill()
-        process.join(1)
-
-
-def _in_thread(function: Callable[..., Any], cases: Sequence[Case], timeout: float) -> dict[str, Any]:
-    """Where fork is missing (Windows): a daemon thread; a hung function is reported, not stopped."""
-    box: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: box.update(_run_cases(function, cases)), daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        return {"error": f"your function took longer than {timeout:g} s (it keeps running: restart the kernel)"}
-    return box
-
-
-def run_function(function: Callable[..., Any], cases: Sequence[Case], timeout: float) -> dict[str, Any]:
-    """``{"results": [...]}`` or ``{"error": "..."}`` for ``function`` on every case, isolated and time-limited."""
-    forkable = "fork" in multiprocessing.get_all_start_methods() and sys.platform != "win32"
-    return (_in_fork if forkable else _in_thread)(function, cases, timeout)
 
 
 def _same(got: Any, want: Any, rel: float, abs_: float) -> bool:
@@ -220,13 +204,14 @@ class Function:
         return "a function"
 
     def mark(self, answer: Any) -> Mark:
-        if not callable(answer):
-            return Mark(False, f"expected a function (def ... or lambda), got {_shown(answer)}")
         cases = list(self.cases())
-        outcome = run_function(answer, cases, FUNCTION_TIMEOUT_S)
+        outcome = _contained(lambda: _run_cases(answer, cases), "your function")
         if "error" in outcome:
-            return Mark(False, str(outcome["error"]))
-        for case, got in zip(cases, outcome["results"]):
+            return Mark(False, outcome["error"])
+        results = outcome.get("results")
+        if not isinstance(results, list) or len(results) != len(cases):
+            return Mark(False, f"your function's results cannot be read (expected one per test input, {len(cases)})")
+        for case, got in zip(cases, results):
             want = _plain(self.reference(*case), [MAX_VALUES])
             if not _same(got, want, self.rel, self.abs_):
                 shown = "None (a missing `return`?)" if got is None else json.dumps(got)[:80]
