@@ -291,7 +291,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
     ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
     training node's command (``--machine-rank``, with ``--main-address`` across
-    nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead.
+    nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead, atomically
+    (an existing FILE is replaced only with ``--force``).
     """
     import os
 
