@@ -228,8 +228,8 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     """
     from cascadekit.atomic import atomic_write_json, atomic_write_text
     from cascadekit.chapters import resolve
-    from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
-    from cascadekit.experiments.whole_cascade import against_arms, harder_suite
+    from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
+    from cascadekit.experiments.whole_cascade import against_arms, check_against, harder_suite
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import markdown_table, provenance
     from cascadekit.training.cascade import sft_checkpoint
@@ -242,7 +242,9 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         against = None if args.against is None else json.loads(Path(args.against).read_text())
     except RecursionError:
         raise ValueError(f"{args.against}: not JSON (nested too deeply)") from None
-    suites = {"per_sample": None, "harder": harder_suite(profile)} if args.harder else {"per_sample": None}
+    suites = {"per_sample": suite_records(profile), **({"harder": harder_suite(profile)} if args.harder else {})}
+    if against is not None:
+        check_against(against, suites)  # its shape, and that it asked the same prompts, before anything trains
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     set_threads(args.threads)
@@ -289,7 +291,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
     ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
     training node's command (``--machine-rank``, with ``--main-address`` across
-    nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead.
+    nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead, atomically
+    (an existing FILE is replaced only with ``--force``).
     """
     import os
 

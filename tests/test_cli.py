@@ -136,3 +136,52 @@ def test_launch_slurm_keeps_an_existing_file_unless_forced(tmp_path: Path, capsy
     assert job.read_text().startswith("#!/bin/bash") and [p.name for p in tmp_path.iterdir()] == ["job.sh"]
     fresh = tmp_path / "fresh.sh"
     assert main(["launch", "sft", "--scale", "paper", "--slurm", str(fresh)]) == 0 and fresh.read_text() == job.read_text()
+
+
+def _placeholder_metrics(records: list, arms: tuple = ("cascade", "joint")) -> dict:
+    """Chapter 14's metrics for the prompts ``records``: every arm's last stage scored 0 on each."""
+    samples = [{"domain": r["domain"], "think": r["think"], "score": 0.0} for r in records]
+    return {"per_sample": {arm: {"SFT": samples, "last": samples} for arm in arms}}
+
+
+@pytest.mark.parametrize("metrics, needle", [
+    ([], "not chapter 14's metrics"),
+    ({"per_sample": {}}, "not chapter 14's metrics: no arm on suite 'per_sample'"),
+    ({"per_sample": {"cascade": {}}}, "not chapter 14's metrics"),
+    ({"per_sample": {"cascade": {"SFT": [{"think": True}]}}}, "not chapter 14's metrics: a sample of arm 'cascade' lacks"),
+    ({"per_sample": {"cascade": {"SFT": [1, 2]}}}, "not chapter 14's metrics"),
+    ({"per_sample": {"cascade": {"SFT": [{"domain": "math", "think": True, "score": 1}]}}},
+     "cascade on suite 'per_sample': the two stage tables did not ask the same prompts"),
+    ("toy", "the two stage tables did not ask the same prompts in the same order (another scale or seed?)"),
+])
+def test_cascade_against_a_metrics_file_of_the_wrong_shape_fails_before_anything_trains(
+        metrics, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from cascadekit.chapters import resolve
+    from cascadekit.evaluation.stage_table import suite_records
+    from cascadekit.training import whole_cascade
+
+    def trains(*args, **kwargs):
+        raise AssertionError("the cascade trained before the metrics file was checked")
+
+    monkeypatch.setattr(whole_cascade, "run_cascade", trains)
+    if metrics == "toy":  # the right shape, for another scale's prompts
+        metrics = _placeholder_metrics(suite_records(resolve("14", "toy").profile))
+    against = tmp_path / "metrics.json"
+    against.write_text(json.dumps(metrics))
+    assert main(["cascade", "--scale", "smoke", "--against", str(against), "--out", str(tmp_path / "o"),
+                 "--work", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cascadekit cascade: error: ") and needle in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+def test_a_metrics_file_of_the_same_prompts_passes_the_check_and_the_shipped_one_is_chapter_14s() -> None:
+    from cascadekit.chapters import resolve
+    from cascadekit.evaluation.stage_table import suite_records
+    from cascadekit.experiments.whole_cascade import check_against, harder_suite
+
+    smoke = resolve("14", "smoke").profile
+    check_against(_placeholder_metrics(suite_records(smoke)), {"per_sample": suite_records(smoke)})
+    toy = resolve("14", "toy").profile
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "data/results/14_whole_cascade/metrics.json").read_text())
+    check_against(shipped, {"per_sample": suite_records(toy), "harder": harder_suite(toy)})

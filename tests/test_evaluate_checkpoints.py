@@ -123,7 +123,7 @@ def open_stdin(monkeypatch):
 
 @pytest.mark.parametrize("kind, needle", [
     ("hub", "SFT: checkpoint 'nosuchorg/nosuchmodel' is not a local folder and not in the Hugging Face cache"),
-    ("empty", "is not a checkpoint folder (it has no config.json)"),
+    ("empty", "is not a checkpoint folder (it has no config.json or adapter_config.json)"),
     ("pickle", "its weights are a pickle that is not plain tensors (refused: loading it could run code)"),
     ("truncated", "cannot be loaded: "),
     ("remote code", "config asks to run code shipped with the checkpoint (auto_map)"),
@@ -151,3 +151,17 @@ def test_the_loader_itself_never_runs_or_asks_for_a_checkpoints_code(checkpoints
         load_model(folder)
     assert "\n" not in str(caught.value) and not marker.exists()
     assert "[y/N]" not in "".join(capsys.readouterr())
+
+
+def test_sources_are_checked_before_any_model_loads(checkpoints, tmp_path):
+    from cascadekit.evaluation.checkpoints import check_sources
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")  # a LoRA checkpoint: its base is named inside
+    assert check_sources([("SFT", str(checkpoints[0])), ("RLHF", str(adapter))]) == [checkpoints[0], adapter]
+    for config, needle in [("[1, 2]", "is a JSON list, not an object"), ("{", "is not JSON"),
+                           (" " * (2 << 20), "is larger than 1,048,576 bytes")]:
+        (adapter / "adapter_config.json").write_text(config)
+        with pytest.raises(ValueError, match=f"^RLHF: .*{needle}"):
+            check_sources([("SFT", str(checkpoints[0])), ("RLHF", str(adapter))])

@@ -37,6 +37,8 @@ from cascadekit.runtime import (
 
 __all__ = ["check_sources", "evaluate_checkpoints", "parse_checkpoints", "vllm_generator"]
 
+#: What makes a folder a checkpoint: a model's config, or a LoRA adapter's (loaded onto its base).
+CONFIG_FILES = ("config.json", "adapter_config.json")
 #: A model's config.json is a few kB; a larger one is not read.
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -61,7 +63,8 @@ def check_sources(checkpoints: Sequence[tuple[str, str]], allow_download: bool |
     """Each source's local folder (a hub name's cached or downloaded snapshot), before any model loads.
 
     A missing folder, a hub name that is not cached with downloading off, a
-    folder with no readable ``config.json`` (an empty one, a tokenizer alone) and
+    folder with no readable ``config.json`` (or a LoRA adapter's ``adapter_config.json``:
+    an empty folder, a tokenizer alone) and
     a config that asks to run the folder's own code (``auto_map``: the kit never
     trusts remote code, and never asks) are one ValueError naming the stage, so
     the last checkpoint of a list cannot fail after the first one was evaluated
@@ -81,10 +84,10 @@ def check_sources(checkpoints: Sequence[tuple[str, str]], allow_download: bool |
 
 
 def _config(folder: Path, stage: str) -> dict[str, Any]:
-    """``folder``'s ``config.json`` as a JSON object, or a ValueError saying why it is not a checkpoint's."""
-    path = folder / "config.json"
-    if not path.is_file():
-        raise ValueError(f"{stage}: {folder} is not a checkpoint folder (it has no config.json)")
+    """``folder``'s model (or adapter) config as a JSON object, or a ValueError saying why it is not a checkpoint's."""
+    path = next((folder / name for name in CONFIG_FILES if (folder / name).is_file()), None)
+    if path is None:
+        raise ValueError(f"{stage}: {folder} is not a checkpoint folder (it has no {' or '.join(CONFIG_FILES)})")
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise ValueError(f"{stage}: {path} is larger than {MAX_CONFIG_BYTES:,} bytes: not a model config")
     try:

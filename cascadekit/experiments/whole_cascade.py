@@ -241,7 +241,7 @@ def final(metrics: Mapping[str, Any], arm: str, suite: str = "per_sample") -> li
 
 
 def _mean(samples: Sequence[Mapping[str, Any]], domain: str, think: bool) -> float:
-    return round(float(np.mean([s["score"] for s in picked(samples, [domain], think)])), 3)
+    return round(float(np.mean([float(s["score"]) for s in picked(samples, [domain], think)])), 3)
 
 
 def against_arms(metrics: Mapping[str, Any], samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -277,6 +277,19 @@ def against_arms(metrics: Mapping[str, Any], samples: Mapping[str, Sequence[Mapp
                                  "this run minus arm": round(estimate, 3), "95% interval": f"[{low:.3f}, {high:.3f}]",
                                  "reading": "higher" if low > 0 else "lower" if high < 0 else "cannot tell"})
     return rows
+
+
+def check_against(metrics: Any, suites: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """A ValueError now, before anything trains, wherever :func:`against_arms` would fail after the last stage.
+
+    ``suites`` maps each suite the run will evaluate to the records it will ask.
+    :func:`against_arms` runs on placeholder results of exactly those prompts
+    (each record's domain and mode, score 0), so a file of the wrong shape, or
+    one that asked other prompts (another scale or seed), is refused up front
+    instead of after the whole cascade trained.
+    """
+    against_arms(metrics, {suite: [{"domain": r["domain"], "think": r["think"], "score": 0.0} for r in records]
+                           for suite, records in suites.items()})
 
 
 def lever_rows(folder: Path, domain: str = "swe", suite: str = "harder") -> list[dict[str, Any]]:
