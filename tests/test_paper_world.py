@@ -10,7 +10,7 @@ import pytest
 from cascadekit.verify.official_format import DIFFERENCES, fixture_cases, fixture_problems
 from cascadekit.verify.process import judge, parse_solution
 from cascadekit.world import CONTEXTS, Problem, generate_problem, generate_problems
-from cascadekit.world.paper import generate, official_op
+from cascadekit.world.paper import distractor_rate, generate, official_op
 from cascadekit.world.render import SHARED_GRAPH_STYLES
 
 _ASSIGN = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\s*=\s*([^.;]+)")
@@ -67,15 +67,21 @@ def test_official_op_of_the_toy_renderings_adds_the_leaves():
 
 
 def test_reverse_mode_format(paper_problems):
+    from cascadekit.world.paper import asked_node
+
     for p in (p for p in paper_problems if p.solution_text.startswith("The question is difficult")):
-        unknown = p.nodes[0]
+        unknown = p.nodes[asked_node(p)]
         assert not unknown.parents and p.answer == unknown.value
         assert p.problem_text.count("exists, and its number is greater than 0.") == 1
         assert f"Define {_title(p, unknown.name)} as x; we don't know its value yet" in p.solution_text
         assert p.solution_text.endswith(f"Solution: x = {p.answer}. Answer: {p.answer}.")
-        total = p.nodes[-1].name
-        assert total.startswith("total number of") and re.search(rf"The {re.escape(total)} equals \d+\.",
-                                                                 p.problem_text, re.IGNORECASE)
+        given = p.nodes[-1].name  # a total, or (official too) sometimes an instance quantity in small problems
+        assert re.search(rf"The (?:number of )?{re.escape(given)} equals \d+\.", p.problem_text, re.IGNORECASE)
+        assert f"We know {_letter(p, given)} = " in p.solution_text
+
+
+def _letter(problem: Problem, name: str) -> str:
+    return re.search(rf"Define {re.escape(_title(problem, name))} as ([A-Za-z]);", problem.solution_text).group(1)
 
 
 def _title(problem: Problem, name: str) -> str:
@@ -92,13 +98,14 @@ def test_questions_and_statements_follow_the_papers_wording(paper_problems):
                                 r"than 0)\.", sentence), sentence
 
 
-def test_modes_are_half_each_and_most_problems_carry_distractors():
+def test_modes_are_half_each_and_distractors_as_many_as_the_official_rate_says():
     problems = generate_problems(range(2, 21), tuple(CONTEXTS), 600, seed=1, style="paper")
     reverse = sum(p.solution_text.startswith("The question") for p in problems)
     assert 0.4 < reverse / len(problems) < 0.6
     distractors = [_distractors(p) for p in problems]
     with_some = [d for d in distractors if d]
-    assert 0.55 < len(with_some) / len(problems) < 0.85  # the paper's data: 316 of 460
+    expected = sum(distractor_rate(p.op) for p in problems) / len(problems)
+    assert abs(len(with_some) / len(problems) - expected) < 0.08  # per band: tests/test_paper_distributions.py
     assert 2.5 < sum(with_some) / len(with_some) < 4.5  # 3.4 on average there
 
 
@@ -170,8 +177,8 @@ def test_the_asked_node_holds_the_answer_in_every_rendering(paper_problems):
     toy = [generate_problem(op, "A", seed, style) for op in (2, 9) for seed in range(3) for style in SHARED_GRAPH_STYLES]
     for p in [*paper_problems, *toy]:
         assert p.nodes[asked_node(p)].value == p.answer
-    reverse = next(p for p in paper_problems if asked_node(p) == 0)
-    assert reverse.nodes[-1].name.startswith("total number of")
+    reverse = next(p for p in paper_problems if p.solution_text.startswith("The question") and p.op >= 8)
+    assert _letter(reverse, reverse.nodes[asked_node(reverse)].name) == "x"
 
 
 def test_a_reverse_problem_draws_with_its_unknown_highlighted(paper_problems):

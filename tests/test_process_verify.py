@@ -302,3 +302,17 @@ def test_define_grammar_is_fast_on_hostile_text(text):
     start = time.process_time()
     parse_solution(text)
     assert time.process_time() - start < 20  # a hang guard, not a speed claim (about 2 s on one shared core)
+
+
+def test_the_blind_spots_shared_with_the_official_parser_are_still_blind():
+    """Documented in chapter 02 and ``official_format.BLIND_SPOTS``: if the judge learns to catch these, say so there.
+
+    Parents come from a step's first side and its value from its last, so what lies between is never checked.
+    """
+    gold = ("Define bees in Oak as a; so a = 2. Define ants in Oak as b; so b = 2. "
+            "Define moths in Elm as c; t = a + b = 2 + 2 = 4; so c = 2 * t = 2 * 4 = 8. Answer: 8.")
+    wrong_operand = gold.replace("t = a + b = 2 + 2 = 4", "t = a + b = 2 + 3 = 4")  # b is 2, not 3
+    wrong_intermediate = gold.replace("t = a + b = 2 + 2 = 4", "t = a + b = 2 + 2 = 5")  # t's own value
+    expected = parse_solution(gold).steps
+    for text in (wrong_operand, wrong_intermediate):
+        assert text != gold and parse_solution(text).steps == expected
