@@ -216,9 +216,10 @@ class SWERLConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data.
+    """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data; CPU precision.
 
-    No stage of the CPU scales reads this section, and no stage key hashes it, so
+    At their defaults no stage of the CPU scales reads this section's fields
+    (``precision`` aside) and no stage key hashes them, so
     a change here never invalidates a cached or shipped checkpoint of the smoke or
     toy scale. ``nodes`` x ``gpus_per_node`` train; ``distributed`` is ``none`` (one process, or plain DDP),
     ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
@@ -229,13 +230,13 @@ class EngineConfig:
     ``precision`` is how a stage trains on the CPU: ``fp32``, or ``bf16-autocast``
     (float32 weights and optimizer, the forward and backward pass under
     ``torch.autocast("cpu", torch.bfloat16)``; loss within about 1% of fp32). It
-    pays only on a CPU with native bf16 (AVX512-BF16 or AMX): issue 36 measured
-    1.57-1.60x the toy model's training tokens/s there, and ``cascadekit bench
+    pays only on a CPU that computes bf16 natively (AVX512-BF16 or AMX): issue 36
+    reported 1.57-1.60x the toy model's training tokens/s, while ``cascadekit bench
     train`` measured 0.14x on an AVX2-only CPU, where bf16 is emulated
-    (:func:`training_precision` warns). A GPU trains in the profile's ``dtype``
-    whatever this says. Unlike the fields above,
-    ``precision`` enters the keys of the stages that train when it is not ``fp32``
-    (:func:`precision_inputs`), so the shipped fp32 keys stay as they are.
+    (:func:`training_precision` warns there). A GPU trains in the profile's
+    ``dtype`` whatever this says. ``precision`` enters a training stage's key when
+    it is not ``fp32`` (:func:`precision_inputs`: the pretraining, SFT and
+    reward-model keys), so the shipped fp32 keys stay as they are.
     ``quantization`` ``4bit`` loads the frozen base in NF4 through bitsandbytes for
     QLoRA (one GPU only). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.released_data`).
