@@ -411,6 +411,7 @@ BENCHMARKS = {
     "grpo": "cascadekit.training.grpo_benchmark",  # kit vs bare TRL per phase, share of the matmul peak
     "train": "cascadekit.training.benchmark",  # training tokens/s: fp32, bf16 autocast, a plain loop
     "async-rewards": "cascadekit.training.async_rewards_benchmark",  # blocking vs streamed Code RL rewards
+    "rewards": "cascadekit.training.reward_memo_benchmark",  # every rollout verified vs each distinct one once
 }
 
 
@@ -586,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     ship.add_argument("--built-by", required=True, help="the command that built it (kept in provenance.json)")
     ship.set_defaults(func=cmd_ship)
 
-    bench = sub.add_parser("bench", help="run a benchmark (grpo, train, async-rewards); ratios against a baseline "
+    bench = sub.add_parser("bench", help="run a benchmark (grpo, train, async-rewards, rewards); ratios against a baseline "
                                         "measured in the same run", add_help=False)
     bench.add_argument("name", choices=list(BENCHMARKS))
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (NAME --help)")

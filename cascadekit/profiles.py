@@ -15,6 +15,7 @@ import json
 import math
 import numbers
 import typing
+import warnings
 from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any, Callable, Mapping
@@ -215,9 +216,10 @@ class SWERLConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data.
+    """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data; CPU precision.
 
-    No stage of the CPU scales reads this section, and no stage key hashes it, so
+    At their defaults no stage of the CPU scales reads this section's fields
+    (``precision`` aside) and no stage key hashes them, so
     a change here never invalidates a cached or shipped checkpoint of the smoke or
     toy scale. ``nodes`` x ``gpus_per_node`` train; ``distributed`` is ``none`` (one process, or plain DDP),
     ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
@@ -227,11 +229,14 @@ class EngineConfig:
     GPUs of a one-node job, else whole extra nodes beside the ``nodes`` that train).
     ``precision`` is how a stage trains on the CPU: ``fp32``, or ``bf16-autocast``
     (float32 weights and optimizer, the forward and backward pass under
-    ``torch.autocast("cpu", torch.bfloat16)``; 1.57-1.60x the toy model's training
-    tokens/s in issue 36's measurement, loss within about 1% of fp32). A GPU
-    trains in the profile's ``dtype`` whatever this says. Unlike the fields above,
-    ``precision`` enters the keys of the stages that train when it is not ``fp32``
-    (:func:`precision_inputs`), so the shipped fp32 keys stay as they are.
+    ``torch.autocast("cpu", torch.bfloat16)``; loss within about 1% of fp32). It
+    pays only on a CPU that computes bf16 natively (AVX512-BF16 or AMX): issue 36
+    reported 1.57-1.60x the toy model's training tokens/s, while ``cascadekit bench
+    train`` measured 0.14x on an AVX2-only CPU, where bf16 is emulated
+    (:func:`training_precision` warns there). A GPU trains in the profile's
+    ``dtype`` whatever this says. ``precision`` enters a training stage's key when
+    it is not ``fp32`` (:func:`precision_inputs`: the pretraining, SFT and
+    reward-model keys), so the shipped fp32 keys stay as they are.
     ``quantization`` ``4bit`` loads the frozen base in NF4 through bitsandbytes for
     QLoRA (one GPU only). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.released_data`).
@@ -650,4 +655,17 @@ def training_precision(profile: Profile) -> dict[str, bool]:
     arguments = choose_device(profile).trainer_arguments()
     if arguments["use_cpu"] and profile.engine.precision == "bf16-autocast":
         arguments.update(bf16=True, fp16=False)
+        if not _native_cpu_bf16():
+            warnings.warn("engine.precision=bf16-autocast on a CPU without native bf16 (no AVX512-BF16 or AMX): "
+                          "bf16 is emulated here and trains several times slower than fp32", stacklevel=2)
     return arguments
+
+
+def _native_cpu_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (oneDNN's own check); True when torch cannot tell."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True

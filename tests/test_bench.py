@@ -10,6 +10,7 @@ from cascadekit.profiles import load_profile
 
 def test_bad_bench_arguments_are_one_line_and_exit_2(capsys):
     for argv in (["bench"], ["bench", "nope"], ["bench", "grpo", "--bogus"], ["bench", "grpo", "--steps", "1"],
+                 ["bench", "rewards", "--repeats", "0"],
                  ["bench", "train", "--steps", "x"]):
         with pytest.raises(SystemExit) as exit_:
             code = cli.main(argv)
@@ -40,3 +41,20 @@ def test_the_grpo_bench_splits_each_step_into_its_phases_for_kit_and_bare_trl():
 def test_phase_clock_refuses_a_trainer_it_cannot_time():
     with pytest.raises(RuntimeError, match="moved"):
         PhaseClock().attach(object())
+
+
+def test_the_reward_bench_builds_groups_with_the_asked_share_of_distinct_rollouts():
+    from cascadekit.training.reward_memo_benchmark import _groups
+    for share, distinct in ((0.5, 4), (0.27, 2), (0.01, 1), (1.0, 5)):
+        groups = _groups([list("abcde")] * 3, 8, share, 0)
+        assert all(len(g) == 8 and len(set(g)) == distinct for g in groups)
+
+
+def test_the_reward_bench_scores_a_code_step_alike_both_ways():
+    from cascadekit.rewards import reading_markup, verifier_reward
+    from cascadekit.training.reward_memo_benchmark import _every_rollout, _Ids, code_batch, compare
+    batch = code_batch(load_profile("smoke"), 0.5)
+    assert len(set(zip(batch[0], batch[1]))) == 4 and len(batch[1]) == 8  # smoke: 2 prompts x 4 rollouts, 2 distinct each
+    out = compare({"every rollout": [_every_rollout(verifier_reward)],
+                   "distinct once": [reading_markup(verifier_reward, _Ids())]}, batch, 1)
+    assert out["same"] and all(wall > 0 and cpu > 0 for wall, cpu in (out["every rollout"], out["distinct once"]))
