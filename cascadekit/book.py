@@ -23,6 +23,7 @@ from urllib.parse import unquote, urldefrag
 from cascadekit.atomic import atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR
 from cascadekit.guide import syllabus_page
+from cascadekit.notebook import without_scratch
 
 BOOK_DIR = REPO_DIR / "book"
 RESULTS_DIR = REPO_DIR / "data" / "results"
@@ -39,7 +40,7 @@ def results_page(results_dir: Path = RESULTS_DIR) -> str:
              "2-core CPU. These are the committed tables, with the command and code version that produced them.", ""]
     tables = sorted(results_dir.glob("*/paper_vs_run.md"))
     for table in tables:
-        parts += [table.read_text().strip(), ""]
+        parts += [without_scratch(table.read_text().strip()), ""]
     if not tables:
         parts.append("No toy-scale results are committed yet.")
     return "\n".join(parts) + "\n"
@@ -65,7 +66,7 @@ def timings_page(results_dir: Path = RESULTS_DIR) -> str:
         minutes = toy_wall_minutes(metrics)
         command = metrics.get("produced_by", {}).get("command") or metrics.get("command", "")
         if minutes is not None:
-            rows.append(f"| {path.parent.name} | {minutes:.0f} | `{command}` |")
+            rows.append(f"| {path.parent.name} | {minutes:.0f} | `{without_scratch(command)}` |")
     parts.append("\n".join(rows) if len(rows) > 4 else "No toy-scale run has been committed yet.")
     return "\n\n".join(parts) + "\n"
 
@@ -117,7 +118,8 @@ def stage_chapter(notebook: Path, dest: Path) -> None:
 
     The default cell holds the notebook's defaults; the injected one below it holds what
     the run used, so a reader sees one parameters cell and the right one. A smoke
-    chapter gets :data:`SMOKE_NOTICE` under its title.
+    chapter gets :data:`SMOKE_NOTICE` under its title, and a committed run's recorded command
+    its scratch folder as ``DIR`` (:func:`~cascadekit.notebook.without_scratch`).
     """
     import nbformat
 
@@ -127,6 +129,13 @@ def stage_chapter(notebook: Path, dest: Path) -> None:
         for cell, cell_tags in zip(chapter.cells, tags):
             if "parameters" in cell_tags:
                 cell.metadata["tags"] = sorted(cell_tags | {"remove-cell"})
+    for cell in chapter.cells:  # a committed run's recorded command, as the chapter prints it
+        for output in cell.get("outputs", []):
+            if isinstance(output.get("text"), str):
+                output["text"] = without_scratch(output["text"])
+            for kind in ("text/plain", "text/markdown", "text/html"):
+                if isinstance(output.get("data", {}).get(kind), str):
+                    output["data"][kind] = without_scratch(output["data"][kind])
     if run_scale(notebook) == "smoke":
         at = 1 if chapter.cells and chapter.cells[0].cell_type == "markdown" else 0
         chapter.cells.insert(at, nbformat.v4.new_markdown_cell(SMOKE_NOTICE))

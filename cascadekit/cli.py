@@ -449,11 +449,15 @@ def cmd_book(args: argparse.Namespace) -> int:
 
 def cmd_times(args: argparse.Namespace) -> int:
     """Set the README's column from a course summary; keep a copy only where the target is the repository or ``--timings`` says."""
-    from cascadekit.course_times import README, apply_summary, default_timings_dir, format_duration
+    from cascadekit.atomic import atomic_write_text, same_file
+    from cascadekit.course_times import README, TIMINGS_DIR, apply_summary, default_timings_dir, format_duration
+    from cascadekit.guide import readme_with_times
 
     readme = Path(args.readme) if args.readme else README
     timings = Path(args.timings) if args.timings else default_timings_dir(readme)
     times = apply_summary(Path(args.summary), readme, timings)
+    if timings is not None and same_file(timings, TIMINGS_DIR) and same_file(readme, README):
+        atomic_write_text(readme, readme_with_times(readme.read_text()))  # every time column, as the guide has it
     kept = f"summary kept as {timings / f'{times.scale}.md'}" if timings else "no copy of the summary kept"
     print(f"{readme}: `{times.scale}` column set from {args.summary} "
           f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); {kept}")

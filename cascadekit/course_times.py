@@ -91,6 +91,14 @@ def update_chapter_table(readme: str, times: CourseTimes) -> str:
 
     The total adds the chapters the table lists, so it matches the column above it.
     """
+    listed = chapter_numbers(readme)
+    cells = {n: format_duration(times.seconds[n]) if n in times.seconds else "not run" for n in listed}
+    total = f"**{format_duration(sum(times.seconds.get(n, 0.0) for n in listed))}** (code {times.code_version})"
+    return set_columns(readme, {column_title(times.scale): cells}, {column_title(times.scale): total})
+
+
+def _table(readme: str) -> tuple[re.Match[str], list[str], int, int]:
+    """The ``## Chapters`` section, its lines, and where its table starts and ends; ValueError if missing."""
     section = re.search(r"^## Chapters\n(.*?)(?=^## |\Z)", readme, re.S | re.M)
     if section is None:
         raise ValueError("the README has no '## Chapters' section")
@@ -101,21 +109,40 @@ def update_chapter_table(readme: str, times: CourseTimes) -> str:
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
+    return section, lines, start, end
+
+
+def chapter_numbers(readme: str) -> list[str]:
+    """The chapters the README's table lists (``"01"``...), without the total row."""
+    _, lines, start, end = _table(readme)
+    return [_cells(line)[0] for line in lines[start + 2:end] if _cells(line)[0] != TOTAL_LABEL]
+
+
+def read_columns(readme: str) -> dict[str, dict[str, str]]:
+    """Column title -> first cell (chapter number or ``all``) -> cell, as the README's chapter table has them."""
+    _, lines, start, end = _table(readme)
+    header, _, *rows = (_cells(line) for line in lines[start:end])
+    return {title: {row[0]: row[i] for row in rows if i < len(row)} for i, title in enumerate(header)}
+
+
+def set_columns(readme: str, columns: dict[str, dict[str, str]], totals: dict[str, str]) -> str:
+    """``readme`` with each named column of the chapter table set (added at the end if new); other columns kept."""
+    section, lines, start, end = _table(readme)
     header, rule, *rows = (_cells(line) for line in lines[start:end])
     old_total = next((r for r in rows if r[0] == TOTAL_LABEL), [TOTAL_LABEL, "the whole course"])
     rows = [r for r in rows if r[0] != TOTAL_LABEL]
-    title = column_title(times.scale)
-    if title not in header:
-        header.append(title)
-        rule.append("---")
-        rows = [r + [""] for r in rows]
-    col = header.index(title)
-    for row in rows:
-        row[col] = format_duration(times.seconds[row[0]]) if row[0] in times.seconds else "not run"
-    total = (old_total + [""] * len(header))[:len(header)]  # other scales keep their totals
-    listed = sum(times.seconds.get(row[0], 0.0) for row in rows)  # the chapters the table shows
-    total[col] = f"**{format_duration(listed)}** (code {times.code_version})"
-    table = [_line(header), "|" + "|".join(rule) + "|"] + [_line(r) for r in rows] + [_line(total)]
+    total = old_total + [""] * (len(header) - len(old_total))
+    for title, cells in columns.items():
+        if title not in header:
+            header.append(title)
+            rule.append("---")
+            rows = [r + [""] for r in rows]
+            total.append("")
+        col = header.index(title)
+        for row in rows:
+            row[col] = cells.get(row[0], "")
+        total[col] = totals.get(title, "")
+    table = [_line(header), "|" + "|".join(rule) + "|"] + [_line(r) for r in rows] + [_line(total[:len(header)])]
     body = "\n".join(lines[:start] + table + lines[end:])
     return readme[:section.start(1)] + body + readme[section.end(1):]
 

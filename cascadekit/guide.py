@@ -4,6 +4,8 @@
 and where each chapter's committed run recorded its time; the times themselves
 come from ``data/results/*/metrics.json`` and from course-run summaries kept in
 ``data/results/timings/`` (``cascadekit times``), so the guide is never typed twice.
+:func:`time_columns` is the one time table: the guide shows it, and
+:func:`readme_with_times` writes the same columns into the README's chapter table.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 import yaml
 
 from cascadekit.codeversion import REPO_DIR
-from cascadekit.course_times import format_duration, parse_summary
+from cascadekit.course_times import CourseTimes, column_title, format_duration, parse_summary, set_columns
 from cascadekit.exercises import exercises
 from cascadekit.notebook import lookup
 
@@ -71,13 +73,52 @@ def committed_threads(entry: dict[str, Any], results_dir: Path = RESULTS_DIR) ->
     return found.group(1) if found else "all"
 
 
-def course_runs(timings_dir: Path = RESULTS_DIR / "timings") -> dict[str, dict[str, float]]:
-    """Scale -> chapter -> seconds, from every course summary kept under ``timings/``."""
+def course_runs(timings_dir: Path = RESULTS_DIR / "timings") -> dict[str, CourseTimes]:
+    """Scale -> its course run's times, from every course summary kept under ``timings/``."""
     runs = {}
     for summary in sorted(timings_dir.glob("*.md")):
         times = parse_summary(summary.read_text())
-        runs[times.scale] = times.seconds
+        runs[times.scale] = times
     return runs
+
+
+#: The time columns besides the course runs': what ``retrain = True`` costs at toy scale with the shipped
+#: checkpoints (the committed experiment's own time), what rebuilding the shipped checkpoints adds, and
+#: the CPU threads the committed experiment used.
+RETRAIN_TITLE = "toy, `retrain = True` (the committed run)"
+REBUILD_TITLE = "rebuilding what is shipped adds"
+THREADS_TITLE = "threads (committed run)"
+
+
+def time_columns(syllabus: Path = SYLLABUS, results_dir: Path = RESULTS_DIR
+                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The chapter time table as columns (title -> chapter -> cell) and their totals, from committed data only.
+
+    One meaning per column: a course run's wall time per chapter (``smoke``, ``toy``: the toy
+    chapters read their committed runs), then what training a toy chapter again costs.
+    """
+    chapters = load_syllabus(syllabus)
+    columns: dict[str, dict[str, str]] = {}
+    totals: dict[str, str] = {}
+    for scale, run in sorted(course_runs(results_dir / "timings").items(), key=lambda kv: kv[0] != "smoke"):
+        columns[column_title(scale)] = {n: format_duration(run.seconds[n]) if n in run.seconds else "not run"
+                                        for n in chapters}
+        listed = sum(run.seconds.get(n, 0.0) for n in chapters)
+        totals[column_title(scale)] = f"**{format_duration(listed)}** (code {run.code_version})"
+    shipped = {n: recorded_seconds(e, "shipped", results_dir) for n, e in chapters.items()}
+    rebuild = {n: recorded_seconds(e, "retrain", results_dir) for n, e in chapters.items()}
+    columns[RETRAIN_TITLE] = {n: format_duration(s) if s is not None else "nothing to train" for n, s in shipped.items()}
+    columns[REBUILD_TITLE] = {n: format_duration(r) if r else "nothing shipped" if shipped[n] is not None else ""
+                              for n, r in rebuild.items()}
+    columns[THREADS_TITLE] = {n: committed_threads(e, results_dir) for n, e in chapters.items()}
+    totals[RETRAIN_TITLE] = f"**{format_duration(sum(s or 0.0 for s in shipped.values()))}**"
+    totals[REBUILD_TITLE] = format_duration(sum(r or 0.0 for r in rebuild.values()))
+    return columns, totals
+
+
+def readme_with_times(readme: str, results_dir: Path | None = None) -> str:
+    """``readme`` with its chapter table's time columns set from :func:`time_columns` (default: the committed data)."""
+    return set_columns(readme, *time_columns(SYLLABUS, results_dir or RESULTS_DIR))
 
 
 def _homework(number: str) -> str:
@@ -96,28 +137,18 @@ def syllabus_page(syllabus: Path = SYLLABUS, results_dir: Path = RESULTS_DIR,
         goals = "; ".join(entry["goals"])
         parts.append(f"| {week} | {chapter_title(number, notebook_dir)} | {goals} | {entry['prerequisites']} "
                      f"| {_homework(number)} |")
-    scales = [s for s in ("smoke", "toy") if s in runs]
+    columns, totals = time_columns(syllabus, results_dir)
     parts += ["", "## Measured time per chapter", "",
-              "| chapter | " + "".join(f"`{s}` course run | " for s in scales)
-              + "toy, shipped checkpoints (committed run) | retraining what is shipped adds | threads |",
-              "|---|" + "---|" * (len(scales) + 3)]
-    for number, entry in sorted(chapters.items()):
-        shipped = recorded_seconds(entry, "shipped", results_dir)
-        retrain = recorded_seconds(entry, "retrain", results_dir)
-        cells = [runs[s].get(number) for s in scales]
-        shown = [format_duration(c) if c is not None else "not run" for c in cells]
-        parts.append(f"| {number} | " + "".join(f"{c} | " for c in shown)
-                     + (f"{format_duration(shipped)} | " if shipped is not None else "seconds | ")
-                     + (f"{format_duration(retrain)} | " if retrain else "nothing shipped | " if shipped else " | ")
-                     + f"{committed_threads(entry, results_dir)} |")
-    totals = [sum(runs[s].get(n, 0.0) for n in chapters) for s in scales]
-    shipped_total = sum(recorded_seconds(e, "shipped", results_dir) or 0.0 for e in chapters.values())
-    retrain_total = sum(recorded_seconds(e, "retrain", results_dir) or 0.0 for e in chapters.values())
-    parts.append("| all | " + "".join(f"**{format_duration(t)}** | " for t in totals)
-                 + f"**{format_duration(shipped_total)}** | {format_duration(retrain_total)} | |")
+              "| chapter | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for number in sorted(chapters):
+        parts.append(f"| {number} | " + " | ".join(cells[number] for cells in columns.values()) + " |")
+    parts.append("| all | " + " | ".join(totals.get(title, "") for title in columns) + " |")
+    parts += ["", "The `run, measured` columns are course runs (`cascadekit run`, one kernel per chapter, on "
+              "2 cores): what a class waits for. At toy scale a chapter reads its committed run unless its "
+              "`retrain` parameter is `True`; the next column is what that costs with the shipped checkpoints "
+              "(the committed experiment's own time), and the one after it what rebuilding the shipped "
+              "checkpoints adds. The README's chapter table has the same columns from the same data."]
     if "toy" not in runs:
-        parts += ["", "No toy course run has been recorded yet: the toy column above adds the committed "
-                  "experiments' own times, without kernel starts and the chapters' demonstration cells. "
-                  "Record one with `cascadekit run --scale toy --out runs/toy` and "
-                  "`cascadekit times runs/toy/summary.md`."]
+        parts += ["", "No toy course run has been recorded yet: record one with "
+                  "`cascadekit run --scale toy --out runs/toy` and `cascadekit times runs/toy/summary.md`."]
     return "\n".join(parts) + "\n"

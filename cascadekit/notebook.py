@@ -115,13 +115,24 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _no_loss_table(module: ModuleType) -> None:
-    """The Trainer's notebook progress keeps its bar but writes no "Training Loss" table.
+    """The Trainer's notebook progress keeps its bar but shows no "Training Loss" table.
 
     With GRPO as the kit runs it (one update per rollout batch, no KL) the logged loss is about 0 by
     design, so a loss table says nothing; the chapters plot reward and ``frac_reward_zero_std`` instead,
     and every stage keeps its full log history in its metrics.
     """
-    module.NotebookProgressCallback.on_log = lambda self, *args, **kwargs: None
+    callback = module.NotebookProgressCallback
+    if getattr(callback, "_cascadekit_bar_only", False):
+        return
+    start = callback.on_train_begin
+
+    def on_train_begin(self: Any, *args: Any, **kwargs: Any) -> None:
+        start(self, *args, **kwargs)
+        self.training_tracker.inner_table = None  # the tracker draws its table only when it has one
+
+    callback.on_train_begin = on_train_begin
+    callback.on_log = lambda self, *args, **kwargs: None  # the table's rows
+    callback._cascadekit_bar_only = True
 
 
 def quiet_known_noise() -> None:
@@ -153,9 +164,21 @@ def committed_or_run(run: Callable[[Any, Path], dict[str, Any]], config: Any, ou
     if committed is None:
         return run(config, Path(out_dir))
     made = committed.get("produced_by", {})
-    print(f"the committed toy run: {made.get('command', '?')} (commit {made.get('git_commit', '?')}); "
+    print(f"the committed toy run: {without_scratch(made.get('command', '?'))} (commit {made.get('git_commit', '?')}); "
           f"set retrain = True in the parameters cell to run it again")
     return committed
+
+
+_SCRATCH = re.compile(r"--work[= ](/\S+)")
+
+
+def without_scratch(text: str) -> str:
+    """``text`` with the absolute scratch folder of a recorded command (``--work /tmp/work05c``) shown as ``DIR``.
+
+    The committed runs' commands record the trainer scratch folder of the machine that made them; a
+    reader has no such folder, and the results do not depend on it.
+    """
+    return _SCRATCH.sub(lambda m: m.group(0).replace(m.group(1), "DIR"), text)
 
 
 def show_source(obj: Callable | type) -> Any:

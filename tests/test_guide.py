@@ -5,7 +5,9 @@ import json
 import shutil
 from pathlib import Path
 
-from cascadekit.course_times import format_duration
+import pytest
+
+from cascadekit.course_times import column_title, format_duration
 from cascadekit.exercises import exercises
 from cascadekit.guide import RESULTS_DIR, load_syllabus, recorded_seconds, syllabus_page
 
@@ -55,5 +57,27 @@ def test_times_follow_the_committed_metrics_and_course_runs(tmp_path: Path) -> N
         "# Course run at scale `toy` (code x)\n\n| chapter | status | wall time (s) |\n|---|---|---|\n"
         "| 06_fixed_budget | ok | 7300.0 |\n")
     page = syllabus_page(results_dir=root)
-    assert "`toy` course run" in page and "| 06 | 2.0 h | 72.0 min |" in page and "| 01 | not run |" in page
+    assert column_title("toy") in page and "| 06 | 2.0 h | 72.0 min |" in page and "| 01 | not run |" in page
     assert "No toy course run" not in page
+
+
+def test_cli_times_on_the_repository_readme_sets_every_column_from_the_kept_summaries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cascadekit times SUMMARY`` (the repository's README): the kept summary and the metrics make every column."""
+    import cascadekit.course_times as course_times
+    import cascadekit.guide as guide
+    from cascadekit.cli import main
+
+    root = _copy_results(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("# kit\n\n## Chapters\n\n| # | chapter |\n|---|---|\n| 01 | world |\n| 06 | budget |\n")
+    summary = tmp_path / "summary.md"
+    summary.write_text("# Course run at scale `toy` (code x)\n\n| chapter | status | wall time (s) |\n|---|---|---|\n"
+                       "| 06_fixed_budget | ok | 7300.0 |\n")
+    monkeypatch.setattr(course_times, "README", readme)
+    monkeypatch.setattr(course_times, "TIMINGS_DIR", root / "timings")
+    monkeypatch.setattr(guide, "RESULTS_DIR", root)
+    assert main(["times", str(summary)]) == 0
+    table = readme.read_text()
+    assert (root / "timings" / "toy.md").exists()
+    assert "| 06 | budget | 2.0 h | " in table and guide.RETRAIN_TITLE in table and guide.THREADS_TITLE in table

@@ -130,3 +130,18 @@ def test_the_trainer_notebook_progress_writes_no_loss_table() -> None:
 
     callback = NotebookProgressCallback()  # no tracker: the original on_log would fail on this "loss" log
     assert callback.on_log(None, None, None, logs={"loss": 0.0}) is None
+    from types import SimpleNamespace
+
+    from transformers.trainer_utils import IntervalStrategy
+
+    callback.on_train_begin(SimpleNamespace(eval_strategy=IntervalStrategy.NO), SimpleNamespace(max_steps=4), None)
+    assert callback.training_tracker.inner_table is None  # a bar without the "Step | Training Loss" table
+
+
+def test_a_recorded_command_shows_no_scratch_folder_of_the_machine_that_ran_it() -> None:
+    from cascadekit.notebook import without_scratch
+
+    assert (without_scratch("cascadekit experiment 05 --scale toy --threads 2 --work /tmp/work05c (commit x)")
+            == "cascadekit experiment 05 --scale toy --threads 2 --work DIR (commit x)")
+    assert without_scratch("--work=/root/w --out runs/x") == "--work=DIR --out runs/x"
+    assert without_scratch("--work runs/05") == "--work runs/05"  # a relative folder is the reader's own

@@ -60,12 +60,15 @@ def test_unknown_scale_fails_before_running(course: Path, tmp_path: Path) -> Non
         run_course("gigantic", tmp_path / "out", notebook_dir=course)
 
 
-def test_an_executed_notebook_names_no_path_of_this_machine(course: Path, tmp_path: Path) -> None:
-    """Issue 37: the injected ``out_dir`` is relative to the run folder, where the kernel runs."""
+def test_an_executed_notebook_names_no_path_of_this_machine(course: Path, tmp_path: Path,
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 37: the injected ``out_dir`` is relative to the run folder, where the kernel runs, and the
+    kernel's transport warning stays out of the terminal."""
     from cascadekit.book import machine_paths
 
     out = tmp_path / "out"
     run_course("smoke", out, only=["01"], notebook_dir=course)
+    assert "without encryption" not in capfd.readouterr().err
     executed = nbformat.read(out / "01_first.ipynb", as_version=4)
     injected = next(c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", []))
     assert 'out_dir = "artifacts/01_first"' in injected.source
