@@ -10,9 +10,11 @@ This loop keeps the arithmetic and drops the wrapping:
    prompt's keys, values and first logits are exactly ``generate``'s);
 2. its cache is copied into one preallocated key and value buffer per layer;
 3. each step runs the decoder layers as plain tensor operations on one new token
-   per row (the same operations, in the same order, as the transformers layers);
+   per row: the transformers layers' computation, with the query/key/value and the
+   gate/up projections each fused into one matrix product and attention written as
+   two batched matrix products over the buffers;
 4. a row stops at its first stop token (end of turn, end of text), and finished
-   rows are dropped from the batch and the buffers.
+   rows leave the batch and the buffers (in groups: see :data:`COMPACT_EVERY`).
 
 Positions follow ``generate``'s (the count of real tokens before each one), and
 sampling uses transformers' own temperature, top-k and top-p warpers in
@@ -23,6 +25,15 @@ included, as ``generate``'s rows do before padding.
 
 Only for plain CPU models that :func:`supports` (no adapter, no GPU): at
 ``small``/``full`` scale generation is vLLM's.
+
+**Status: measured, not wired in.** Issue 36 keeps this loop only at 3x
+``generate``'s tokens per CPU-second at batch 64;
+``python -m cascadekit.decode_benchmark`` measured about 2x (greedy and sampled,
+toy chat base, on a shared 2-core machine), greedy tokens identical. What is left
+at batch 64 is what ``generate`` pays too: the prefill (the model's own forward),
+reading every row's cached keys and values each step (attention took as long as
+copying the cache), and the weights' matrix products. So the stage table, the
+sampler and GRPO still call ``generate``.
 """
 from __future__ import annotations
 
@@ -238,6 +249,9 @@ def decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_tok
                          f"on {model.device}: use model.generate")
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("decode needs at least one prompt, and no empty prompt")
+    vocab = model.get_input_embeddings().num_embeddings
+    if any(not 0 <= t < vocab for p in prompts for t in p):
+        raise ValueError(f"decode got a prompt token outside the model's vocabulary [0, {vocab})")
     if max_new_tokens < 1:
         return [[] for _ in prompts]
     model.eval()

@@ -1,6 +1,6 @@
 """Is the kit's decode loop faster than ``generate``? One run prints tokens per CPU-second for both, paired.
 
-``python -m cascadekit.decode_benchmark [--scale toy] [--batch 64] [--max-new-tokens 160] [--repeats 3]``
+``python -m cascadekit.decode_benchmark [--scale toy] [--batch 64] [--max-new-tokens 160] [--repeats 2] [--setting both]``
 
 Both decoders get the same batch of prompts from the shipped Part II chat base
 (the toy stage table's prompts, ``/think`` and ``/no_think``) on one thread, in
@@ -29,6 +29,10 @@ from cascadekit.domains import prompt_of
 from cascadekit.evaluation.stage_table import suite_records
 from cascadekit.profiles import load_profile
 from cascadekit.runtime import load_model, load_tokenizer
+
+
+#: greedy as the stage table decodes, sampled as a GRPO rollout (the toy profile's rl.temperature).
+SETTINGS = {"greedy": GREEDY, "sampled": Sampling(temperature=1.0)}
 
 
 def _prompts(scale: str, batch: int) -> list[str]:
@@ -69,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", default="toy")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--setting", choices=[*SETTINGS, "both"], default="both")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     profile = load_profile(args.scale)
@@ -80,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
           f"batch {args.batch}, max {args.max_new_tokens} new tokens, {args.repeats} timed pairs, 1 thread")
     print("| setting | generate tok/CPU-s | loop tok/CPU-s | ratio (median of pairs) | ratios | same tokens |")
     print("|---|---|---|---|---|---|")
-    for name, sampling in (("greedy", GREEDY), ("sampled T=1.0", Sampling(temperature=1.0))):
+    for name, sampling in SETTINGS.items():
+        if args.setting not in (name, "both"):
+            continue
         speeds: dict[str, list[float]] = {"generate": [], "loop": []}
         same = True
         for repeat in range(args.repeats + 1):

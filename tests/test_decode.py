@@ -101,6 +101,8 @@ def test_what_the_loop_does_not_run_is_one_clear_error():
     model = tiny()
     with pytest.raises(ValueError, match="empty prompt"):
         decode(model, [[2], []], 4, [STOP])
+    with pytest.raises(ValueError, match="vocabulary"):
+        decode(model, [[2, 99]], 4, [STOP])
     with pytest.raises(ValueError, match="top_p"):
         Sampling(temperature=1.0, top_p=0.0)
     assert not supports(torch.nn.Linear(2, 2))
