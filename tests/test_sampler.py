@@ -157,3 +157,38 @@ def test_vllm_backend_takes_folders_and_refuses_uncached_hub_names(model, tokeni
     assert fake.seen["folder"] == folder
     with pytest.raises(DownloadNotAllowed, match="cascadekit-tests/no-such-model"):
         sample_completions("cascadekit-tests/no-such-model", tokenizer, ["<q>"], cfg, n=1)
+
+
+def test_cached_sampling_samples_once_per_model_content(model, tokenizer, problems, monkeypatch, tmp_path):
+    from cascadekit.evaluation import sampler
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
+    prompts = [p.rl_prompt for p in problems]
+    live = sample_completions(model, tokenizer, prompts, PROFILE.evaluation, seed=3, n=2)
+    calls = []
+    real = sampler.sample_completions
+    monkeypatch.setattr(sampler, "sample_completions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cfg = PROFILE.evaluation
+    first = sampler.cached_sample_completions(model, tokenizer, prompts, cfg, seed=3, n=2)
+    again = sampler.cached_sample_completions(model, tokenizer, prompts, cfg, seed=3, n=2)
+    assert first == again == live and len(calls) == 1
+    other = build_model(PROFILE.model, tokenizer, seed=1)  # other weights: another key, sampled again
+    assert sampler.model_digest(other, tokenizer) != sampler.model_digest(model, tokenizer)
+    before = len(calls)
+    sampler.cached_sample_completions(other, tokenizer, prompts, cfg, seed=3, n=2)
+    assert len(calls) == before + 1
+
+
+def test_a_folder_digest_is_its_content_not_its_bookkeeping(tmp_path):
+    from cascadekit.evaluation.sampler import folder_digest
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, stage in ((a, "built by one chain"), (b, "built by another")):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "sub" / "tokenizer.json").write_text("{}")
+        (folder / "stage.json").write_text(stage)
+    assert folder_digest(a) == folder_digest(b)
+    (b / "model.safetensors").write_bytes(b"other weights")
+    assert folder_digest(a) != folder_digest(b)
+    assert folder_digest("Qwen/Qwen3-0.6B-Base") is None

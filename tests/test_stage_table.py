@@ -86,3 +86,29 @@ def test_evaluation_refuses_a_malformed_record() -> None:
     records[0] = {**records[0], "gold": "not a dict"}
     with pytest.raises(ValueError, match="gold"):
         evaluate(None, None, records, PROFILE, "bad")
+
+
+def test_a_checkpoint_is_evaluated_once_by_its_content(tmp_path, monkeypatch) -> None:
+    """Two folders with the same weights share one evaluation; other weights are evaluated again."""
+    from cascadekit.evaluation import stage_table as table_module
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
+    tokenizer = build_chat_tokenizer(PROFILE)
+    folders = {}
+    for name, seed in (("one", 0), ("copy", 0), ("other", 1)):
+        folders[name] = tmp_path / name
+        build_model(PROFILE.model, tokenizer, seed=seed).save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+        (folders[name] / "stage.json").write_text(f'{{"built by": "{name}"}}')
+    records = suite_records(PROFILE, ["math"])[:2]
+    calls = []
+    real = table_module.evaluate_checkpoint
+    monkeypatch.setattr(table_module, "evaluate_checkpoint", lambda *a: calls.append(a[0]) or real(*a))
+    first = table_module.stage_table(folders["one"], PROFILE, "SFT", records)
+    copy = table_module.stage_table(folders["copy"], PROFILE, "RL", records)
+    assert calls == [folders["one"]] and [s["completion"] for s in copy["samples"]] == [s["completion"] for s in first["samples"]]
+    assert {r["stage"] for r in copy["rows"]} == {"RL"}  # read back, relabelled
+    before = len(calls)
+    table_module.stage_table(folders["other"], PROFILE, "SFT", records)
+    table_module.stage_table(folders["one"], PROFILE, "SFT", records[:1])  # another suite
+    assert len(calls) == before + 2

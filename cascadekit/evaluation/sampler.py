@@ -11,10 +11,18 @@ loaded through :mod:`cascadekit.runtime`). vLLM loads weights itself, so an
 in-memory model is first saved to a temporary checkpoint folder
 (:func:`cascadekit.runtime.save_checkpoint`, a LoRA adapter merged in) and that
 folder is handed to it. vLLM is imported only when the ``vllm`` backend runs.
+
+Nothing is sampled twice: :func:`cached_sample_completions` is a cached stage
+(kind ``samples``) keyed by the model's content (:func:`model_digest` of its
+weights and tokenizer, or :func:`folder_digest` of a checkpoint folder), the
+prompts, the sampling settings, ``n`` and the seed; the same weights asked the
+same questions read the completions back instead of generating them again.
 """
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -23,11 +31,82 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from cascadekit.artifacts import MANIFEST, PROVENANCE
+from cascadekit.atomic import atomic_write_json
 from cascadekit.profiles import EvaluationConfig
 from cascadekit.runtime import Placement, checkpoint_folder, load_model, save_checkpoint
 from cascadekit.tokenizer import tag_id
 
 STOP = "</answer>"
+#: A cached sampling stage's completions, in its folder.
+COMPLETIONS_FILE = "completions.json"
+#: A checkpoint folder's bookkeeping, left out of its content digest (the cache's manifest, a stage's
+#: inputs and metrics, a shipped entry's provenance): the same weights from another chain are the same model.
+#: ("stage.json" is :data:`cascadekit.pipeline.STAGE_FILE`: pipeline imports this module, through report.)
+BOOKKEEPING = frozenset({MANIFEST, "stage.json", PROVENANCE})
+
+
+def folder_digest(folder: str | Path) -> str | None:
+    """16 hex digits of the sha256 of a checkpoint folder's files (names and bytes); None for a hub name.
+
+    The cache's bookkeeping files (:data:`BOOKKEEPING`) are left out, so the digest is
+    the weights', tokenizer's and template's content, whoever built them.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in BOOKKEEPING):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def model_digest(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> str:
+    """16 hex digits of the sha256 of a loaded model's weights (names, dtypes, shapes, bytes) and its tokenizer."""
+    digest = hashlib.sha256(type(model).__name__.encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    digest.update(vocab.encode() + str(tokenizer.chat_template).encode())
+    return digest.hexdigest()[:16]
+
+
+def cached_sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase,
+                              prompts: Sequence[str], cfg: EvaluationConfig, seed: int = 0,
+                              n: int | None = None, *, placement: Placement | None = None,
+                              allow_download: bool | None = None) -> list[list[str]]:
+    """:func:`sample_completions`, itself a cached stage (kind ``samples``) keyed by the model's content.
+
+    The key holds the model's digest (:func:`model_digest`, or :func:`folder_digest`
+    of a checkpoint folder), the prompts, every sampling setting, ``n`` and ``seed``,
+    and the device and precision the model runs in (sampling can differ between
+    them). A hub name is not content and is sampled every time.
+    """
+    from cascadekit.pipeline import Stage, run_stage  # here: pipeline imports this module (through report)
+
+    n = n or cfg.samples
+    content = folder_digest(model) if isinstance(model, (str, Path)) else model_digest(model, tokenizer)
+    if content is None:
+        return sample_completions(model, tokenizer, prompts, cfg, seed, n, placement=placement,
+                                  allow_download=allow_download)
+    device = str(model.device) if isinstance(model, PreTrainedModel) else (placement.device if placement else "cpu")
+    dtype = str(model.dtype) if isinstance(model, PreTrainedModel) else (placement.dtype if placement else "float32")
+    prompts_digest = hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16]
+    inputs = {"model": content, "prompts": prompts_digest, "n_prompts": len(prompts), "samples": n, "seed": seed,
+              "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
+              "batch_size": cfg.batch_size, "backend": cfg.backend, "device": device, "dtype": dtype}
+
+    def build(folder: Path) -> dict[str, int]:
+        completions = sample_completions(model, tokenizer, prompts, cfg, seed, n, placement=placement,
+                                         allow_download=allow_download)
+        atomic_write_json(folder / COMPLETIONS_FILE, completions)
+        return {"completions": sum(map(len, completions))}
+
+    out = run_stage(Stage("samples", inputs, build))
+    return json.loads((out.checkpoint / COMPLETIONS_FILE).read_text())
 
 
 def sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase,

@@ -38,6 +38,7 @@ from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
 from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of
 from cascadekit.domains.tools import transcript
+from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
 from cascadekit.pipeline import Stage, StageOutput, records_digest, run_stage
 from cascadekit.profiles import Profile
@@ -236,14 +237,31 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records
     return aggregate(samples, stage), samples
 
 
-def stage_table(checkpoint: str | Path, profile: Profile, stage: str,
-                records: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The stage table of one checkpoint: ``rows`` (dicts), per-sample ``samples`` and ``wall_s``."""
+def evaluate_checkpoint(checkpoint: str | Path, profile: Profile, stage: str,
+                        records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`evaluate` on a checkpoint loaded on the profile's device: ``rows`` (dicts), ``samples``, ``wall_s``."""
     started = time.perf_counter()
     model = load_model(checkpoint, choose_device(profile))
-    rows, samples = evaluate(model, load_tokenizer(checkpoint), suite_records(profile) if records is None else records,
-                             profile, stage)
+    rows, samples = evaluate(model, load_tokenizer(checkpoint), records, profile, stage)
     return {"rows": [asdict(r) for r in rows], "samples": samples, "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def stage_table(checkpoint: str | Path, profile: Profile, stage: str,
+                records: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The stage table of one checkpoint: ``rows`` (dicts), per-sample ``samples`` and ``wall_s``.
+
+    A cached stage (kind ``stage-table``) keyed by the checkpoint folder's content
+    (:func:`cascadekit.evaluation.sampler.folder_digest`: its weights, tokenizer and
+    template, not the key of the stage that built it) and the suite, so a checkpoint
+    is evaluated once however many chapters ask; ``wall_s`` is the time the evaluation
+    took when it ran. A hub name is not content: it is evaluated every time.
+    """
+    records = suite_records(profile) if records is None else list(records)
+    content = folder_digest(checkpoint)
+    if content is None:
+        return evaluate_checkpoint(checkpoint, profile, stage, records)
+    return _cached_table({"checkpoint_content": content, **_suite_inputs(profile, records)}, stage,
+                         lambda: evaluate_checkpoint(checkpoint, profile, stage, records))
 
 
 def cached_stage_table(stage: StageOutput, profile: Profile, name: str,
@@ -254,16 +272,26 @@ def cached_stage_table(stage: StageOutput, profile: Profile, name: str,
     the device and precision: greedy decoding can differ between them), so a chapter
     that evaluates a checkpoint an earlier chapter already evaluated reads the
     per-sample results instead of generating again. ``name`` labels the rows;
-    ``wall_s`` is the time the evaluation took when it ran.
+    ``wall_s`` is the time the evaluation took when it ran. (The shipped stage tables
+    are under these keys; :func:`stage_table` keys by the checkpoint's content.)
     """
     records = suite_records(profile) if records is None else list(records)
-    placement = choose_device(profile)
-    inputs = {"checkpoint": stage.key, "suite": records_digest(records), "n": len(records),
-              "max_new_tokens": profile.sft.max_new_tokens, "batch_size": profile.evaluation.batch_size,
-              "max_rounds": MAX_ROUNDS, "device": placement.device, "dtype": placement.dtype}
+    return _cached_table({"checkpoint": stage.key, **_suite_inputs(profile, records)}, name,
+                         lambda: stage_table(stage.checkpoint, profile, name, records))
 
+
+def _suite_inputs(profile: Profile, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a stage table depends on besides its checkpoint: the suite and the decoding settings."""
+    placement = choose_device(profile)
+    return {"suite": records_digest(records), "n": len(records), "max_new_tokens": profile.sft.max_new_tokens,
+            "batch_size": profile.evaluation.batch_size, "max_rounds": MAX_ROUNDS, "device": placement.device,
+            "dtype": placement.dtype}
+
+
+def _cached_table(inputs: dict[str, Any], name: str, build_table: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The stage table of ``inputs``: its per-sample results stored once, read back and labelled ``name``."""
     def build(folder: Path) -> dict[str, Any]:
-        table = stage_table(stage.checkpoint, profile, name, records)
+        table = build_table()
         atomic_write_json(folder / SAMPLES_FILE, [{k: v for k, v in s.items() if k != "stage"}
                                                   for s in table["samples"]])
         return {"wall_s": table["wall_s"]}
