@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urldefrag
 
-from cascadekit.atomic import atomic_write_text, same_file
+from cascadekit.atomic import atomic_write_text, replace_folder, same_file
 from cascadekit.codeversion import REPO_DIR
 from cascadekit.guide import syllabus_page
 from cascadekit.notebook import without_scratch
@@ -159,18 +159,12 @@ def check_book_arguments(executed_dir: Path, out: Path) -> None:
 
 
 def _replace_folder(built: Path, out: Path) -> None:
-    """Move ``built`` to ``out``, replacing an older book only once the new one is whole beside it."""
+    """Copy ``built`` beside ``out``, then swap it in (an older book is kept until the new one is whole)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         shutil.copytree(built, partial, dirs_exist_ok=True)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(partial, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(partial, out)
+        replace_folder(partial, out)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 

@@ -148,6 +148,7 @@ def _saved_model(folder: Path, full_vocabulary: bool = True) -> Path:
     from transformers import Qwen3ForCausalLM
 
     from cascadekit.chat import install_chat_template
+    from cascadekit.runtime import save_checkpoint
     from cascadekit.tokenizer import train_tokenizer
 
     if not (folder / "config.json").exists():
@@ -159,8 +160,7 @@ def _saved_model(folder: Path, full_vocabulary: bool = True) -> Path:
             config.vocab_size = len(tokenizer)
             torch.manual_seed(0)
             model = Qwen3ForCausalLM(config).to(device=DEVICE, dtype=torch.bfloat16)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        save_checkpoint(model, tokenizer, folder)  # a kill mid-save leaves no half model for --work to reuse
     return folder
 
 

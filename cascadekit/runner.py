@@ -153,7 +153,7 @@ def _relative_provenance(executed: Path, source: Path) -> None:
     record = notebook.metadata.get("papermill", {})
     record["input_path"] = os.path.relpath(source, REPO_DIR) if source.is_relative_to(REPO_DIR) else source.name
     record["output_path"] = source.name
-    nbformat.write(notebook, executed)
+    atomic_write_text(executed, nbformat.writes(notebook))
 
 
 def run_course(
