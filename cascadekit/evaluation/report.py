@@ -19,7 +19,7 @@ import numpy as np
 
 from cascadekit.evaluation.bands import RANGES, Bands
 from cascadekit.evaluation.passk import pass_at_k
-from cascadekit.evaluation.sampler import sample_completions
+from cascadekit.evaluation.sampler import cached_sample_completions
 from cascadekit.profiles import Profile, WorldConfig
 from cascadekit.training.pretrain import PRETRAIN_MIXTURE
 from cascadekit.verify.process import judge
@@ -67,7 +67,7 @@ def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], band
 def evaluate(model, tokenizer, problems: Sequence, profile: Profile, bands: Bands | None = None) -> list[dict]:
     """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``)."""
     prompts = [p.rl_prompt for p in problems]
-    completions = sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seed)
+    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seed)
     return judge_samples(problems, completions, bands or profile.world)
 
 
