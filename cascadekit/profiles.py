@@ -232,7 +232,7 @@ class EngineConfig:
     ``torch.autocast("cpu", torch.bfloat16)``; loss within about 1% of fp32). It
     pays only on a CPU that computes bf16 natively (AVX512-BF16 or AMX): issue 36
     reported 1.57-1.60x the toy model's training tokens/s, while ``cascadekit bench
-    train`` measured 0.14x on an AVX2-only CPU, where bf16 is emulated
+    train`` measured 0.13x on an AVX2-only CPU, where bf16 is emulated
     (:func:`training_precision` warns there). A GPU trains in the profile's
     ``dtype`` whatever this says. ``precision`` enters a training stage's key when
     it is not ``fp32`` (:func:`precision_inputs`: the pretraining, SFT and
