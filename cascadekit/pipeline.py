@@ -29,7 +29,7 @@ from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.atomic import atomic_write_json
 from cascadekit.evaluation.bands import Bands
 from cascadekit.evaluation.report import evaluate
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, precision_inputs
 from cascadekit.chat import END_OF_TURN, stop_token_ids
 from cascadekit.domains import check_record, prompt_text
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
@@ -122,7 +122,8 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
     if not tokens:
         return start
     inputs = {"start": start.key, "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
-              "pretrain": profile.to_dict()["pretrain"], "world": profile.to_dict()["world"], "seed": profile.seed}
+              "pretrain": profile.to_dict()["pretrain"], "world": profile.to_dict()["world"], "seed": profile.seed,
+              **precision_inputs(profile)}
     run_dir = cache_root() / "runs" / f"midtrain-{stage_key('midtrain', inputs)}"  # Trainer checkpoints, to resume
 
     def build(folder: Path) -> Mapping[str, Any]:
@@ -240,7 +241,8 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, digest: str, reward: Rewar
         return metrics
 
     inputs = {"start": start.key, "prompts": digest, "n_prompts": len(dataset),
-              "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed}
+              "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed,
+              **precision_inputs(profile)}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:

@@ -50,9 +50,9 @@ from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
 from cascadekit.pipeline import Stage, StageOutput, run_stage
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.rewards import completion_text
-from cascadekit.runtime import choose_device, load_tokenizer, save_checkpoint
+from cascadekit.runtime import load_tokenizer, save_checkpoint
 from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
 
 #: Index of the YES logit in the judge's two-way head.
@@ -157,7 +157,7 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k.startswith("judge_")}
     inputs = {"start": start.key, **settings, "tasks": _digest(train), "held_out": _digest(held_out),
               "sampling": {"temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens},
-              "seed": profile.seed}
+              "seed": profile.seed, **precision_inputs(profile)}
     run_dir = cache_root() / "runs" / f"swe-judge-{Stage('swe-judge', inputs, dict).key}"
 
     def build(dest: Path) -> Mapping[str, Any]:
@@ -175,7 +175,7 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
             output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs,
             per_device_train_batch_size=cfg.judge_batch_size, learning_rate=cfg.judge_lr,
             lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
-            **choose_device(profile).trainer_arguments(), logging_steps=10, save_strategy="no", report_to="none",
+            **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
             seed=profile.seed, data_seed=profile.seed)
         trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer))
         started = time.perf_counter()
