@@ -447,6 +447,14 @@ def cmd_book(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (what a reader of the output has too)."""
+    from cascadekit.codeversion import REPO_DIR
+
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO_DIR)) if resolved.is_relative_to(REPO_DIR) else str(path)
+
+
 def cmd_times(args: argparse.Namespace) -> int:
     """Set the README's column from a course summary; keep a copy only where the target is the repository or ``--timings`` says."""
     from cascadekit.atomic import atomic_write_text, same_file
@@ -458,7 +466,7 @@ def cmd_times(args: argparse.Namespace) -> int:
     times = apply_summary(Path(args.summary), readme, timings)
     if timings is not None and same_file(timings, TIMINGS_DIR) and same_file(readme, README):
         atomic_write_text(readme, readme_with_times(readme.read_text()))  # every time column, as the guide has it
-    kept = f"summary kept as {timings / f'{times.scale}.md'}" if timings else "no copy of the summary kept"
+    kept = f"summary kept as {_shown(timings / f'{times.scale}.md')}" if timings else "no copy of the summary kept"
     print(f"{readme}: `{times.scale}` column set from {args.summary} "
           f"({len(times.seconds)} chapters, {format_duration(times.total_s)} in all); {kept}")
     return 0

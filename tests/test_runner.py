@@ -73,7 +73,9 @@ def test_an_executed_notebook_names_no_path_of_this_machine(course: Path, tmp_pa
     injected = next(c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", []))
     assert 'out_dir = "artifacts/01_first"' in injected.source
     assert machine_paths(out) == []
-    (out / "planted.ipynb").write_text(f'{{"x": "{tmp_path}/somewhere"}}')
+    from cascadekit.codeversion import REPO_DIR
+
+    (out / "planted.ipynb").write_text(f'{{"x": "{REPO_DIR.parent}/somewhere/else"}}')  # beside the checkout
     assert [found.split(": ")[0] for found in machine_paths(out)] == ["planted.ipynb"]  # the check can fail
 
 
