@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from cascadekit.profiles import Profile, ProfileError, load_profile
+from cascadekit.profiles import Profile, ProfileError, load_profile, overrides_mapping
 
 
 #: The chapters whose experiment builds a base model (Part I's and Part II's).
@@ -87,5 +87,6 @@ def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None
     if rebuild_base and found.id not in REBUILDS_BASE:
         raise ValueError(f"--rebuild-base applies to the chapters that build a base ({', '.join(REBUILDS_BASE)}), "
                          f"not {found.id}")
-    settings = {"seed": seed, **found.settings.get(scale, {}), **dict(overrides or {})}
-    return ChapterConfig(found, load_profile(scale, settings), dict(overrides or {}), rebuild_base)
+    overrides = overrides_mapping(overrides)
+    settings = {"seed": seed, **found.settings.get(scale, {}), **overrides}
+    return ChapterConfig(found, load_profile(scale, settings), overrides, rebuild_base)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import inspect
-import json
 import logging
 import re
 import string
@@ -26,7 +25,7 @@ from types import ModuleType
 from typing import Any, Callable, Mapping
 
 from cascadekit.envinfo import describe_environment
-from cascadekit.profiles import Profile, ProfileError, load_profile
+from cascadekit.profiles import Profile, ProfileError, load_profile, overrides_mapping
 
 
 class ChapterSettingsError(ProfileError):
@@ -36,29 +35,10 @@ class ChapterSettingsError(ProfileError):
         return [f"{type(self).__name__}: {self}"]
 
 
-def chapter_overrides(overrides: Any) -> dict[str, Any]:
-    """The ``overrides`` parameter as a mapping: a dict, or its JSON text (what ``papermill -p`` passes).
-
-    The values are checked by :func:`~cascadekit.profiles.load_profile`, the checker the command line uses.
-    """
-    if isinstance(overrides, str):
-        try:
-            overrides = json.loads(overrides) if overrides.strip() else {}
-        except (ValueError, RecursionError):
-            raise ChapterSettingsError(f"overrides {overrides[:60]!r}: not JSON; expected a mapping like "
-                                       '{"model.hidden": 64}') from None
-    if overrides is None:
-        return {}
-    if not isinstance(overrides, Mapping):
-        raise ChapterSettingsError(f"overrides: expected a mapping of 'section.field' to values, like "
-                                   f'{{"model.hidden": 64}}; got {type(overrides).__name__}')
-    return dict(overrides)
-
-
 def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Profile:
     """Resolve and print the profile, the environment's short form, and create ``out_dir``."""
     try:
-        profile = load_profile(scale, {"seed": seed, **chapter_overrides(overrides)})
+        profile = load_profile(scale, {"seed": seed, **overrides_mapping(overrides)})
     except ProfileError as err:
         raise ChapterSettingsError(str(err)) from None
     Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -582,6 +582,25 @@ def apply_overrides(profile: Profile, overrides: Mapping[str, Any]) -> Profile:
     return profile
 
 
+def overrides_mapping(overrides: Any) -> dict[str, Any]:
+    """A notebook's ``overrides`` parameter as a mapping: a dict, or its JSON text (what ``papermill -p`` passes).
+
+    Only the shape is checked here; the values are checked by :func:`load_profile`, as the command line's are.
+    """
+    if isinstance(overrides, str):
+        try:
+            overrides = json.loads(overrides) if overrides.strip() else {}
+        except (ValueError, RecursionError):
+            raise ProfileError(f"overrides {overrides[:60]!r}: not JSON; expected a mapping like "
+                               '{"model.hidden": 64}') from None
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ProfileError(f"overrides: expected a mapping of 'section.field' to values, like "
+                           f'{{"model.hidden": 64}}; got {type(overrides).__name__}')
+    return dict(overrides)
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """Turn CLI ``key=value`` strings into an overrides mapping with typed values.
 

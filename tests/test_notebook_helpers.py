@@ -95,10 +95,12 @@ def test_a_bad_overrides_parameter_is_one_line_naming_the_field(overrides: objec
 
 
 def test_overrides_as_papermill_passes_them() -> None:
-    from cascadekit.notebook import chapter_overrides
+    from cascadekit.chapters import resolve
+    from cascadekit.profiles import overrides_mapping
 
-    assert chapter_overrides('{"model.hidden": 64}') == {"model.hidden": 64}
-    assert chapter_overrides("") == chapter_overrides(None) == chapter_overrides({}) == {}
+    assert overrides_mapping('{"model.hidden": 64}') == {"model.hidden": 64}
+    assert overrides_mapping("") == overrides_mapping(None) == overrides_mapping({}) == {}
+    assert resolve("04", "smoke", '{"model.hidden": 64}').profile.model.hidden == 64  # chapters take the JSON text too
 
 
 def test_known_library_noise_is_dropped_and_the_rest_kept(caplog: pytest.LogCaptureFixture) -> None:
