@@ -25,7 +25,9 @@ checks it node by node against the gold graph:
    gold nodes that pass.
 
 The judge never raises on malformed text; anything it cannot read counts as
-missing or wrong.
+missing or wrong. It reads the whole output, Unicode digits as numbers and
+invisible format characters dropped (:func:`readable`); an output over
+:data:`MAX_TEXT` characters is rejected whole, never judged on a prefix.
 """
 
 from __future__ import annotations
