@@ -13,6 +13,7 @@ import stat
 import sys
 import threading
 import time
+import types
 from typing import Any, Callable
 
 import pytest
@@ -183,7 +184,7 @@ def by_import(n, c, k):
 def through_gc(n, c, k):
     import gc
 
-    found = next(f for f in gc.get_objects() if getattr(f, "__name__", "") == "_passk")
+    found = next(f for f in gc.get_objects() if isinstance(f, types.FunctionType) and f.__name__ == "_passk")
     return found(n, c, k)
 
 
