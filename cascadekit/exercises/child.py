@@ -263,10 +263,28 @@ def _decoded(message: bytes | None) -> dict[str, Any] | None:
     return outcome if isinstance(outcome, dict) else None
 
 
+def _end(pid: int, uid: int | None) -> int:
+    """Kill the child's whole group (and, as root, every process of its uid); its exit status."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):  # os.kill: a child that died before its setsid
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _, status = os.waitpid(pid, 0)
+    if uid is not None:
+        _kill_uid(uid)
+    return status
+
+
 def _in_fork(job: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
     uid = random.SystemRandom().choice(_THROWAWAY_UIDS) if os.geteuid() == 0 else None
     read, write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        raise
     if pid == 0:
         os.close(read)
         _child(job, write, math.ceil(timeout) + 1, uid)
@@ -275,13 +293,7 @@ def _in_fork(job: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any
         message, timed_out = _read_message(read, time.monotonic() + timeout)
     finally:
         os.close(read)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # the child died before its setsid: then it was alone
-        _, status = os.waitpid(pid, 0)
-        if uid is not None:
-            _kill_uid(uid)
+        status = _end(pid, uid)
     if timed_out:
         return {"stopped": "time"}
     outcome = _decoded(message)

@@ -224,7 +224,7 @@ def forged_through_a_pipe(n, c, k):
         frame = frame.f_back
     for name in os.listdir("/proc/self/fd"):
         try:
-            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+            if int(name) > 2 and stat.S_ISFIFO(os.fstat(int(name)).st_mode):  # not the test's own output
                 os.write(int(name), len(forged).to_bytes(8, "big") + forged)
         except OSError:
             pass
