@@ -107,6 +107,22 @@ def test_the_limits_are_hard_in_the_child() -> None:
     assert got["RLIMIT_NPROC"][0] == got["RLIMIT_NPROC"][1]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root changes uid or drops capabilities")
+@pytest.mark.parametrize("throwaway", [True, False], ids=["throwaway uid", "few uids mapped"])
+def test_root_keeps_only_the_right_to_read(monkeypatch: pytest.MonkeyPatch, throwaway: bool) -> None:
+    if not throwaway:  # a user namespace mapping 65,536 uids: no throwaway uid to take
+        monkeypatch.setattr(child, "_throwaway_uid", lambda: None)
+
+    def identity() -> dict:
+        with open("/proc/self/status") as f:
+            status = dict(line.split(":", 1) for line in f)
+        return {"uid": os.getuid(), "effective": int(status["CapEff"], 16), "bounding": int(status["CapBnd"], 16)}
+
+    got = child.run_contained(identity, 10)
+    assert (got["uid"] != 0) is throwaway
+    assert got["effective"] == got["bounding"] == 1 << 2  # CAP_DAC_READ_SEARCH only
+
+
 def test_forked_spinning_children_die_with_the_check(pid_pipe) -> None:
     write, collected = pid_pipe
 
