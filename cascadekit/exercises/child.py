@@ -141,17 +141,18 @@ def _own_tasks() -> int:
     return count
 
 
-def _become(uid: int) -> None:
-    """Root only: run as ``uid`` with no capability but reading files, none in the bounding set either."""
+def _drop_root(uid: int | None) -> None:
+    """Root only: keep no capability but reading files (none in the bounding set either), as ``uid`` if given."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(8, 1, 0, 0, 0) != 0:  # PR_SET_KEEPCAPS: keep the permitted set across setuid
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_KEEPCAPS)")
     for cap in range(_LAST_CAP + 1):
         if cap != _CAP_DAC_READ_SEARCH:
             libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     keep = 1 << _CAP_DAC_READ_SEARCH
     data = (ctypes.c_uint32 * 6)(keep, keep, 0, 0, 0, 0)  # effective, permitted, inheritable (two words each)
@@ -174,11 +175,10 @@ def _contain(cpu_s: int, uid: int | None) -> None:
     with open("/proc/self/statm") as statm:
         used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     _hard_limit(resource, resource.RLIMIT_AS, used + CHILD_MEMORY_BYTES)
-    if uid is not None:
-        _become(uid)
-        _hard_limit(resource, resource.RLIMIT_NPROC, CHILD_PROCESSES)
-    else:
-        _hard_limit(resource, resource.RLIMIT_NPROC, _own_tasks() + CHILD_PROCESSES)
+    if os.geteuid() == 0:
+        _drop_root(uid)
+    # A fresh throwaway uid runs nothing else; otherwise the uid's other processes count too.
+    _hard_limit(resource, resource.RLIMIT_NPROC, CHILD_PROCESSES + (0 if uid is not None else _own_tasks()))
 
 
 def _encoded(job: Callable[[], dict[str, Any]]) -> bytes:
@@ -263,10 +263,45 @@ def _decoded(message: bytes | None) -> dict[str, Any] | None:
     return outcome if isinstance(outcome, dict) else None
 
 
+def _throwaway_uid() -> int | None:
+    """As root where the uid map reaches :data:`_THROWAWAY_UIDS`: one of them at random; else None.
+
+    In a user namespace that maps few uids (rootless containers) the child stays
+    uid 0 of that namespace without capabilities: its hard limits hold, and
+    ``RLIMIT_NPROC`` binds there since it is not the host's root.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        with open("/proc/self/uid_map") as f:
+            top = max(int(first) + int(count) for first, _, count in (line.split() for line in f))
+    except (OSError, ValueError):
+        return None
+    return random.SystemRandom().choice(_THROWAWAY_UIDS) if top >= _THROWAWAY_UIDS.stop else None
+
+
+def _end(pid: int, uid: int | None) -> int:
+    """Kill the child's whole group (and, as root, every process of its uid); its exit status."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):  # os.kill: a child that died before its setsid
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _, status = os.waitpid(pid, 0)
+    if uid is not None:
+        _kill_uid(uid)
+    return status
+
+
 def _in_fork(job: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
-    uid = random.SystemRandom().choice(_THROWAWAY_UIDS) if os.geteuid() == 0 else None
+    uid = _throwaway_uid()
     read, write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        raise
     if pid == 0:
         os.close(read)
         _child(job, write, math.ceil(timeout) + 1, uid)
@@ -275,13 +310,7 @@ def _in_fork(job: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any
         message, timed_out = _read_message(read, time.monotonic() + timeout)
     finally:
         os.close(read)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # the child died before its setsid: then it was alone
-        _, status = os.waitpid(pid, 0)
-        if uid is not None:
-            _kill_uid(uid)
+        status = _end(pid, uid)
     if timed_out:
         return {"stopped": "time"}
     outcome = _decoded(message)
