@@ -195,10 +195,22 @@ def _encoded(job: Callable[[], dict[str, Any]]) -> bytes:
     return payload.encode()
 
 
+def _close_inherited(keep: int) -> None:
+    """Close every descriptor the fork inherited but ``keep`` and stdin/out/err.
+
+    The notebook kernel's sockets, a test runner's channel to its workers and any
+    file the caller holds open are out of the student's reach: the one pipe left
+    is the result pipe, whose message the parent checks.
+    """
+    os.closerange(3, keep)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+
+
 def _child(job: Callable[[], dict[str, Any]], write: int, cpu_s: int, uid: int | None) -> None:
     """The forked child: contain, disarm, run, send one length-prefixed message, exit. Never returns."""
     try:
         os.setsid()
+        _close_inherited(write)
         _contain(cpu_s, uid)
         _disarm_exercises()
         message = _encoded(job)

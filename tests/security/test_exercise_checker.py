@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import stat
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -47,29 +49,35 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def pid_pipe():
-    """A pipe the student's processes write their pids to; every pid read is killed afterwards."""
-    read, write = os.pipe()
+def pid_file():
+    """A file the student's processes append their pids to; every pid read is killed afterwards.
+
+    A file, not an inherited pipe: the checker's child closes every descriptor it
+    inherits but its result pipe. The throwaway uid a root check runs as may write it.
+    """
+    folder = tempfile.mkdtemp(prefix="checker-pids-", dir="/tmp")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "pids")
+    with open(path, "w"):
+        pass
+    os.chmod(path, 0o666)
     pids: list[int] = []
 
     def collected() -> list[int]:
-        """The pids written so far (not up to EOF: a leaked process would hold the pipe open)."""
-        os.set_blocking(read, False)
-        data = b""
-        try:
-            while chunk := os.read(read, 1 << 16):
-                data += chunk
-        except BlockingIOError:
-            pass
-        pids.extend(int(p) for p in data.split())
-        return pids
+        with open(path) as f:
+            pids[:] = [int(p) for p in f.read().split()]
+        return list(pids)
 
-    yield write, collected
-    os.close(read)
-    os.close(write)
+    yield path, collected
     for pid in pids:  # on a checker that leaks them, this test's own processes must not outlive it
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def note_pid(path: str) -> None:
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()} ")
 
 
 @pytest.fixture
@@ -123,14 +131,14 @@ def test_root_keeps_only_the_right_to_read(monkeypatch: pytest.MonkeyPatch, thro
     assert got["effective"] == got["bounding"] == 1 << 2  # CAP_DAC_READ_SEARCH only
 
 
-def test_forked_spinning_children_die_with_the_check(pid_pipe) -> None:
-    write, collected = pid_pipe
+def test_forked_spinning_children_die_with_the_check(pid_file) -> None:
+    path, collected = pid_file
 
     def forks(n, c, k):
         if (n, c, k) == (1, 0, 1):
             for _ in range(10):
                 if os.fork() == 0:
-                    os.write(write, f"{os.getpid()} ".encode())
+                    note_pid(path)
                     while True:
                         pass
             time.sleep(1.0)  # every child has written its pid
@@ -144,13 +152,13 @@ def test_forked_spinning_children_die_with_the_check(pid_pipe) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user a process that calls setsid leaves the group")
-def test_a_child_that_leaves_the_group_dies_too(pid_pipe) -> None:
-    write, collected = pid_pipe
+def test_a_child_that_leaves_the_group_dies_too(pid_file) -> None:
+    path, collected = pid_file
 
     def escapes(n, c, k):
         if (n, c, k) == (1, 0, 1) and os.fork() == 0:
             os.setsid()
-            os.write(write, f"{os.getpid()} ".encode())
+            note_pid(path)
             while True:
                 pass
         if (n, c, k) == (1, 0, 1):
@@ -163,8 +171,8 @@ def test_a_child_that_leaves_the_group_dies_too(pid_pipe) -> None:
     assert len(pids) == 1 and not alive(pids[0])
 
 
-def test_the_process_budget_stops_a_fork_bomb(pid_pipe) -> None:
-    write, collected = pid_pipe
+def test_the_process_budget_stops_a_fork_bomb(pid_file) -> None:
+    path, collected = pid_file
 
     def bomb(n, c, k):
         for _ in range(200):
@@ -173,7 +181,7 @@ def test_the_process_budget_stops_a_fork_bomb(pid_pipe) -> None:
             except OSError:
                 break
             if pid == 0:
-                os.write(write, f"{os.getpid()} ".encode())
+                note_pid(path)
                 time.sleep(60)
                 os._exit(0)
         return pass_at_k(n, c, k)
@@ -311,19 +319,23 @@ def hog():
         pass
     return {"touched": len(bytearray(3 << 30))}
 
-read, write = os.pipe()
+import tempfile
+fd, path = tempfile.mkstemp()
+os.close(fd)
 def forks():
     for _ in range(10):
         if os.fork() == 0:
-            os.write(write, f"{os.getpid()} ".encode())
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()} ")
             while True:
                 pass
     time.sleep(1.0)
     return {"forked": 10}
 
 out = {"memory": run_contained(hog, 20), "forks": run_contained(forks, 20)}
-os.close(write)
-pids = [int(p) for p in os.fdopen(read).read().split()]
+with open(path) as f:
+    pids = [int(p) for p in f.read().split()]
+os.unlink(path)
 time.sleep(0.2)
 out["left"] = [pid for pid in pids if alive(pid)]
 out["pids"] = len(pids)
@@ -337,9 +349,7 @@ print(json.dumps(out))
                     reason="as an ordinary user the tests above are this run; as root it needs setpriv and a system Python")
 def test_the_limits_and_the_group_kill_hold_as_an_ordinary_user() -> None:
     import json
-    import shutil
     import subprocess
-    import tempfile
     from pathlib import Path
 
     home = Path(tempfile.mkdtemp(prefix="checker-nobody-", dir="/tmp"))
