@@ -335,7 +335,8 @@ def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Pa
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(f"cascadekit: waiting for another build of {stage}/{key} to finish (lock {lock.lock_file})",
+        lock_name = os.path.relpath(lock.lock_file, target.parent.parent)  # a notebook's output names no machine path
+        print(f"cascadekit: waiting for another build of {stage}/{key} to finish (lock {lock_name} in the artifact cache)",
               file=sys.stderr, flush=True)
         lock.acquire()
     try:
