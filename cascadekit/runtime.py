@@ -46,6 +46,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.integrations import is_deepspeed_zero3_enabled
 
+from cascadekit import distributed
+
 __all__ = [
     "CPU", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
     "checkpoint_folder", "choose_device", "cuda_device", "download_allowed", "four_bit_config", "hub_cache_dir",
@@ -406,6 +408,24 @@ def _merged_on_full_weights(model: PeftModel) -> PreTrainedModel:
         return PeftModel.from_pretrained(base, adapter).merge_and_unload()
 
 
+def _partitioned(model: PreTrainedModel) -> bool:
+    """Whether DeepSpeed ZeRO-3 holds ``model``'s weights in shards across the processes (each has a slice)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def _whole_weights(model: PreTrainedModel) -> contextlib.AbstractContextManager[Any]:
+    """A context in which every process holds ``model``'s full weights: gathered from ZeRO-3's shards, else as is.
+
+    Every process must enter it (the gather is a collective); only the main process
+    then writes. ``save_pretrained`` on a still-partitioned model would write each
+    process's empty placeholders.
+    """
+    if not _partitioned(model):
+        return contextlib.nullcontext()
+    deepspeed = require("deepspeed", "gpu", "saving a ZeRO-3 partitioned model")
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+
+
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: str | os.PathLike, *,
                     merge_lora: bool = False, files: Mapping[str, str | bytes] | None = None) -> Path:
     """Save ``model`` (and ``tokenizer``, and extra ``files`` by name) as the checkpoint folder ``dest``.
@@ -415,8 +435,30 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
     its adapter, or with ``merge_lora`` a copy with the adapter merged into the
     weights (a plain checkpoint any engine loads; the copy costs the model's memory
     once more). Returns ``dest``.
+
+    Under a multi-process launch every process must call it: a ZeRO-3 model's
+    shards are gathered on all of them (:func:`_whole_weights`), only the main
+    process writes, and all wait for it to finish. Merging an adapter into a
+    ZeRO-3 model is refused (it would copy the gathered model once more on every
+    process); the kit's ZeRO-3 profile (``full``) trains without LoRA.
     """
     dest = Path(dest)
+    for name in files or {}:  # refused before any process waits for the main one to write
+        if (dest / name).parent != dest:
+            raise ValueError(f"extra checkpoint file {name!r} must be a plain file name")
+    if merge_lora and isinstance(model, PeftModel) and _partitioned(model):
+        raise ValueError("merging a LoRA adapter into a ZeRO-3 partitioned model is not supported: save the "
+                         "adapter (merge_lora=False) or train without ZeRO-3")
+    with _whole_weights(model):
+        if distributed.is_main():
+            _write_checkpoint(model, tokenizer, dest, merge_lora, files or {})
+    distributed.barrier()
+    return dest
+
+
+def _write_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: Path,
+                      merge_lora: bool, files: Mapping[str, str | bytes]) -> None:
+    """:func:`save_checkpoint`'s writing, on the main process."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if merge_lora and isinstance(model, PeftModel):
         model = _merged_on_full_weights(model) if _is_4bit(model) else copy.deepcopy(model).merge_and_unload()
@@ -425,10 +467,8 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
         model.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        for name, data in (files or {}).items():
+        for name, data in files.items():
             target = tmp / name
-            if target.parent != tmp:
-                raise ValueError(f"extra checkpoint file {name!r} must be a plain file name")
             if isinstance(data, bytes):
                 target.write_bytes(data)
             else:
@@ -445,4 +485,3 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
         with contextlib.suppress(OSError):
             _remove(tmp)
         raise
-    return dest
