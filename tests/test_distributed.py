@@ -11,13 +11,14 @@ Run as a script, this file is the worker each rank runs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from test_pretrained import released  # noqa: F401 - the tiny Qwen3 checkpoint, a fixture used below
 
@@ -56,15 +57,22 @@ def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProce
     """``torchrun --nproc_per_node 2`` of this file, killed as a whole (every rank) after the timeout."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc_per_node", "2", __file__, *args]
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True) as launch:
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as launch:
         try:
             out, _ = launch.communicate(timeout=LAUNCH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(launch.pid, signal.SIGKILL)
+            _kill_tree(launch.pid)
             out, _ = launch.communicate()
             pytest.fail(f"torchrun of two ranks did not finish in {LAUNCH_TIMEOUT_S} s (a deadlock?):\n{out[-4000:]}")
     return subprocess.CompletedProcess(command, launch.returncode, out, "")
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill the launcher and every rank it started (torchrun starts each rank in a session of its own)."""
+    launcher = psutil.Process(pid)
+    for process in [*launcher.children(recursive=True), launcher]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 def _reports(output: str) -> dict[int, dict]:
@@ -102,10 +110,8 @@ def test_two_ranks_train_one_stage_and_write_it_once(chat_start, tmp_path, monke
 
 def _worker(start: str) -> None:
     """One rank: run the stage, then say what it got (one line the test reads)."""
-    from cascadekit import distributed
-
     out = run_sft(Path(start))
-    print("RANK-REPORT " + json.dumps({"rank": distributed.rank(), "checkpoint": str(out.checkpoint),
+    print("RANK-REPORT " + json.dumps({"rank": int(os.environ["RANK"]), "checkpoint": str(out.checkpoint),
                                        "key": out.key, "metrics": out.metrics}), flush=True)
 
 
