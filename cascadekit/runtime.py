@@ -426,6 +426,13 @@ def _whole_weights(model: PreTrainedModel) -> contextlib.AbstractContextManager[
     return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
 
 
+def _merged(model: PreTrainedModel) -> PreTrainedModel:
+    """A LoRA model with its adapter merged into a copy of the weights (the full base for QLoRA); others as they are."""
+    if not isinstance(model, PeftModel):
+        return model
+    return _merged_on_full_weights(model) if _is_4bit(model) else copy.deepcopy(model).merge_and_unload()
+
+
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: str | os.PathLike, *,
                     merge_lora: bool = False, files: Mapping[str, str | bytes] | None = None) -> Path:
     """Save ``model`` (and ``tokenizer``, and extra ``files`` by name) as the checkpoint folder ``dest``.
@@ -450,38 +457,36 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
         raise ValueError("merging a LoRA adapter into a ZeRO-3 partitioned model is not supported: save the "
                          "adapter (merge_lora=False) or train without ZeRO-3")
     with _whole_weights(model):
-        if distributed.is_main():
-            _write_checkpoint(model, tokenizer, dest, merge_lora, files or {})
+        if distributed.is_main():  # the gather is every process's part; writing is the main process's
+            model = _merged(model) if merge_lora else model
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
+            try:
+                model.save_pretrained(tmp)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp)
+                for name, data in (files or {}).items():
+                    target = tmp / name
+                    if isinstance(data, bytes):
+                        target.write_bytes(data)
+                    else:
+                        target.write_text(data)
+                _put_in_place(tmp, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    _remove(tmp)
+                raise
     distributed.barrier()
     return dest
 
 
-def _write_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: Path,
-                      merge_lora: bool, files: Mapping[str, str | bytes]) -> None:
-    """:func:`save_checkpoint`'s writing, on the main process."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if merge_lora and isinstance(model, PeftModel):
-        model = _merged_on_full_weights(model) if _is_4bit(model) else copy.deepcopy(model).merge_and_unload()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
-    try:
-        model.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        for name, data in files.items():
-            target = tmp / name
-            if isinstance(data, bytes):
-                target.write_bytes(data)
-            else:
-                target.write_text(data)
-        os.chmod(tmp, 0o755)
-        if dest.exists() or dest.is_symlink():
-            aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-            os.replace(dest, aside / "old")
-            os.replace(tmp, dest)
-            _remove(aside)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            _remove(tmp)
-        raise
+def _put_in_place(tmp: Path, dest: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``dest``, replacing an existing ``dest`` as a whole."""
+    os.chmod(tmp, 0o755)
+    if dest.exists() or dest.is_symlink():
+        aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+        os.replace(dest, aside / "old")
+        os.replace(tmp, dest)
+        _remove(aside)
+    else:
+        os.replace(tmp, dest)

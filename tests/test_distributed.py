@@ -12,6 +12,7 @@ Run as a script, this file is the worker each rank runs.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ from test_pretrained import released  # noqa: F401 - the tiny Qwen3 checkpoint, 
 from cascadekit.models import start_model
 from cascadekit.pipeline import StageOutput
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import CPU, load_chat_tokenizer, load_model, save_checkpoint
+from cascadekit.runtime import CPU, MissingExtra, load_chat_tokenizer, load_model, save_checkpoint, with_lora
 
 LAUNCH_TIMEOUT_S = 300  # one process finishes the stage in seconds; a deadlock never does
 OVERRIDES = {"device": "cpu", "dtype": "float32", "engine.quantization": "none", "engine.unsloth": False,
@@ -106,6 +107,41 @@ def test_two_ranks_train_one_stage_and_write_it_once(chat_start, tmp_path, monke
     assert {k: v.shape for k, v in two.items()} == {k: v.shape for k, v in alone.items()}
     start = load_model(chat_start).state_dict()
     assert any(not (two[k] == start[k]).all() for k in start)  # the two ranks trained it
+
+
+def test_one_process_helpers_are_no_ops(monkeypatch):
+    from cascadekit import distributed  # here, so the torchrun test also runs on code from before this module
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert (distributed.world_size(), distributed.rank(), distributed.is_main()) == (1, 0, True)
+    distributed.barrier()
+    value = {"plan": "build"}
+    assert distributed.broadcast(value) is value
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE='two' is not a whole number"):
+        distributed.world_size()
+
+
+def test_only_the_main_process_writes_a_checkpoint(released, tmp_path, monkeypatch):  # noqa: F811
+    from cascadekit import distributed
+
+    model = load_model(released[0])
+    monkeypatch.setattr(distributed, "is_main", lambda: False)
+    assert save_checkpoint(model, None, tmp_path / "ckpt") == tmp_path / "ckpt"
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="must be a plain file name"):  # refused on every process, before any wait
+        save_checkpoint(model, None, tmp_path / "ckpt", files={"../x": "y"})
+
+
+def test_a_zero3_partitioned_model_is_gathered_before_it_is_saved(released, tmp_path):  # noqa: F811
+    model = with_lora(load_model(released[0]))
+    next(model.parameters()).ds_id = 0  # what DeepSpeed ZeRO-3 marks each partitioned parameter with
+    with pytest.raises(ValueError, match="merging a LoRA adapter into a ZeRO-3 partitioned model"):
+        save_checkpoint(model, None, tmp_path / "ckpt", merge_lora=True)
+    if importlib.util.find_spec("deepspeed") is None:  # the gather is DeepSpeed's: the CPU install says so
+        with pytest.raises(MissingExtra, match="saving a ZeRO-3 partitioned model needs the 'deepspeed' package"):
+            save_checkpoint(model, None, tmp_path / "ckpt")
+    assert not list(tmp_path.iterdir())
 
 
 def _worker(start: str) -> None:
