@@ -19,6 +19,8 @@
   kit's adapter (every linear layer), and :func:`save_checkpoint` writes a model
   and its tokenizer to a temporary folder beside the destination and renames it
   into place, so a checkpoint cut mid-save never sits under the real name.
+  Under ``torchrun`` every process calls it: DeepSpeed ZeRO-3 shards are gathered
+  first, the main process alone writes, and all wait for it (:mod:`cascadekit.distributed`).
 - :func:`base_model_source` is the profile's ``model.pretrained``: the released
   weights a GPU profile starts from (empty at the CPU scales, which build from scratch).
   :func:`load_chat_tokenizer` is that model's own tokenizer with the kit's chat
