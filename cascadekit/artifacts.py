@@ -32,6 +32,10 @@ the same entry therefore run one at a time: the second waits, then finds the
 finished entry and uses it, so the builder runs once. Different entries never
 wait for each other.
 
+Many processes (``torchrun``): the main process alone takes the lock and decides
+whether the entry is cached, every process trains when it is not, the main
+process alone writes it, and all then use it (see :func:`_get_or_build_together`).
+
 Stale temporary folders: a build killed before its rename leaves
 ``.<key>.XXXXXXXX`` behind. With the entry's lock held, no live build of that
 entry can own one, so every ``get_or_build`` of the entry deletes them first. Nothing that a resumed
@@ -53,6 +57,7 @@ computed here and their format is unchanged, so existing caches stay valid.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -62,10 +67,11 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from filelock import FileLock, Timeout
 
+from cascadekit import distributed
 from cascadekit.atomic import atomic_write_json, replace_folder
 
 MANIFEST = "manifest.json"
@@ -330,7 +336,13 @@ def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Pa
     ``rebuild`` discards a cached entry and ignores a shipped one: the builder runs.
     """
     target = artifact_path(stage, key, root)
-    folder = _stage_folder(target.parent.parent, stage)
+    if distributed.world_size() > 1:
+        return _get_or_build_together(stage, key, builder, target, rebuild)
+    return _get_or_build_alone(stage, key, builder, target, rebuild)
+
+
+def _acquired(folder: Path, stage: str, key: str) -> FileLock:
+    """The entry's lock, taken (waiting, with one line on stderr, while another build holds it)."""
     lock = _lock(folder, key)
     try:
         lock.acquire(timeout=0)
@@ -339,6 +351,13 @@ def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Pa
         print(f"cascadekit: waiting for another build of {stage}/{key} to finish (lock {lock_name} in the artifact cache)",
               file=sys.stderr, flush=True)
         lock.acquire()
+    return lock
+
+
+def _get_or_build_alone(stage: str, key: str, builder: Callable[[Path], None], target: Path, rebuild: bool) -> Path:
+    """:func:`get_or_build` in one process: the entry's lock held from the first check to the final rename."""
+    folder = _stage_folder(target.parent.parent, stage)
+    lock = _acquired(folder, stage, key)
     try:
         if rebuild and (target.is_symlink() or target.exists()):
             _remove(target)
@@ -347,30 +366,132 @@ def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Pa
         lock.release()
 
 
-def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], target: Path, folder: Path,
-                         use_shipped: bool = True) -> Path:
+def _cached(stage: str, key: str, target: Path, folder: Path) -> bool:
+    """Whether ``target`` is a finished entry; a corrupt one is removed with a warning (call with the lock held)."""
     _remove_stale_temps(folder, key)
-    if target.is_symlink() or target.exists():
+    if not (target.is_symlink() or target.exists()):
+        return False
+    try:
+        verify(target, stage, key)
+        return True
+    except CorruptArtifact as err:
+        warnings.warn(f"rebuilding corrupt cache entry: {err}", stacklevel=4)
         try:
-            verify(target, stage, key)
-            return target
-        except CorruptArtifact as err:
-            warnings.warn(f"rebuilding corrupt cache entry: {err}", stacklevel=3)
-            try:
-                _remove(target)
-            except OSError as rm_err:
-                raise CorruptArtifact(f"{target} is corrupt and cannot be removed: {rm_err}") from rm_err
+            _remove(target)
+        except OSError as rm_err:
+            raise CorruptArtifact(f"{target} is corrupt and cannot be removed: {rm_err}") from rm_err
+    return False
+
+
+@contextlib.contextmanager
+def _temporary(folder: Path, key: str) -> Iterator[Path]:
+    """A fresh ``.<key>.XXXXXXXX`` beside the entry, deleted afterwards unless it was renamed into place."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder))
     try:
-        if not (use_shipped and _copy_shipped(stage, key, tmp)):
-            builder(tmp)
-        write_manifest(tmp, stage, key)
-        try:
-            tmp.rename(target)
-        except OSError:
-            # Only a writer that bypassed the lock can have put something there; use it only if it verifies.
-            verify(target, stage, key)
+        yield tmp
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _finish(tmp: Path, stage: str, key: str, target: Path) -> None:
+    """Write ``tmp``'s manifest (the build's last write) and rename it to ``target``."""
+    write_manifest(tmp, stage, key)
+    try:
+        tmp.rename(target)
+    except OSError:
+        # Only a writer that bypassed the lock can have put something there; use it only if it verifies.
+        verify(target, stage, key)
+
+
+def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], target: Path, folder: Path,
+                         use_shipped: bool = True) -> Path:
+    if _cached(stage, key, target, folder):
+        return target
+    with _temporary(folder, key) as tmp:
+        if not (use_shipped and _copy_shipped(stage, key, tmp)):
+            builder(tmp)
+        _finish(tmp, stage, key, target)
     return target
+
+
+# ---------------------------------------------------------------------------
+# Many processes (torchrun): decided once, trained by all, written once
+# ---------------------------------------------------------------------------
+
+_READY, _BUILD = "ready", "build"
+
+
+def _get_or_build_together(stage: str, key: str, builder: Callable[[Path], None], target: Path,
+                           rebuild: bool) -> Path:
+    """:func:`get_or_build` when several processes train together (``torchrun``, ``accelerate launch``).
+
+    Every process calls the same stage, and the builder's Trainer waits for all of
+    them. If each took the entry's lock as one process does, the first would wait
+    in the Trainer for the others while they wait for the lock: a deadlock. So the
+    main process (global rank 0) alone touches the cache: it takes the lock, checks
+    the entry (or copies a shipped one) and broadcasts whether a build is needed.
+    If it is, every process runs ``builder``: the main process into the entry's
+    temporary folder, the others into a scratch folder of their own, deleted
+    afterwards (the kit's savers write only on the main process, see
+    :func:`cascadekit.runtime.save_checkpoint`). The main process writes the
+    manifest and renames the entry into place, then broadcasts that it is done,
+    or its error, so no process waits forever on a failed main process. Every
+    process then uses the finished entry, which must be on a filesystem they all see.
+    """
+    if distributed.is_main():
+        return _main_decides_and_writes(stage, key, builder, target, rebuild)
+    if _heard(stage, key) == _BUILD:
+        with tempfile.TemporaryDirectory(prefix=f"cascadekit-{stage}-{key}-rank{distributed.rank()}-") as scratch:
+            builder(Path(scratch))
+        _heard(stage, key)
+    if not (target / MANIFEST).is_file():
+        raise CorruptArtifact(f"{target}: the main process finished this entry but rank {distributed.rank()} cannot "
+                              f"see it; every process must share the cache folder (set $CASCADEKIT_CACHE to a "
+                              f"folder on a shared filesystem)")
+    return target
+
+
+def _main_decides_and_writes(stage: str, key: str, builder: Callable[[Path], None], target: Path,
+                             rebuild: bool) -> Path:
+    folder = _stage_folder(target.parent.parent, stage)
+    lock = _acquired(folder, stage, key)
+    try:
+        if _announced(lambda: _plan(stage, key, target, folder, rebuild)) == _BUILD:
+            _announced(lambda: _get_or_build_locked(stage, key, builder, target, folder, use_shipped=False))
+    finally:
+        lock.release()
+    return target
+
+
+def _plan(stage: str, key: str, target: Path, folder: Path, rebuild: bool) -> str:
+    """``_READY`` if the entry is cached (or was just copied from a shipped one), else ``_BUILD``."""
+    if rebuild and (target.is_symlink() or target.exists()):
+        _remove(target)
+    if _cached(stage, key, target, folder):
+        return _READY
+    if not rebuild:
+        with _temporary(folder, key) as tmp:
+            if _copy_shipped(stage, key, tmp):
+                _finish(tmp, stage, key, target)
+                return _READY
+    return _BUILD
+
+
+def _announced(step: Callable[[], Any]) -> Any:
+    """``step()`` on the main process, its result (or its error) broadcast to the others."""
+    try:
+        result = step()
+    except Exception as err:
+        distributed.broadcast({"error": f"{type(err).__name__}: {err}"})
+        raise
+    distributed.broadcast({"result": result})
+    return result
+
+
+def _heard(stage: str, key: str) -> Any:
+    """What the main process announced; its error is raised here too, naming the entry."""
+    message = distributed.broadcast(None)
+    if "error" in message:
+        raise RuntimeError(f"the main process failed on cache entry {stage}/{key}: {message['error']}")
+    return message["result"]

@@ -19,6 +19,8 @@
   kit's adapter (every linear layer), and :func:`save_checkpoint` writes a model
   and its tokenizer to a temporary folder beside the destination and renames it
   into place, so a checkpoint cut mid-save never sits under the real name.
+  Under ``torchrun`` every process calls it: DeepSpeed ZeRO-3 shards are gathered
+  first, the main process alone writes, and all wait for it (:mod:`cascadekit.distributed`).
 - :func:`base_model_source` is the profile's ``model.pretrained``: the released
   weights a GPU profile starts from (empty at the CPU scales, which build from scratch).
   :func:`load_chat_tokenizer` is that model's own tokenizer with the kit's chat
@@ -45,6 +47,8 @@ from huggingface_hub import snapshot_download
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.integrations import is_deepspeed_zero3_enabled
+
+from cascadekit import distributed
 
 __all__ = [
     "CPU", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
@@ -406,6 +410,31 @@ def _merged_on_full_weights(model: PeftModel) -> PreTrainedModel:
         return PeftModel.from_pretrained(base, adapter).merge_and_unload()
 
 
+def _partitioned(model: PreTrainedModel) -> bool:
+    """Whether DeepSpeed ZeRO-3 holds ``model``'s weights in shards across the processes (each has a slice)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def _whole_weights(model: PreTrainedModel) -> contextlib.AbstractContextManager[Any]:
+    """A context in which every process holds ``model``'s full weights: gathered from ZeRO-3's shards, else as is.
+
+    Every process must enter it (the gather is a collective); only the main process
+    then writes. ``save_pretrained`` on a still-partitioned model would write each
+    process's empty placeholders.
+    """
+    if not _partitioned(model):
+        return contextlib.nullcontext()
+    deepspeed = require("deepspeed", "gpu", "saving a ZeRO-3 partitioned model")
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+
+
+def _merged(model: PreTrainedModel) -> PreTrainedModel:
+    """A LoRA model with its adapter merged into a copy of the weights (the full base for QLoRA); others as they are."""
+    if not isinstance(model, PeftModel):
+        return model
+    return _merged_on_full_weights(model) if _is_4bit(model) else copy.deepcopy(model).merge_and_unload()
+
+
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, dest: str | os.PathLike, *,
                     merge_lora: bool = False, files: Mapping[str, str | bytes] | None = None) -> Path:
     """Save ``model`` (and ``tokenizer``, and extra ``files`` by name) as the checkpoint folder ``dest``.
@@ -415,34 +444,51 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
     its adapter, or with ``merge_lora`` a copy with the adapter merged into the
     weights (a plain checkpoint any engine loads; the copy costs the model's memory
     once more). Returns ``dest``.
+
+    Under a multi-process launch every process must call it: a ZeRO-3 model's
+    shards are gathered on all of them (:func:`_whole_weights`), only the main
+    process writes, and all wait for it to finish. Merging an adapter into a
+    ZeRO-3 model is refused (it would copy the gathered model once more on every
+    process); the kit's ZeRO-3 profile (``full``) trains without LoRA.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if merge_lora and isinstance(model, PeftModel):
-        model = _merged_on_full_weights(model) if _is_4bit(model) else copy.deepcopy(model).merge_and_unload()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
-    try:
-        model.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        for name, data in (files or {}).items():
-            target = tmp / name
-            if target.parent != tmp:
-                raise ValueError(f"extra checkpoint file {name!r} must be a plain file name")
-            if isinstance(data, bytes):
-                target.write_bytes(data)
-            else:
-                target.write_text(data)
-        os.chmod(tmp, 0o755)
-        if dest.exists() or dest.is_symlink():
-            aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-            os.replace(dest, aside / "old")
-            os.replace(tmp, dest)
-            _remove(aside)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            _remove(tmp)
-        raise
+    for name in files or {}:  # refused before any process waits for the main one to write
+        if (dest / name).parent != dest:
+            raise ValueError(f"extra checkpoint file {name!r} must be a plain file name")
+    if merge_lora and isinstance(model, PeftModel) and _partitioned(model):
+        raise ValueError("merging a LoRA adapter into a ZeRO-3 partitioned model is not supported: save the "
+                         "adapter (merge_lora=False) or train without ZeRO-3")
+    with _whole_weights(model):
+        if distributed.is_main():  # the gather is every process's part; writing is the main process's
+            model = _merged(model) if merge_lora else model
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
+            try:
+                model.save_pretrained(tmp)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp)
+                for name, data in (files or {}).items():
+                    target = tmp / name
+                    if isinstance(data, bytes):
+                        target.write_bytes(data)
+                    else:
+                        target.write_text(data)
+                _put_in_place(tmp, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    _remove(tmp)
+                raise
+    distributed.barrier()
     return dest
+
+
+def _put_in_place(tmp: Path, dest: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``dest``, replacing an existing ``dest`` as a whole."""
+    os.chmod(tmp, 0o755)
+    if dest.exists() or dest.is_symlink():
+        aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+        os.replace(dest, aside / "old")
+        os.replace(tmp, dest)
+        _remove(aside)
+    else:
+        os.replace(tmp, dest)

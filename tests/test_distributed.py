@@ -1,0 +1,155 @@
+"""Two processes under ``torchrun`` on the CPU (gloo) run one cached SFT stage of a tiny released-format Qwen3.
+
+Before the stages were made distributed-safe, this deadlocked: one rank took the
+cache entry's lock and entered the Trainer, which waited at the rendezvous for
+the other rank, which waited for the lock. The launch has a timeout, so a hang
+fails the test. The stage goes through the ``small`` profile's code path
+(released weights, the kit's chat tokenizer on them, LoRA merged at the save),
+with 4-bit loading and released data switched off, which need a GPU and the network.
+
+Run as a script, this file is the worker each rank runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from test_pretrained import released  # noqa: F401 - the tiny Qwen3 checkpoint, a fixture used below
+
+from cascadekit.models import start_model
+from cascadekit.pipeline import StageOutput
+from cascadekit.profiles import load_profile
+from cascadekit.runtime import CPU, MissingExtra, load_chat_tokenizer, load_model, save_checkpoint, with_lora
+
+LAUNCH_TIMEOUT_S = 300  # one process finishes the stage in seconds; a deadlock never does
+OVERRIDES = {"device": "cpu", "dtype": "float32", "engine.quantization": "none", "engine.unsloth": False,
+             "engine.data": "world", "sft.stage1_tasks": 2, "sft.stage1_seq_len": 1024, "sft.batch_size": 2}
+START_KEY = "tiny-qwen3-chat"
+
+
+def profile(base: Path):
+    return load_profile("small", {"model.pretrained": str(base), **OVERRIDES})
+
+
+def run_sft(base: Path) -> StageOutput:
+    """The first SFT stage from ``base`` (imported here so the worker's process group comes up first, in the stage)."""
+    from cascadekit.training.sft import sft_stage
+
+    return sft_stage(StageOutput(base, START_KEY), profile(base), 1)
+
+
+@pytest.fixture(scope="module")
+def chat_start(released, tmp_path_factory):  # noqa: F811 - the imported fixture
+    """The released checkpoint with the kit's chat tokenizer (markers added, embeddings grown): SFT's start."""
+    folder = released[0]
+    tokenizer = load_chat_tokenizer(folder)
+    model = start_model(profile(folder), tokenizer, placement=CPU)
+    return save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("start") / "chat-base")
+
+
+def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``torchrun --nproc_per_node 2`` of this file, killed as a whole (every rank) after the timeout."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+               "--nproc_per_node", "2", __file__, *args]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as launch:
+        try:
+            out, _ = launch.communicate(timeout=LAUNCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill_tree(launch.pid)
+            out, _ = launch.communicate()
+            pytest.fail(f"torchrun of two ranks did not finish in {LAUNCH_TIMEOUT_S} s (a deadlock?):\n{out[-4000:]}")
+    return subprocess.CompletedProcess(command, launch.returncode, out, "")
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill the launcher and every rank it started (torchrun starts each rank in a session of its own)."""
+    launcher = psutil.Process(pid)
+    for process in [*launcher.children(recursive=True), launcher]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
+def _reports(output: str) -> dict[int, dict]:
+    return {r["rank"]: r for r in (json.loads(line[len("RANK-REPORT "):]) for line in output.splitlines()
+                                   if line.startswith("RANK-REPORT "))}
+
+
+def test_two_ranks_train_one_stage_and_write_it_once(chat_start, tmp_path, monkeypatch):
+    cache, scratch = tmp_path / "two", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "CASCADEKIT_CACHE": str(cache), "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    done = _torchrun([str(chat_start)], env)
+    assert done.returncode == 0, done.stdout[-4000:]
+    reports = _reports(done.stdout)
+    assert sorted(reports) == [0, 1], done.stdout[-4000:]
+    assert reports[0]["checkpoint"] == reports[1]["checkpoint"] and reports[0]["key"] == reports[1]["key"]
+    assert reports[0]["metrics"] == reports[1]["metrics"] and reports[0]["metrics"]["steps"] > 0
+
+    entries = cache / "sft"
+    assert sorted(p.name for p in entries.iterdir()) == sorted([reports[0]["key"], f".{reports[0]['key']}.lock"])
+    assert len(list(cache.rglob("manifest.json"))) == 1  # written once, by the main process
+    assert not list(scratch.glob("cascadekit-*"))  # the other rank's scratch folder is gone
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "one"))
+    one = run_sft(chat_start)  # the same stage in one process: the same key, the same architecture
+    assert one.key == reports[0]["key"]
+    two = load_model(reports[0]["checkpoint"]).state_dict()
+    alone = load_model(one.checkpoint).state_dict()
+    assert {k: v.shape for k, v in two.items()} == {k: v.shape for k, v in alone.items()}
+    start = load_model(chat_start).state_dict()
+    assert any(not (two[k] == start[k]).all() for k in start)  # the two ranks trained it
+
+
+def test_one_process_helpers_are_no_ops(monkeypatch):
+    from cascadekit import distributed  # here, so the torchrun test also runs on code from before this module
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert (distributed.world_size(), distributed.rank(), distributed.is_main()) == (1, 0, True)
+    distributed.barrier()
+    value = {"plan": "build"}
+    assert distributed.broadcast(value) is value
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE='two' is not a whole number"):
+        distributed.world_size()
+
+
+def test_only_the_main_process_writes_a_checkpoint(released, tmp_path, monkeypatch):  # noqa: F811
+    from cascadekit import distributed
+
+    model = load_model(released[0])
+    monkeypatch.setattr(distributed, "is_main", lambda: False)
+    assert save_checkpoint(model, None, tmp_path / "ckpt") == tmp_path / "ckpt"
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="must be a plain file name"):  # refused on every process, before any wait
+        save_checkpoint(model, None, tmp_path / "ckpt", files={"../x": "y"})
+
+
+def test_a_zero3_partitioned_model_is_gathered_before_it_is_saved(released, tmp_path):  # noqa: F811
+    model = with_lora(load_model(released[0]))
+    next(model.parameters()).ds_id = 0  # what DeepSpeed ZeRO-3 marks each partitioned parameter with
+    with pytest.raises(ValueError, match="merging a LoRA adapter into a ZeRO-3 partitioned model"):
+        save_checkpoint(model, None, tmp_path / "ckpt", merge_lora=True)
+    if importlib.util.find_spec("deepspeed") is None:  # the gather is DeepSpeed's: the CPU install says so
+        with pytest.raises(MissingExtra, match="saving a ZeRO-3 partitioned model needs the 'deepspeed' package"):
+            save_checkpoint(model, None, tmp_path / "ckpt")
+    assert not list(tmp_path.iterdir())
+
+
+def _worker(start: str) -> None:
+    """One rank: run the stage, then say what it got (one line the test reads)."""
+    out = run_sft(Path(start))
+    print("RANK-REPORT " + json.dumps({"rank": int(os.environ["RANK"]), "checkpoint": str(out.checkpoint),
+                                       "key": out.key, "metrics": out.metrics}), flush=True)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])
