@@ -31,6 +31,7 @@ from cascadekit.evaluation.bands import Bands
 from cascadekit.evaluation.report import evaluate
 from cascadekit.profiles import Profile, precision_inputs
 from cascadekit.chat import END_OF_TURN, stop_token_ids
+from cascadekit.distributed import launched_world_size
 from cascadekit.domains import check_record, prompt_text
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.runtime import choose_device, load_model, save_checkpoint
@@ -70,7 +71,14 @@ class Stage:
 
 
 def stage_key(kind: str, inputs: Mapping[str, Any]) -> str:
-    """12 hex digits of the sha256 of a stage's kind and inputs (as sorted JSON)."""
+    """12 hex digits of the sha256 of a stage's kind and inputs (as sorted JSON).
+
+    In a launch of several processes the key also holds their number: each
+    process trains on its own batch, so the global batch (and the model) differ
+    from a one-process run's. One process adds nothing, so no key moves.
+    """
+    if (processes := launched_world_size()) > 1:
+        inputs = {**inputs, "world_size": processes}
     text = json.dumps({"kind": kind, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
