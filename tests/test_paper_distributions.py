@@ -93,3 +93,12 @@ def test_the_official_bug_is_off_by_default_and_reproduced_when_asked() -> None:
         assert problem.problem_text.count("exists, and its number is greater than 0.") >= 2
     needed_lost = [p for p in changed if features(p.op, p.problem_text, p.question, p.solution_text).missing_statement]
     assert needed_lost  # some lose a quantity the solution needs (others a distractor)
+
+
+def test_the_official_bug_is_a_style_of_its_own() -> None:
+    from cascadekit.world import generate_problem
+
+    pairs = [(generate_problem(op, "A", seed, "paper"), generate_problem(op, "A", seed, "paper-official-bug"))
+             for op in range(10, 21) for seed in range(20)]
+    assert all(correct.solution_text == compat.solution_text for correct, compat in pairs)
+    assert any(correct.problem_text != compat.problem_text for correct, compat in pairs)

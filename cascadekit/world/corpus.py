@@ -52,8 +52,8 @@ def generate_problem(op: int, context: str = "A", seed: int = 0, style: str = "f
     check_style(style)
     context = context_id(context)
     rng = random.Random(seed)
-    if style == paper.STYLE:
-        return paper.generate(op, context, rng, seed)
+    if style in (paper.STYLE, paper.BUG_COMPAT_STYLE):
+        return paper.generate(op, context, rng, seed, official_bug_compat=style == paper.BUG_COMPAT_STYLE)
     return render_problem(sample_graph(op, rng), context, style, rng, seed=seed)
 
 

@@ -64,6 +64,9 @@ from cascadekit.world.graph import MAX_VALUE
 from cascadekit.world.render import GoldNode, Problem, normalize_name
 
 STYLE = "paper"
+#: The same rendering with the official generator's reverse-mode bug on (``generate(..., official_bug_compat=True)``):
+#: ``--style paper-official-bug`` or ``world.style`` trains on data as the paper's was.
+BUG_COMPAT_STYLE = "paper-official-bug"
 MODES = ("forward", "reverse")
 LEAF_VALUES = range(1, 5)
 PLUS_CONSTANTS = range(1, 5)

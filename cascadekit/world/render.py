@@ -44,7 +44,7 @@ from cascadekit.world.graph import Graph, Node
 #: Renderings of the one graph :func:`cascadekit.world.graph.sample_graph` draws for a seed.
 SHARED_GRAPH_STYLES = ("full", "compact", "minimal")
 #: Every rendering; ``paper`` draws its own graphs (:mod:`cascadekit.world.paper`).
-STYLES = (*SHARED_GRAPH_STYLES, "paper")
+STYLES = (*SHARED_GRAPH_STYLES, "paper", "paper-official-bug")  # the paper renderings: cascadekit.world.paper
 #: Places a problem spreads over: three in the paper-like styles; one in ``minimal``,
 #: where the single place goes unnamed (more only when a huge graph needs them).
 PLACES_PER_PROBLEM = {"full": 3, "compact": 3, "minimal": 1}
