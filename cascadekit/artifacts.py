@@ -347,7 +347,7 @@ def _acquired(folder: Path, stage: str, key: str) -> FileLock:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        lock_name = os.path.relpath(lock.lock_file, target.parent.parent)  # a notebook's output names no machine path
+        lock_name = os.path.relpath(lock.lock_file, folder.parent)  # a notebook's output names no machine path
         print(f"cascadekit: waiting for another build of {stage}/{key} to finish (lock {lock_name} in the artifact cache)",
               file=sys.stderr, flush=True)
         lock.acquire()

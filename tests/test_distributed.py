@@ -76,20 +76,20 @@ def _kill_tree(pid: int) -> None:
             process.kill()
 
 
-def _reports(output: str) -> dict[int, dict]:
-    return {r["rank"]: r for r in (json.loads(line[len("RANK-REPORT "):]) for line in output.splitlines()
-                                   if line.startswith("RANK-REPORT "))}
+def _reports(folder: Path) -> dict[int, dict]:
+    """Each rank's report, from its own file: the ranks share one output pipe, where their lines can interleave."""
+    return {int(p.stem): json.loads(p.read_text()) for p in folder.glob("*.json")}
 
 
 def test_two_ranks_train_one_stage_and_write_it_once(chat_start, tmp_path, monkeypatch):
     cache, scratch = tmp_path / "two", tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "CASCADEKIT_CACHE": str(cache), "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RANK_REPORTS": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     done = _torchrun([str(chat_start)], env)
     assert done.returncode == 0, done.stdout[-4000:]
-    reports = _reports(done.stdout)
+    reports = _reports(tmp_path)
     assert sorted(reports) == [0, 1], done.stdout[-4000:]
     assert reports[0]["checkpoint"] == reports[1]["checkpoint"] and reports[0]["key"] == reports[1]["key"]
     assert reports[0]["metrics"] == reports[1]["metrics"] and reports[0]["metrics"]["steps"] > 0
@@ -145,10 +145,10 @@ def test_a_zero3_partitioned_model_is_gathered_before_it_is_saved(released, tmp_
 
 
 def _worker(start: str) -> None:
-    """One rank: run the stage, then say what it got (one line the test reads)."""
+    """One rank: run the stage, then say what it got (in ``$RANK_REPORTS/<rank>.json``, which the test reads)."""
     out = run_sft(Path(start))
-    print("RANK-REPORT " + json.dumps({"rank": int(os.environ["RANK"]), "checkpoint": str(out.checkpoint),
-                                       "key": out.key, "metrics": out.metrics}), flush=True)
+    report = {"rank": int(os.environ["RANK"]), "checkpoint": str(out.checkpoint), "key": out.key, "metrics": out.metrics}
+    (Path(os.environ["RANK_REPORTS"]) / f"{report['rank']}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -22,4 +22,4 @@ def test_live_explorer_offers_every_style(monkeypatch, capsys):
     widgets.world_explorer(op=3)
     (panel,) = shown
     style = next(c for c in panel.children if getattr(c, "description", "") == "style")
-    assert list(style.options) == ["full", "compact", "minimal", "paper"]
+    assert list(style.options) == ["full", "compact", "minimal", "paper", "paper-official-bug"]
