@@ -19,10 +19,7 @@ group cannot wait for one. In a single process every helper is a no-op
 from __future__ import annotations
 
 import os
-from typing import TypeVar
-
-import torch
-import torch.distributed as dist
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -35,29 +32,36 @@ def launched_world_size() -> int:
         raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a whole number") from None
 
 
-def _joined() -> bool:
-    """Whether this process is in a process group of more than one, joining it first when launched as one."""
+def _group() -> Any | None:
+    """``torch.distributed`` when this process is in a group of more than one (joining it first), else None.
+
+    Outside a launch it returns before importing torch, so the cache (which asks
+    this for every stage) costs a command that never trains no torch import.
+    """
+    if launched_world_size() == 1:
+        return None
+    import torch  # a launch trains: torch is needed anyway
+    import torch.distributed as dist
+
     if not dist.is_available():
-        return False
+        return None
     if not dist.is_initialized():
-        if launched_world_size() == 1:
-            return False
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend="cpu:gloo,cuda:nccl")
         else:
             dist.init_process_group(backend="gloo")
-    return dist.get_world_size() > 1
+    return dist if dist.get_world_size() > 1 else None
 
 
 def world_size() -> int:
     """The number of processes training together (1 in a single process)."""
-    return dist.get_world_size() if _joined() else 1
+    return dist.get_world_size() if (dist := _group()) else 1
 
 
 def rank() -> int:
     """This process's global rank (0 in a single process)."""
-    return dist.get_rank() if _joined() else 0
+    return dist.get_rank() if (dist := _group()) else 0
 
 
 def is_main() -> bool:
@@ -67,14 +71,16 @@ def is_main() -> bool:
 
 def barrier() -> None:
     """Wait until every process gets here (nothing in a single process)."""
-    if _joined():
+    if dist := _group():
         dist.barrier()
 
 
 def broadcast(value: T) -> T:
     """The main process's ``value`` on every process (a small picklable object; itself in a single process)."""
-    if not _joined():
+    if not (dist := _group()):
         return value
+    import torch
+
     box = [value if is_main() else None]
     dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))
     return box[0]
