@@ -434,7 +434,7 @@ def _get_or_build_together(stage: str, key: str, builder: Callable[[Path], None]
     If it is, every process runs ``builder``: the main process into the entry's
     temporary folder, the others into a scratch folder of their own, deleted
     afterwards (the kit's savers write only on the main process, see
-    :func:`cascadekit.runtime.save_checkpoint`). The main process writes the
+    :func:`cascadekit.engine.runtime.save_checkpoint`). The main process writes the
     manifest and renames the entry into place, then broadcasts that it is done,
     or its error, so no process waits forever on a failed main process. Every
     process then uses the finished entry, which must be on a filesystem they all see.

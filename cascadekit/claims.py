@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cascadekit.evaluation.passk import pass_at_k
+from cascadekit.passk import pass_at_k
 
 Direction = Literal["up", "down", "flat"]
 VERDICTS = ("reproduced", "contradicted", "cannot tell")

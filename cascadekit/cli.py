@@ -171,7 +171,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from cascadekit.profiles import parse_overrides
-    from cascadekit.runner import ChapterFailed, run_course
+    from cascadekit.course.runner import ChapterFailed, run_course
 
     try:
         results = run_course(args.scale, Path(args.out), only=args.only.split(",") if args.only else None,
@@ -186,25 +186,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    """One chapter's experiment, configured by its spec (``cascadekit/chapters.yaml``) and ``--set``.
+    """One chapter's experiment, configured by its spec (``cascadekit/chapters/chapters.yaml``) and ``--set``.
 
     Where the results go is checked before any work: the committed ``data/results``
     takes only toy-scale runs from a clean tree (or ``--draft``).
     """
-    import importlib
-
-    from cascadekit.chapters import resolve
+    from cascadekit import chapters
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import ResultsWriter
 
-    config = resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed, args.rebuild_base)
+    config = chapters.resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed, args.rebuild_base)
     command = _command(args)
     writer = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
     set_threads(args.threads)
     print(config.profile.summary(), file=sys.stderr, flush=True)
-    module = importlib.import_module(config.spec.experiment)
-    metrics = module.run(config, Path(args.work) if args.work else Path("runs") / config.spec.folder)
-    module.write(metrics, writer)
+    metrics = chapters.run(config, Path(args.work) if args.work else Path("runs") / config.spec.folder)
+    chapters.write(config.spec.id, metrics, writer)
     print(f"results: {writer.folder}")
     return 0
 
@@ -222,14 +219,14 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     ``--out`` are rewritten after every stage, so an interrupted run keeps what it
     evaluated. ``--harder`` adds chapter 14's harder suite after every stage;
     ``--against`` compares the last stage with the arms of a chapter 14
-    ``metrics.json`` (:func:`cascadekit.experiments.whole_cascade.against_arms`).
+    ``metrics.json`` (:func:`cascadekit.chapters.ch14_whole_cascade.against_arms`).
     ``--joint`` trains joint RL over some of the domains instead of a chain
     (:func:`cascadekit.training.whole_cascade.parse_joint`): SFT, then "joint RL".
     """
     from cascadekit.atomic import atomic_write_json, atomic_write_text
     from cascadekit.chapters import resolve
     from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
-    from cascadekit.experiments.whole_cascade import against_arms, check_against, harder_suite
+    from cascadekit.chapters.ch14_whole_cascade import against_arms, check_against, harder_suite
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import markdown_table, provenance
     from cascadekit.training.cascade import sft_checkpoint
@@ -286,7 +283,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
+    """A Part II stage on GPUs (:mod:`cascadekit.engine.launch`): print the validated plan, write its Slurm script, or run one role.
 
     ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
     ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
@@ -296,7 +293,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     """
     import os
 
-    from cascadekit.launch import plan
+    from cascadekit.engine.launch import plan
     from cascadekit.profiles import load_profile, parse_overrides
 
     flags = {key: value for key, value in (("engine.nodes", args.nodes), ("engine.gpus_per_node", args.gpus_per_node),
@@ -362,14 +359,14 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """One of chapter 04's probes (:mod:`cascadekit.experiments.probes`): print its table, write JSON and text.
+    """One of chapter 04's probes (:mod:`cascadekit.chapters.probes`): print its table, write JSON and text.
 
     The name and settings are checked before any work; the files go to ``--out``
     (default ``runs/probes/<name>``), never into ``data/`` unless asked.
     """
     from cascadekit.atomic import atomic_write_json, atomic_write_text
     from cascadekit.chapters import resolve
-    from cascadekit.experiments.probes import PROBES
+    from cascadekit.chapters.probes import PROBES
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import provenance
 
@@ -423,7 +420,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from cascadekit.envinfo import describe_environment
+    from cascadekit.engine.envinfo import describe_environment
 
     env = describe_environment()
     print(env.short() if args.short else env.long())
@@ -432,7 +429,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_book(args: argparse.Namespace) -> int:
     """Build the book; a bad ``--executed`` or ``--out`` is one line and exit 2 (ValueError), a Sphinx failure exit 1."""
-    from cascadekit.book import BookBuildError, broken_internal_links, build_book, check_book_arguments
+    from cascadekit.course.book import BookBuildError, broken_internal_links, build_book, check_book_arguments
 
     check_book_arguments(Path(args.executed), Path(args.out))
     try:
@@ -458,8 +455,8 @@ def _shown(path: Path) -> str:
 def cmd_times(args: argparse.Namespace) -> int:
     """Set the README's column from a course summary; keep a copy only where the target is the repository or ``--timings`` says."""
     from cascadekit.atomic import atomic_write_text, same_file
-    from cascadekit.course_times import README, TIMINGS_DIR, apply_summary, default_timings_dir, format_duration
-    from cascadekit.guide import readme_with_times
+    from cascadekit.course.times import README, TIMINGS_DIR, apply_summary, default_timings_dir, format_duration
+    from cascadekit.course.guide import readme_with_times
 
     readme = Path(args.readme) if args.readme else README
     timings = Path(args.timings) if args.timings else default_timings_dir(readme)

@@ -223,7 +223,7 @@ class EngineConfig:
     a change here never invalidates a cached or shipped checkpoint of the smoke or
     toy scale. ``nodes`` x ``gpus_per_node`` train; ``distributed`` is ``none`` (one process, or plain DDP),
     ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
-    (:mod:`cascadekit.launch`). ``vllm`` is ``none`` (generation by transformers),
+    (:mod:`cascadekit.engine.launch`). ``vllm`` is ``none`` (generation by transformers),
     ``colocate`` (vLLM in the training processes, TRL's ``vllm_mode="colocate"``)
     or ``server`` (TRL's ``vllm-serve`` on ``vllm_gpus`` GPUs of its own: the first
     GPUs of a one-node job, else whole extra nodes beside the ``nodes`` that train).
@@ -366,9 +366,9 @@ DEVICES = ("cpu", "cuda")
 #: ``bfloat16`` trains in bf16 where the device supports it; anything else would silently run in float32.
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
-ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.models._ARCHITECTURES
-QUANTIZATIONS = ("none", "4bit")  # cascadekit.runtime.load_model
-DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.launch
+ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.engine.models._ARCHITECTURES
+QUANTIZATIONS = ("none", "4bit")  # cascadekit.engine.runtime.load_model
+DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.engine.launch
 VLLM_MODES = ("none", "colocate", "server")  # none, or TRL's GRPOConfig.vllm_mode
 DATA_SOURCES = ("world", "released")  # cascadekit.released_data
 PRECISIONS = ("fp32", "bf16-autocast")  # CPU training (training_precision)
@@ -664,12 +664,12 @@ def precision_inputs(profile: Profile) -> dict[str, str]:
 def training_precision(profile: Profile) -> dict[str, bool]:
     """``use_cpu``, ``bf16`` and ``fp16`` for a Trainer: the device's, plus bf16 autocast on the CPU when asked.
 
-    The device and dtype come from :func:`cascadekit.runtime.choose_device`. On the
+    The device and dtype come from :func:`cascadekit.engine.runtime.choose_device`. On the
     CPU, transformers' ``bf16=True`` with ``use_cpu=True`` runs each forward and
     backward pass under ``torch.autocast("cpu", dtype=torch.bfloat16)`` and keeps
     the weights, gradients and optimizer state in float32.
     """
-    from cascadekit.runtime import choose_device  # torch: imported only by what trains
+    from cascadekit.engine.runtime import choose_device  # torch: imported only by what trains
 
     arguments = choose_device(profile).trainer_arguments()
     if arguments["use_cpu"] and profile.engine.precision == "bf16-autocast":

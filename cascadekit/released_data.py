@@ -33,7 +33,7 @@ tells whether a name is missing here. The fixtures under ``tests/fixtures/releas
 copy these schemas by hand; no test downloads anything.
 
 A hub repository is streamed (never fully downloaded) and only when downloads
-are allowed (:func:`cascadekit.runtime.download_allowed`); a local file or folder
+are allowed (:func:`cascadekit.engine.runtime.download_allowed`); a local file or folder
 never touches the network.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from cascadekit.chat import thinking_mode, with_flag
 from cascadekit.domains import check_record
-from cascadekit.runtime import DownloadNotAllowed, download_allowed, hub_cache_dir
+from cascadekit.engine.runtime import DownloadNotAllowed, download_allowed, hub_cache_dir
 
 __all__ = ["KINDS", "MissingField", "ReleasedSet", "released_sets", "stream_records", "to_record"]
 
@@ -296,7 +296,7 @@ def stream_records(name: str, domain: str | None = None, source: str | os.PathLi
 
     ``source`` is a local file or folder in the released layout (a copy, or a
     test fixture); None streams the hub repository, which needs downloads
-    allowed (:class:`cascadekit.runtime.DownloadNotAllowed` otherwise). Rows are
+    allowed (:class:`cascadekit.engine.runtime.DownloadNotAllowed` otherwise). Rows are
     read with ``datasets``' streaming mode, so nothing is held in memory.
     """
     from datasets import load_dataset

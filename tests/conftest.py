@@ -3,7 +3,7 @@
 The README's test command runs two pytest-xdist workers (``-n 2``), and each
 worker is a pytest session of its own. They share the run's common temporary
 folder: one artifact cache and one smoke run, whose chapters they split between
-them (:func:`cascadekit.runner.run_notebooks` locks each chapter, so nothing is
+them (:func:`cascadekit.course.runner.run_notebooks` locks each chapter, so nothing is
 executed twice). The tests that need the executed notebooks are collected first,
 so both workers start on them while the cores are free, and each notebook
 executed prints a line to the terminal, since a notebook takes seconds to minutes.
@@ -62,7 +62,7 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
     """Every chapter executed at the smoke scale once per test run, shared by the workers; the output folder."""
-    from cascadekit.runner import run_course
+    from cascadekit.course.runner import run_course
 
     out = _shared(tmp_path_factory, "smoke_run")
     run_course("smoke", out, log=_terminal(pytestconfig))
@@ -72,7 +72,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
 @pytest.fixture(scope="session")
 def solutions_run(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
     """Every chapter's worked solutions (``notebooks/solutions/``) executed once per test run; the output folder."""
-    from cascadekit.runner import NOTEBOOK_DIR, run_notebooks
+    from cascadekit.course.runner import NOTEBOOK_DIR, run_notebooks
 
     out = _shared(tmp_path_factory, "solutions_run")
     run_notebooks(sorted((NOTEBOOK_DIR / "solutions").glob("*.ipynb")), out, "smoke", log=_terminal(pytestconfig))

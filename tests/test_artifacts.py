@@ -159,7 +159,7 @@ def test_rebuild_ignores_the_cached_and_the_shipped_entry(tmp_path, monkeypatch)
 def test_the_shipped_part2_base_is_the_toy_profiles_base():
     """The committed Part II base verifies under the key the toy profile asks for, without building anything."""
     from cascadekit.artifacts import shipped_root
-    from cascadekit.base_model import chat_base_key
+    from cascadekit.training.chat_base import chat_base_key
     from cascadekit.chapters import resolve
 
     key = chat_base_key(resolve("08", "toy").profile)
@@ -175,7 +175,7 @@ def test_toy_and_smoke_cache_keys_and_world_data_are_pinned():
     import hashlib
 
     from cascadekit.chapters import resolve
-    from cascadekit.experiments.context_transfer import B_SHARES, variant_key
+    from cascadekit.chapters.ch05_context_transfer import B_SHARES, variant_key
     from cascadekit.training.pretrain import pretrain_key
     from cascadekit.world import generate_problem
     from cascadekit.world.corpus import rendering_fingerprint
@@ -196,7 +196,7 @@ def test_toy_and_smoke_cache_keys_and_world_data_are_pinned():
 
 def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypatch):
     """Chapter 12 starts from Math RL's last checkpoint: every stage on the way is shipped under its toy key."""
-    from cascadekit import pipeline
+    from cascadekit import stages as pipeline
     from cascadekit.chapters import resolve
     from cascadekit.training.math_rl import unified_math_rl
 

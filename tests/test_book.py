@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit.book import SMOKE_NOTICE, broken_internal_links, build_book, machine_paths, pages_missing_figures, stage
+from cascadekit.course.book import SMOKE_NOTICE, broken_internal_links, build_book, machine_paths, pages_missing_figures, stage
 from cascadekit.cli import main
-from cascadekit.runner import chapters
+from cascadekit.course.runner import chapters
 
 
 @pytest.mark.notebook
@@ -59,7 +59,7 @@ def _beyond_recorded_scratch(found: list[str]) -> list[str]:
 def test_staging_hides_the_default_parameters_only_under_injected_ones(tmp_path: Path) -> None:
     import nbformat
 
-    from cascadekit.book import stage_chapter
+    from cascadekit.course.book import stage_chapter
 
     cells = [nbformat.v4.new_code_cell('scale = "toy"', metadata={"tags": ["parameters"]}),
              nbformat.v4.new_code_cell('scale = "paper"', metadata={"tags": ["injected-parameters"]})]

@@ -5,10 +5,10 @@ from fractions import Fraction
 
 import pytest
 
-from cascadekit.compute import ARMS, rl_token_equivalent
-from cascadekit.experiments import budget as bx
+from cascadekit.engine.compute import ARMS, rl_token_equivalent
+from cascadekit.chapters import ch06_fixed_budget as bx
 from cascadekit.chapters import resolve, spec
-from cascadekit.evaluation.bands import Bands
+from cascadekit.bands import Bands
 
 SCALES = ("smoke", "toy", "paper")
 

@@ -83,7 +83,7 @@ def test_a_tiny_reward_model_trains_calibrates_and_scores_garbage(reward_model) 
 
 
 def test_reading_markup_hands_the_reward_the_think_block(reward_model) -> None:
-    from cascadekit.runtime import load_tokenizer
+    from cascadekit.engine.runtime import load_tokenizer
     tokenizer = load_tokenizer(reward_model[0].checkpoint)
     text = "<think>\nsteps\n</think>\n\nThe answer.<|im_end|><|pad|>"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -148,7 +148,7 @@ def test_paired_changes_pair_prompts_and_refuse_tables_out_of_step() -> None:
 
 
 def test_screening_chat_prompts_stops_at_the_turn_and_keeps_markers(reward_model) -> None:
-    from cascadekit.runtime import load_model, load_tokenizer
+    from cascadekit.engine.runtime import load_model, load_tokenizer
     from cascadekit.training.dynamic_sampling import sample_groups
     sft = reward_model[0]
     model, tokenizer = load_model(sft.checkpoint), load_tokenizer(sft.checkpoint)

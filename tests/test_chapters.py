@@ -1,18 +1,19 @@
 """Chapter specs: one resolve function, the chapter's settings between the profile and the caller's."""
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-from cascadekit.chapters import resolve, spec, specs
+from cascadekit.chapters import chapter_module, resolve, spec, specs
 from cascadekit.profiles import ProfileError, load_profile
 
 
-def test_every_chapter_with_an_experiment_names_a_module_with_run_and_write():
+def test_every_chapter_with_an_experiment_has_a_module_that_follows_the_protocol():
     for chapter in specs().values():
-        module = importlib.import_module(chapter.experiment)
-        assert callable(module.run) and callable(module.write), chapter.experiment
+        module = chapter_module(chapter.id)
+        if chapter.experiment:
+            for slot in ("run", "claims", "figures", "notes"):
+                assert callable(getattr(module, slot, None)), f"{module.__name__} lacks {slot}"
+            assert isinstance(module.RESULTS_TITLE, str)
 
 
 def test_settings_come_between_the_profile_and_the_callers_overrides():

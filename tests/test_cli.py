@@ -178,7 +178,7 @@ def test_cascade_against_a_metrics_file_of_the_wrong_shape_fails_before_anything
 def test_a_metrics_file_of_the_same_prompts_passes_the_check_and_the_shipped_one_is_chapter_14s() -> None:
     from cascadekit.chapters import resolve
     from cascadekit.evaluation.stage_table import suite_records
-    from cascadekit.experiments.whole_cascade import check_against, harder_suite
+    from cascadekit.chapters.ch14_whole_cascade import check_against, harder_suite
 
     smoke = resolve("14", "smoke").profile
     check_against(_placeholder_metrics(suite_records(smoke)), {"per_sample": suite_records(smoke)})

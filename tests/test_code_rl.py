@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cascadekit.domains import domains
-from cascadekit.experiments.code_rl import (START, arm_name, arm_table, cascade_temperature, claims, code_eval_records,
+from cascadekit.chapters.ch12_code_rl import (START, arm_name, arm_table, cascade_temperature, claims, code_eval_records,
                                             entropy_growth, signal_share)
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import reading_markup, verifier_reward
@@ -21,7 +21,7 @@ HANGS = "<think>\n</think>\n\n```python\ndef {name}(*args):\n    while True:\n  
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from cascadekit.runtime import load_tokenizer
+    from cascadekit.engine.runtime import load_tokenizer
     from cascadekit.training.cascade import sft_checkpoint
     return load_tokenizer(sft_checkpoint(PROFILE).checkpoint)
 
@@ -111,8 +111,8 @@ def test_workers_shut_down_and_a_bad_worker_count_is_refused(tokenizer) -> None:
 
 def test_streaming_inside_grpo_gives_the_blocking_runs_rewards(tokenizer, tmp_path) -> None:
     from cascadekit.chat import stop_token_ids
-    from cascadekit.pipeline import chat_rl_dataset
-    from cascadekit.runtime import load_model
+    from cascadekit.training.pipeline import chat_rl_dataset
+    from cascadekit.engine.runtime import load_model
     from cascadekit.training.cascade import sft_checkpoint
     from cascadekit.training.grpo import train_grpo
     curves, stats = {}, {}

@@ -1,7 +1,8 @@
 import pytest
 
-from cascadekit.evaluation.bands import Bands
-from cascadekit.experiments import common, competence
+from cascadekit.bands import Bands
+from cascadekit import bands as competence
+from cascadekit.chapters import interplay as common
 from cascadekit.profiles import load_profile
 
 

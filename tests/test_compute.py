@@ -4,7 +4,7 @@ from fractions import Fraction
 import pytest
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from cascadekit import compute
+from cascadekit.engine import compute
 
 
 def test_supervised_cost_is_6pt():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cascadekit.chapters import resolve
-from cascadekit.experiments import context_transfer as ct
+from cascadekit.chapters import ch05_context_transfer as ct
 from cascadekit.profiles import load_profile
 from cascadekit.results import ResultsWriter
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from cascadekit.cli import main
-from cascadekit.course_times import (MAX_CHAPTER_S, column_title, default_timings_dir, format_duration, parse_summary,
+from cascadekit.course.times import (MAX_CHAPTER_S, column_title, default_timings_dir, format_duration, parse_summary,
                                      update_chapter_table)
 
 README = """# kit
@@ -69,7 +69,7 @@ def test_the_column_is_added_then_replaced_and_other_scales_kept() -> None:
 def test_cli_rewrites_the_readme_and_keeps_the_summary_only_where_told(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """``--readme OTHER`` writes OTHER alone (issue 30); ``--timings DIR`` adds the copy; the repository's files stay."""
-    import cascadekit.course_times as course_times
+    import cascadekit.course.times as course_times
 
     committed = tmp_path / "committed-timings"
     monkeypatch.setattr(course_times, "TIMINGS_DIR", committed)  # where the repository's copy would go

@@ -23,10 +23,10 @@ import psutil
 import pytest
 from test_pretrained import released  # noqa: F401 - the tiny Qwen3 checkpoint, a fixture used below
 
-from cascadekit.models import start_model
-from cascadekit.pipeline import StageOutput
+from cascadekit.engine.models import start_model
+from cascadekit.stages import StageOutput
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import CPU, MissingExtra, load_chat_tokenizer, load_model, save_checkpoint, with_lora
+from cascadekit.engine.runtime import CPU, MissingExtra, load_chat_tokenizer, load_model, save_checkpoint, with_lora
 
 LAUNCH_TIMEOUT_S = 300  # one process finishes the stage in seconds; a deadlock never does
 OVERRIDES = {"device": "cpu", "dtype": "float32", "engine.quantization": "none", "engine.unsloth": False,

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from cascadekit import pipeline
+from cascadekit.training import pipeline
 from cascadekit.chapters import resolve
 from cascadekit.cli import main
-from cascadekit.evaluation.bands import RANGES, Bands
-from cascadekit.experiments import common
-from cascadekit.experiments import edge_of_competence as eoc
+from cascadekit.bands import RANGES, Bands
+from cascadekit.chapters import interplay as common
+from cascadekit.chapters import ch04_edge_of_competence as eoc
 from cascadekit.profiles import load_profile
 from cascadekit.results import load_metrics
 from cascadekit.world import split_of
@@ -56,7 +56,7 @@ def test_verdicts_come_from_paired_intervals_not_signs():
     curves = [{"step": 1, "reward": 0.0, "frac_reward_zero_std": 1.0}] * 4
     result = {"base": {"evaluation": base}, "runs": {name: {"evaluation": ev, "curves": curves, "train_s": 1.0}
                                                      for name, ev in after.items()}}
-    verdicts = {r["claim"].split(" (")[0]: r["verdict"] for r in eoc.paper_vs_run(result)}
+    verdicts = {r["claim"].split(" (")[0]: r["verdict"] for r in eoc.claims(result)}
     assert verdicts == {
         "edge RL: pass@4 on edge": "reproduced",  # 12 more problems solved of 20
         "edge RL: pass@4 on hard": "cannot tell",  # one more problem: a positive sign, not a finding
@@ -65,7 +65,7 @@ def test_verdicts_come_from_paired_intervals_not_signs():
         "too-hard RL: pass@4 on hard": "reproduced",  # exactly unchanged, within the tolerance
         "too-hard RL: share of groups with any reward signal": "reproduced",
     }
-    assert all("95% interval" in r for r in eoc.paper_vs_run(result))
+    assert all("95% interval" in r for r in eoc.claims(result))
 
 
 def test_smoke_experiment_writes_results_and_reuses_its_stages(tmp_path, monkeypatch):

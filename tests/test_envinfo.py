@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit import runtime
-from cascadekit.envinfo import choose_device, describe_environment, known_problems
+from cascadekit.engine import runtime
+from cascadekit.engine.envinfo import choose_device, describe_environment, known_problems
 
 
 def test_describes_this_machine_even_before_the_cache_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,8 +24,9 @@ def test_warns_on_known_bad_combinations() -> None:
 
 
 def test_env_names_the_sandbox_and_what_it_cannot_guarantee(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cascadekit import envinfo, sandbox
-    from cascadekit.envinfo import sandbox_lines
+    from cascadekit.engine import envinfo
+    from cascadekit import sandbox
+    from cascadekit.engine.envinfo import sandbox_lines
 
     weak = sandbox.Isolation(drop_uid=False, namespaces=False)
     monkeypatch.setattr(envinfo, "isolation", lambda: weak)

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from cascadekit.base_model import build_chat_tokenizer
+from cascadekit.training.chat_base import build_chat_tokenizer
 from cascadekit.cli import main
 from cascadekit.evaluation.checkpoints import evaluate_checkpoints, parse_checkpoints
 from cascadekit.evaluation.stage_table import suite_records
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import save_checkpoint
+from cascadekit.engine.runtime import save_checkpoint
 
 PROFILE = load_profile("smoke", {"sft.max_new_tokens": 4})
 
@@ -143,7 +143,7 @@ def test_a_bad_checkpoint_is_one_line_and_exit_2(kind, needle, checkpoints, tmp_
 
 
 def test_the_loader_itself_never_runs_or_asks_for_a_checkpoints_code(checkpoints, tmp_path, open_stdin, capsys):
-    from cascadekit.runtime import CheckpointUnloadable, load_model
+    from cascadekit.engine.runtime import CheckpointUnloadable, load_model
 
     marker = tmp_path / "ran"
     folder = _hostile("remote code", checkpoints[0], tmp_path / "ck", marker)

@@ -14,10 +14,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cascadekit.exercises import Choice, Function, Number, check, exercises, get
+from cascadekit.course.exercises import check, exercises, get
+from cascadekit.exercises import Choice, Function, Number
 from cascadekit.exercises import answers
-from cascadekit.exercises.cells import TAG, exercise_cells, solutions_path
-from cascadekit.runner import NOTEBOOK_DIR, chapters
+from cascadekit.course.exercise_cells import TAG, exercise_cells, solutions_path
+from cascadekit.course.runner import NOTEBOOK_DIR, chapters
 
 CHAPTERS_WITH_EXERCISES = sorted({e.chapter for e in exercises()})
 IDS = [e.id for e in exercises()]

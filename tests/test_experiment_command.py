@@ -32,8 +32,8 @@ def test_only_toy_runs_write_the_committed_results():
 def test_committed_results_need_a_clean_tree_unless_a_draft(monkeypatch):
     from cascadekit import results
 
-    monkeypatch.setattr(results, "uncommitted_changes", lambda: ["cascadekit/pipeline.py"])
-    with pytest.raises(ResultsRefused, match="clean tree.*cascadekit/pipeline.py"):
+    monkeypatch.setattr(results, "uncommitted_changes", lambda: ["cascadekit/stages.py"])
+    with pytest.raises(ResultsRefused, match="clean tree.*cascadekit/stages.py"):
         ResultsWriter("04_edge_of_competence", "toy", "test")
     assert ResultsWriter("04_edge_of_competence", "toy", "test", draft=True).root == RESULTS_DIR
     monkeypatch.setattr(results, "uncommitted_changes", lambda: [])

@@ -7,7 +7,7 @@ from datasets import Dataset
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from cascadekit import runtime
+from cascadekit.engine import runtime
 from cascadekit.profiles import load_profile
 from cascadekit.training import dynamic_sampling as ds
 from cascadekit.training import grpo
@@ -91,7 +91,7 @@ def test_gpu_config_uses_vllm_without_a_gpu(tmp_path, monkeypatch):
 
 
 def test_a_gpu_profile_without_a_gpu_runs_on_the_cpu(tmp_path, monkeypatch):
-    """The device comes from cascadekit.runtime.choose_device: no CUDA, no vLLM and no bf16."""
+    """The device comes from cascadekit.engine.runtime.choose_device: no CUDA, no vLLM and no bf16."""
     monkeypatch.setattr(runtime, "cuda_device", lambda: None)
     cfg = grpo.build_grpo_config(load_profile("paper"), str(tmp_path))
     assert cfg.use_cpu and not cfg.use_vllm and not cfg.bf16 and not cfg.gradient_checkpointing
@@ -303,9 +303,9 @@ def test_train_grpo_on_the_dag_world_with_process_rewards(tmp_path):
     """World prompts, the kit's tokenizer and model, and the paper's mixed reward, end to end."""
     import json
 
-    from cascadekit.models import build_model
+    from cascadekit.engine.models import build_model
     from cascadekit.rewards import mixed_reward, outcome_reward
-    from cascadekit.tokenizer import train_tokenizer
+    from cascadekit.engine.tokenizer import train_tokenizer
     from cascadekit.world import generate_problems
 
     profile = smoke()

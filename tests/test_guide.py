@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit.course_times import column_title, format_duration
-from cascadekit.exercises import exercises
-from cascadekit.guide import RESULTS_DIR, load_syllabus, recorded_seconds, syllabus_page
+from cascadekit.course.times import column_title, format_duration
+from cascadekit.course.exercises import exercises
+from cascadekit.course.guide import RESULTS_DIR, load_syllabus, recorded_seconds, syllabus_page
 
 
 def test_every_syllabus_chapter_has_exercises_and_every_exercise_a_week() -> None:
@@ -64,8 +64,8 @@ def test_times_follow_the_committed_metrics_and_course_runs(tmp_path: Path) -> N
 def test_cli_times_on_the_repository_readme_sets_every_column_from_the_kept_summaries(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``cascadekit times SUMMARY`` (the repository's README): the kept summary and the metrics make every column."""
-    import cascadekit.course_times as course_times
-    import cascadekit.guide as guide
+    import cascadekit.course.times as course_times
+    import cascadekit.course.guide as guide
     from cascadekit.cli import main
 
     root = _copy_results(tmp_path)

@@ -6,9 +6,9 @@ import subprocess
 import pytest
 import transformers.training_args as training_args
 
-from cascadekit import runtime
+from cascadekit.engine import runtime
 from cascadekit.cli import main
-from cascadekit.launch import CONFIGS, LaunchError, accelerate_config, plan, validate_config
+from cascadekit.engine.launch import CONFIGS, LaunchError, accelerate_config, plan, validate_config
 from cascadekit.profiles import load_profile
 from cascadekit.training import grpo
 

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from cascadekit.models import build_model, count_parameters, start_model
+from cascadekit.engine.models import build_model, count_parameters, start_model
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import save_checkpoint
-from cascadekit.tokenizer import train_tokenizer
+from cascadekit.engine.runtime import save_checkpoint
+from cascadekit.engine.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascadekit.notebook import lookup, quote, render
+from cascadekit.course.notebook import lookup, quote, render
 
 METRICS = {
     "runs": {"edge": {"prompts": 384, "evaluation": {"by_range": [
@@ -50,7 +50,7 @@ def test_render_fails_loudly_on_a_missing_number() -> None:
 def test_a_toy_chapter_reads_its_committed_run_unless_asked_to_retrain(tmp_path, monkeypatch, capsys):
     from cascadekit import results
     from cascadekit.chapters import resolve
-    from cascadekit.notebook import committed_or_run
+    from cascadekit.course.notebook import committed_or_run
 
     folder = tmp_path / "10_if_rl"
     folder.mkdir()
@@ -81,7 +81,7 @@ def test_a_toy_chapter_reads_its_committed_run_unless_asked_to_retrain(tmp_path,
                                               ("model.hidden=64", "overrides 'model.hidden=64': not JSON")])
 def test_a_bad_overrides_parameter_is_one_line_naming_the_field(overrides: object, field: str, tmp_path) -> None:
     """Issue 37: the same message as the command line's ``--set``, and no traceback in the notebook."""
-    from cascadekit.notebook import ChapterSettingsError, start_chapter
+    from cascadekit.course.notebook import ChapterSettingsError, start_chapter
     from cascadekit.profiles import ProfileError, parse_overrides
 
     with pytest.raises(ChapterSettingsError) as caught:
@@ -106,7 +106,7 @@ def test_overrides_as_papermill_passes_them() -> None:
 def test_known_library_noise_is_dropped_and_the_rest_kept(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from cascadekit.notebook import quiet_known_noise
+    from cascadekit.course.notebook import quiet_known_noise
 
     quiet_known_noise()
     quiet_known_noise()  # idempotent: one filter per logger
@@ -125,7 +125,7 @@ def test_known_library_noise_is_dropped_and_the_rest_kept(caplog: pytest.LogCapt
 
 def test_the_trainer_notebook_progress_writes_no_loss_table() -> None:
     """After ``quiet_known_noise`` (before or after transformers is imported) ``on_log`` writes no table row."""
-    from cascadekit.notebook import quiet_known_noise
+    from cascadekit.course.notebook import quiet_known_noise
 
     quiet_known_noise()
     from transformers.utils.notebook import NotebookProgressCallback
@@ -141,7 +141,7 @@ def test_the_trainer_notebook_progress_writes_no_loss_table() -> None:
 
 
 def test_a_recorded_command_shows_no_scratch_folder_of_the_machine_that_ran_it() -> None:
-    from cascadekit.notebook import without_scratch
+    from cascadekit.course.notebook import without_scratch
 
     assert (without_scratch("cascadekit experiment 05 --scale toy --threads 2 --work /tmp/work05c (commit x)")
             == "cascadekit experiment 05 --scale toy --threads 2 --work DIR (commit x)")

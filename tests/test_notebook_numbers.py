@@ -5,7 +5,7 @@ number in its Markdown cells must appear in that folder's committed files
 (``metrics.json``, ``paper_vs_run.md``, ``README.md`` and probe outputs, subfolders
 included) or in the notebook's short allow-list below (numbers that are not this
 run's measurements). Prose that quotes a measurement renders it from the metrics
-(:func:`cascadekit.notebook.render`), in a code cell, so it never shows up here.
+(:func:`cascadekit.course.notebook.render`), in a code cell, so it never shows up here.
 
 Tolerant on form, strict on value: ``0.25``, ``.25`` and ``25%`` are the same number;
 a number matches a committed value that rounds to it at the precision shown
@@ -141,12 +141,12 @@ def test_markdown_numbers_are_committed_measurements(notebook: Path, folder: Pat
     values = committed_values(folder)
     allowed = ALLOWED[notebook.name[:2]] | COMMON
     # exercise cells (cascadekit.exercises) state tasks: their numbers are the task's own parameters,
-    # and their answers are checked against the committed metrics by cascadekit.exercises.check
+    # and their answers are checked against the committed metrics by cascadekit.course.exercises.check
     cells = [c.source for c in nbformat.read(notebook, as_version=4).cells
              if c.cell_type == "markdown" and "exercise" not in c.metadata.get("tags", [])]
     stray = sorted({n for cell in cells for n in prose_numbers(cell) if n not in allowed and not matches(n, values)})
     assert not stray, (f"{notebook.name}: numbers in Markdown that {folder.relative_to(REPO)} does not hold; "
-                       f"render them from the metrics (cascadekit.notebook.render) or allow-list them: {stray}")
+                       f"render them from the metrics (cascadekit.course.notebook.render) or allow-list them: {stray}")
 
 
 @pytest.mark.parametrize("markdown, expected", [

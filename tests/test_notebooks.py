@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cascadekit.runner import chapters
+from cascadekit.course.runner import chapters
 
 CHAPTERS = chapters()
 MAX_EXECUTED_BYTES = 3_000_000  # figures included; a runaway progress bar or widget would blow this

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadekit.evaluation.passk import pass_at_k
+from cascadekit.passk import pass_at_k
 
 
 def _brute_force(n: int, c: int, k: int) -> float:
@@ -55,7 +55,7 @@ def test_scalar_returns_float_and_bad_input_raises():
 
 
 def test_simulated_unbiased_estimator_tracks_truth_and_naive_falls_short():
-    from cascadekit.evaluation.passk import estimator_bias
+    from cascadekit.passk import estimator_bias
 
     result = estimator_bias(p=0.05, n=16, ks=np.arange(1, 17), trials=20_000, seed=1)
     assert np.max(np.abs(result["unbiased"] - result["true"])) < 0.015

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from cascadekit import pipeline
-from cascadekit.evaluation.bands import Bands
+from cascadekit import stages
+from cascadekit.evaluation.report import evaluate_checkpoint
+from cascadekit.training import pipeline
+from cascadekit.bands import Bands
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import strict_reward
 from cascadekit.world import generate_problems
@@ -24,12 +26,12 @@ def test_a_stage_builds_once_per_key(tmp_path, monkeypatch):
         (folder / "weights.txt").write_text("w")
         return {"loss": 0.5}
 
-    first = pipeline.run_stage(pipeline.Stage("demo", {"lr": 0.1}, build))
-    again = pipeline.run_stage(pipeline.Stage("demo", {"lr": 0.1}, build))
-    other = pipeline.run_stage(pipeline.Stage("demo", {"lr": 0.2}, build))
+    first = stages.run_stage(stages.Stage("demo", {"lr": 0.1}, build))
+    again = stages.run_stage(stages.Stage("demo", {"lr": 0.1}, build))
+    other = stages.run_stage(stages.Stage("demo", {"lr": 0.2}, build))
     assert len(built) == 2 and first == again and first.key != other.key
     assert first.metrics == {"loss": 0.5} and (first.checkpoint / "weights.txt").read_text() == "w"
-    recorded = json.loads((first.checkpoint / pipeline.STAGE_FILE).read_text())
+    recorded = json.loads((first.checkpoint / stages.STAGE_FILE).read_text())
     assert recorded == {"kind": "demo", "inputs": {"lr": 0.1}, "metrics": {"loss": 0.5}}
 
 
@@ -41,7 +43,7 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path, monkeypatch):
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError):
-        pipeline.run_stage(pipeline.Stage("demo", {"x": 1}, broken))
+        stages.run_stage(stages.Stage("demo", {"x": 1}, broken))
     assert not list((tmp_path / "demo").glob("[!.]*"))
 
 
@@ -67,13 +69,13 @@ def test_evaluation_labels_samples_with_the_bands_it_is_given():
     base = pipeline.pretrained(SMOKE)
     problems = generate_problems(ops=[2, 4], contexts=("A",), n=2, seed=0, split="eval", style=SMOKE.world.rendering)
     bands = Bands((2, 2), (3, 4), (5, 5))
-    records = pipeline.evaluate_checkpoint(base, problems, SMOKE, bands)
+    records = evaluate_checkpoint(base, problems, SMOKE, bands)
     assert {(r["op"], r["range"]) for r in records} == {(2, "in_distribution"), (4, "edge")}
     assert len(records) == len(problems) * SMOKE.evaluation.samples
 
 
 def test_chat_grpo_rewards_with_the_domains_verifiers(tmp_path, monkeypatch):
-    from cascadekit.base_model import chat_base
+    from cascadekit.training.chat_base import chat_base
     from cascadekit.domains import chat_records, domains, draw_tasks
     from cascadekit.rewards import verifier_reward
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import ProfileError, load_profile, precision_inputs, training_precision
-from cascadekit.tokenizer import train_tokenizer
+from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.training.grpo import build_grpo_config
 from cascadekit.training.pretrain import mixture_texts, pack, pretrain_key, train_lm, training_arguments
 

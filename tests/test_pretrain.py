@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from cascadekit.profiles import load_profile
-from cascadekit.tokenizer import train_tokenizer
+from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.training.pretrain import (
     cached_pretrained,
     midtrain,
@@ -18,7 +18,7 @@ from cascadekit.training.pretrain import (
     training_arguments,
     training_blocks,
 )
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 
 SMOKE = load_profile("smoke", {"pretrain.tokens": 8 * 256 * 8, "pretrain.save_steps": 2})
 

@@ -14,14 +14,14 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from cascadekit import runtime
-from cascadekit.base_model import build_chat_tokenizer
+from cascadekit.engine import runtime
+from cascadekit.training.chat_base import build_chat_tokenizer
 from cascadekit.chat import MARKUP_TOKENS, render
-from cascadekit.models import start_model
+from cascadekit.engine.models import start_model
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import CPU, DownloadNotAllowed, MissingExtra, load_chat_tokenizer, load_model, require
-from cascadekit.tokenizer import train_tokenizer
-from cascadekit.trainable import engine_settings, load_trainable
+from cascadekit.engine.runtime import CPU, DownloadNotAllowed, MissingExtra, load_chat_tokenizer, load_model, require
+from cascadekit.engine.tokenizer import train_tokenizer
+from cascadekit.engine.trainable import engine_settings, load_trainable
 
 OWN_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from cascadekit.cli import main
-from cascadekit.experiments.probes import PROBES
+from cascadekit.chapters.probes import PROBES
 
 SMOKE = ["rl.samples=4", "rl.prompts_per_step=2", "evaluation.problems_per_op=1", "evaluation.samples=2",
          "evaluation.max_new_tokens=16"]

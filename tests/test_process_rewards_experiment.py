@@ -5,7 +5,7 @@ import pytest
 
 from cascadekit.chapters import resolve
 from cascadekit.cli import main
-from cascadekit.experiments import process_rewards as pr
+from cascadekit.chapters import ch07_process_rewards as pr
 from cascadekit.results import RESULTS_DIR, load_metrics
 from cascadekit.verify.mutations import answer_only
 from cascadekit.world import generate_problems

@@ -51,8 +51,8 @@ def test_license_and_citations() -> None:
 
 def test_the_readme_time_columns_are_the_guides() -> None:
     """One time table: the README's chapter table holds exactly the guide's time columns, from committed data."""
-    from cascadekit.course_times import read_columns
-    from cascadekit.guide import time_columns
+    from cascadekit.course.times import read_columns
+    from cascadekit.course.guide import time_columns
 
     readme = read_columns((ROOT / "README.md").read_text())
     columns, totals = time_columns()

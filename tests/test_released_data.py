@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit import runtime
+from cascadekit.engine import runtime
 from cascadekit.chat import render
 from cascadekit.released_data import MissingField, released_sets, stream_records, to_record
 

@@ -11,9 +11,9 @@ from cascadekit.evaluation.report import (
     op_range,
     passk_table,
 )
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
-from cascadekit.tokenizer import train_tokenizer
+from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.world import generate_problems
 
 SMOKE = load_profile("smoke", {"evaluation.max_new_tokens": 8})

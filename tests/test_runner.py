@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cascadekit.runner import ChapterFailed, run_course, select
+from cascadekit.course.runner import ChapterFailed, run_course, select
 
 
 def _notebook(path: Path, body: str) -> None:
@@ -64,7 +64,7 @@ def test_an_executed_notebook_names_no_path_of_this_machine(course: Path, tmp_pa
                                                             capfd: pytest.CaptureFixture[str]) -> None:
     """Issue 37: the injected ``out_dir`` is relative to the run folder, where the kernel runs, and the
     kernel's transport warning stays out of the terminal."""
-    from cascadekit.book import machine_paths
+    from cascadekit.course.book import machine_paths
 
     out = tmp_path / "out"
     run_course("smoke", out, only=["01"], notebook_dir=course)

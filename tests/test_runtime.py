@@ -11,14 +11,14 @@ import torch
 from huggingface_hub import constants as hub_constants
 from peft import PeftModel
 
-from cascadekit import runtime
-from cascadekit.models import build_model
+from cascadekit.engine import runtime
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import (
+from cascadekit.engine.runtime import (
     DownloadNotAllowed, Placement, base_model_source, checkpoint_folder, choose_device, download_allowed,
     load_model, load_tokenizer, save_checkpoint, with_lora,
 )
-from cascadekit.tokenizer import train_tokenizer
+from cascadekit.engine.tokenizer import train_tokenizer
 
 SMOKE = load_profile("smoke")
 FAKE = "cascadekit-tests/no-such-model"

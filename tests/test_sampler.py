@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from cascadekit.evaluation.sampler import _cut, _decode, sample_completions
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
-from cascadekit.tokenizer import train_tokenizer
+from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.world import generate_problems
 
 PROFILE = load_profile("smoke", {"evaluation.max_new_tokens": 12})
@@ -91,7 +91,7 @@ def test_generation_benchmark_runs_at_smoke_scale(capsys):
 
 
 def test_a_checkpoint_path_samples_like_the_loaded_model(model, tokenizer, problems, tmp_path):
-    from cascadekit.runtime import save_checkpoint
+    from cascadekit.engine.runtime import save_checkpoint
 
     folder = save_checkpoint(model, tokenizer, tmp_path / "ck")
     prompts = [p.rl_prompt for p in problems]
@@ -136,7 +136,7 @@ def test_vllm_backend_saves_an_in_memory_model_to_a_temporary_checkpoint(model, 
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(fake.seen["files"])
     assert fake.seen["seed"] == 3 and not fake.seen["folder"].exists()  # the temporary checkpoint is gone
 
-    from cascadekit.runtime import with_lora
+    from cascadekit.engine.runtime import with_lora
 
     sample_completions(with_lora(build_model(PROFILE.model, tokenizer), rank=2, alpha=4), tokenizer, ["<q>"], cfg, n=1)
     assert "model.safetensors" in fake.seen["files"] and "adapter_config.json" not in fake.seen["files"]  # merged
@@ -145,7 +145,7 @@ def test_vllm_backend_saves_an_in_memory_model_to_a_temporary_checkpoint(model, 
 def test_vllm_backend_takes_folders_and_refuses_uncached_hub_names(model, tokenizer, tmp_path, monkeypatch):
     import sys
 
-    from cascadekit.runtime import DownloadNotAllowed, save_checkpoint
+    from cascadekit.engine.runtime import DownloadNotAllowed, save_checkpoint
 
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake.module)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cascadekit.base_model import base_texts, build_chat_tokenizer, chat_base, surface_ops
+from cascadekit.training.chat_base import base_texts, build_chat_tokenizer, chat_base, surface_ops
 from cascadekit.chat import MARKUP_TOKENS, render
 from cascadekit.domains import domains
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
-from cascadekit.runtime import load_model
+from cascadekit.engine.runtime import load_model
 from cascadekit.training.sft import seq_len, sft_config, sft_dataset, sft_stages, stage_records, train_stage
 
 PROFILE = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "sft.eval_tasks": 1,
@@ -96,7 +96,7 @@ def test_sft_config_uses_assistant_only_loss(tmp_path) -> None:
 
 
 def test_sft_config_takes_the_device_from_the_runtime(tmp_path, monkeypatch) -> None:
-    from cascadekit import runtime
+    from cascadekit.engine import runtime
 
     monkeypatch.setattr(runtime, "cuda_device", lambda: None)  # a GPU profile on a CPU machine: CPU, float32
     cfg = sft_config(load_profile("paper"), 1, tmp_path, steps_hint=10)
@@ -159,7 +159,7 @@ def test_released_sft_records_train_one_stage(tmp_path):
 
 
 def test_released_data_changes_the_sft_key_and_world_data_does_not():
-    from cascadekit.trainable import engine_settings
+    from cascadekit.engine.trainable import engine_settings
 
     assert engine_settings(load_profile("smoke").engine) == {}
     assert engine_settings(released_profile().engine) == {"engine": {"data": "released", "data_dir": str(RELEASED)}}

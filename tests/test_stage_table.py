@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cascadekit.base_model import build_chat_tokenizer
+from cascadekit.training.chat_base import build_chat_tokenizer
 from cascadekit.domains import domains
 from cascadekit.evaluation.stage_table import (PAPER, aggregate, evaluate, follows_mode, stage_markdown, paper_vs_run,
                                                repetition_rate, rollout, score_interval, suite_records)
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
 
 PROFILE = load_profile("smoke", {"sft.eval_tasks": 1, "sft.max_new_tokens": 8})

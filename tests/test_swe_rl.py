@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cascadekit import pipeline
+from cascadekit.training import pipeline
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
 from cascadekit.domains import swe
-from cascadekit.experiments.swe_rl import correlation, hacking_rate, prompt_bootstrap
-from cascadekit.pipeline import StageOutput
+from cascadekit.chapters.ch13_swe_rl import correlation, hacking_rate, prompt_bootstrap
+from cascadekit.stages import StageOutput
 from cascadekit.profiles import ProfileError, load_profile, profile_names
 from cascadekit.training.swe_judge import auc, constructed, executed, held_out_check
 from cascadekit.training.swe_rl import (

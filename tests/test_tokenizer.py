@@ -1,7 +1,7 @@
 import pytest
 
 from cascadekit.profiles import load_profile
-from cascadekit.tokenizer import SPECIAL_TOKENS, TAGS, build_tokenizer, load_tokenizer, tag_id, train_tokenizer
+from cascadekit.engine.tokenizer import SPECIAL_TOKENS, TAGS, build_tokenizer, load_tokenizer, tag_id, train_tokenizer
 from cascadekit.world import generate_problems
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from cascadekit.evaluation import stage_table
-from cascadekit.experiments.whole_cascade import (
+from cascadekit.chapters.ch14_whole_cascade import (
     CASCADE, JOINT, RLHF_LAST, against_arms, forgetting, gain_difference, lever_rows,
 )
-from cascadekit.pipeline import StageOutput, _grpo_stage, chat_rl_dataset, records_digest
+from cascadekit.stages import StageOutput
+from cascadekit.training.pipeline import _grpo_stage, chat_rl_dataset, records_digest
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import verifier_reward
 from cascadekit.training.whole_cascade import (
@@ -81,7 +82,7 @@ def test_the_cascade_resumes_from_the_shipped_stages_without_training():
 
 def test_the_shipped_stage_tables_are_read_not_generated(monkeypatch):
     from cascadekit.chapters import resolve
-    from cascadekit.experiments.whole_cascade import harder_suite
+    from cascadekit.chapters.ch14_whole_cascade import harder_suite
 
     def generating(*args, **kwargs):
         raise AssertionError("generated a stage table that is shipped")
@@ -96,7 +97,7 @@ def test_the_shipped_stage_tables_are_read_not_generated(monkeypatch):
 
 def test_several_rewards_key_a_stage_by_every_name_and_one_reward_keeps_its_key(monkeypatch):
     built = {}
-    monkeypatch.setattr("cascadekit.pipeline.run_stage", lambda stage: built.setdefault(stage.key, stage))
+    monkeypatch.setattr("cascadekit.training.pipeline.run_stage", lambda stage: built.setdefault(stage.key, stage))
     profile = load_profile("smoke")
     records = domain_pools(profile)["math"][:2]
     dataset, digest = chat_rl_dataset(records), records_digest(records)
@@ -200,7 +201,7 @@ def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     """``--harder --against``: both suites after each stage, and the last stage against each arm."""
     from cascadekit.chapters import resolve
     from cascadekit.cli import main
-    from cascadekit.experiments.whole_cascade import harder_suite
+    from cascadekit.chapters.ch14_whole_cascade import harder_suite
 
     profile = resolve("14", "smoke").profile
     last = run_cascade(profile, tmp_path / "work", ["RLHF"])[-1]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import IPython.display
 
-from cascadekit import widgets
+from cascadekit.course import widgets
 
 
 def test_headless_explorer_prints_and_displays_no_widget(monkeypatch, capsys):

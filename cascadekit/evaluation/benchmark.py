@@ -21,9 +21,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from cascadekit.evaluation.sampler import sample_completions
-from cascadekit.models import build_model
+from cascadekit.engine.models import build_model
 from cascadekit.profiles import add_scale_arguments, profile_from_arguments
-from cascadekit.tokenizer import build_tokenizer, load_tokenizer
+from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -4,7 +4,7 @@
 reader with a GPU the paper's stage-by-stage view without training: each
 ``STAGE=SOURCE`` (a checkpoint folder or a hub name, downloaded only when allowed)
 is loaded with its own tokenizer and the kit's chat template
-(:func:`cascadekit.runtime.load_chat_tokenizer`), asked every prompt of the kit's
+(:func:`cascadekit.engine.runtime.load_chat_tokenizer`), asked every prompt of the kit's
 suites (or of ``--records``, chat records in the kit's format) in both modes, and
 judged by the domains' verifiers; the rows go into one table
 (:func:`cascadekit.evaluation.stage_table.stage_markdown`) and the paper-vs-run
@@ -31,7 +31,7 @@ from cascadekit.evaluation.stage_table import (
     Generator, aggregate, judge_records, paper_vs_run, rollout, stage_markdown, suite_records,
 )
 from cascadekit.profiles import Profile
-from cascadekit.runtime import (
+from cascadekit.engine.runtime import (
     DownloadNotAllowed, checkpoint_folder, choose_device, load_chat_tokenizer, load_model, require,
 )
 

@@ -13,17 +13,19 @@ like), one row per sample, per (op, k) or per (range, k).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from cascadekit.evaluation.bands import RANGES, Bands
-from cascadekit.evaluation.passk import pass_at_k
+from cascadekit.bands import PRETRAIN_MIXTURE, RANGES, Bands
+from cascadekit.passk import pass_at_k
 from cascadekit.evaluation.sampler import cached_sample_completions
+from cascadekit.engine.runtime import choose_device, load_model
+from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.profiles import Profile, WorldConfig
-from cascadekit.training.pretrain import PRETRAIN_MIXTURE
+from cascadekit.stages import StageOutput
 from cascadekit.verify.process import judge
-from cascadekit.world import generate_problems
+from cascadekit.world import Problem, generate_problems
 
 ERRORS = ("n_missing", "n_dependency", "n_value", "answer_mismatch")
 
@@ -193,3 +195,10 @@ def format_ladder(rows: Sequence[dict], n: int) -> str:
     for r in rows:
         lines.append(f"{r['op']:<3} {r['range']:<16} " + " ".join(f"{r.get(c, float('nan')):>17.3f}" for c in cols))
     return "\n".join(lines)
+
+
+def evaluate_checkpoint(stage: StageOutput, problems: Sequence[Problem], profile: Profile,
+                        bands: Bands | None = None) -> list[dict[str, Any]]:
+    """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band."""
+    model = load_model(stage.checkpoint, choose_device(profile))
+    return evaluate(model, load_tokenizer(stage.checkpoint), problems, profile, bands)

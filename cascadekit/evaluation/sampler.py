@@ -7,9 +7,9 @@ a vLLM engine. Both stop at ``</answer>`` (a single token here) or EOS and
 return the completion text after the prompt, ``</answer>`` included.
 
 Either backend takes a loaded model or a checkpoint (a folder or a hub name,
-loaded through :mod:`cascadekit.runtime`). vLLM loads weights itself, so an
+loaded through :mod:`cascadekit.engine.runtime`). vLLM loads weights itself, so an
 in-memory model is first saved to a temporary checkpoint folder
-(:func:`cascadekit.runtime.save_checkpoint`, a LoRA adapter merged in) and that
+(:func:`cascadekit.engine.runtime.save_checkpoint`, a LoRA adapter merged in) and that
 folder is handed to it. vLLM is imported only when the ``vllm`` backend runs.
 
 Nothing is sampled twice: :func:`cached_sample_completions` is a cached stage
@@ -34,16 +34,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from cascadekit.artifacts import MANIFEST, PROVENANCE
 from cascadekit.atomic import atomic_write_json
 from cascadekit.profiles import EvaluationConfig
-from cascadekit.runtime import Placement, checkpoint_folder, load_model, save_checkpoint
-from cascadekit.tokenizer import tag_id
+from cascadekit.stages import STAGE_FILE, Stage, run_stage
+from cascadekit.engine.runtime import Placement, checkpoint_folder, load_model, save_checkpoint
+from cascadekit.engine.tokenizer import tag_id
 
 STOP = "</answer>"
 #: A cached sampling stage's completions, in its folder.
 COMPLETIONS_FILE = "completions.json"
 #: A checkpoint folder's bookkeeping, left out of its content digest (the cache's manifest, a stage's
 #: inputs and metrics, a shipped entry's provenance): the same weights from another chain are the same model.
-#: ("stage.json" is :data:`cascadekit.pipeline.STAGE_FILE`: pipeline imports this module, through report.)
-BOOKKEEPING = frozenset({MANIFEST, "stage.json", PROVENANCE})
+BOOKKEEPING = frozenset({MANIFEST, STAGE_FILE, PROVENANCE})
 
 
 def folder_digest(folder: str | Path) -> str | None:
@@ -85,8 +85,6 @@ def cached_sample_completions(model: PreTrainedModel | str | Path, tokenizer: Pr
     and the device and precision the model runs in (sampling can differ between
     them). A hub name is not content and is sampled every time.
     """
-    from cascadekit.pipeline import Stage, run_stage  # here: pipeline imports this module (through report)
-
     n = n or cfg.samples
     content = folder_digest(model) if isinstance(model, (str, Path)) else model_digest(model, tokenizer)
     if content is None:
@@ -117,8 +115,8 @@ def sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTraine
 
     ``model`` is a loaded model or a checkpoint (a folder or a hub name), for
     either backend. A checkpoint for the ``hf`` backend is loaded by
-    :func:`cascadekit.runtime.load_model` on ``placement`` (default: the CPU in
-    float32); ``allow_download`` follows :func:`cascadekit.runtime.download_allowed`.
+    :func:`cascadekit.engine.runtime.load_model` on ``placement`` (default: the CPU in
+    float32); ``allow_download`` follows :func:`cascadekit.engine.runtime.download_allowed`.
     """
     n = n or cfg.samples
     if cfg.backend == "vllm":

@@ -40,9 +40,10 @@ from cascadekit.domains import check_record, chat_records, domains, draw_tasks, 
 from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
-from cascadekit.pipeline import Stage, StageOutput, records_digest, run_stage
+from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.training.pipeline import records_digest
 from cascadekit.profiles import Profile
-from cascadekit.runtime import choose_device, load_model, load_tokenizer
+from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 
 #: The most assistant turns a tool-calling rollout may take (the toy DAGs need at most 5).
 MAX_ROUNDS = 6

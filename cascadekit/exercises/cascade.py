@@ -30,14 +30,14 @@ def _routed(domain: str, batch: Sequence[str], scores: Sequence[float]) -> list[
 
 
 def _most_disruptive_stage() -> str:
-    from cascadekit.experiments.whole_cascade import forgetting
+    from cascadekit.chapters.ch14_whole_cascade import forgetting
 
     cells = [c for c in forgetting(committed(RESULTS)) if not c["own"]]
     return max(RL_STAGES, key=lambda s: abs(sum(c["change"] for c in cells if c["stage"] == s)))
 
 
 def _cascade_minus_joint() -> float:
-    from cascadekit.experiments.whole_cascade import CASCADE, JOINT, final
+    from cascadekit.chapters.ch14_whole_cascade import CASCADE, JOINT, final
     from cascadekit.evaluation.stage_claims import paired_change
 
     metrics = committed(RESULTS)
@@ -55,7 +55,7 @@ EXERCISES = [
              "an empty batch gives an empty list.", "def route(domain, batch, scores):\n    ...\n\nanswer = route"),
     Exercise("14.2", "Which stage disturbed the others most?",
              "In the committed forgetting matrix (`forgetting(load_metrics(\"14_whole_cascade\"))` from "
-             "`cascadekit.experiments.whole_cascade`), which RL stage moved the *other* domains most: the largest "
+             "`cascadekit.chapters.ch14_whole_cascade`), which RL stage moved the *other* domains most: the largest "
              "absolute value of the sum of its off-diagonal changes? One of " + ", ".join(map(repr, RL_STAGES))
              + ". Is that change inside the ±0.05 the forgetting claims allow?",
              Choice(RL_STAGES, _most_disruptive_stage), "keep the cells whose `own` is False, sum `change` per "
@@ -65,6 +65,6 @@ EXERCISES = [
              "(every domain, both modes; the paired change, cascade minus joint)? Within 0.005. Which domains "
              "carry the difference, and what did joint RL's mixed batches cost per step?",
              Number(_cascade_minus_joint, abs_=0.005), "`paired_change(final(m, JOINT), final(m, CASCADE))` "
-             "(`cascadekit.evaluation.stage_claims`, `cascadekit.experiments.whole_cascade`); its first value is "
+             "(`cascadekit.evaluation.stage_claims`, `cascadekit.chapters.ch14_whole_cascade`); its first value is "
              "the estimate.", "answer = None  # a change in score", homework=True),
 ]

@@ -49,6 +49,7 @@ CHILD_MEMORY_BYTES = 1 << 30  # address space a child may take beyond what it in
 CHILD_PROCESSES = 16  # processes and threads the child may run at once (root or an ordinary user)
 REFUSED = "the exercise's own answers cannot be used inside a check"
 _EXERCISE_PACKAGE = "cascadekit.exercises"
+_EXERCISE_PACKAGES = (_EXERCISE_PACKAGE, "cascadekit.course.exercises")
 _THROWAWAY_UIDS = range(2_000_000_000, 2_000_100_000)  # beside the sandbox's pool, never overlapping it
 _CAP_DAC_READ_SEARCH = 2
 _LAST_CAP = 63
@@ -94,21 +95,31 @@ def _disarm_answer(answer: Any) -> None:
             object.__setattr__(answer, field.name, _refuse)
 
 
+def _exercise_modules() -> list[str]:
+    """The loaded modules that define exercises: each chapter's, with ``EXERCISES``."""
+    names = []
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)  # vars(), never getattr: a lazy module would import
+        if isinstance(namespace, dict) and "EXERCISES" in namespace:
+            names.append(name)
+    return names
+
+
 def _disarm_exercises() -> None:
-    """In the child: the loaded chapters' references, expected values and case makers refuse to run,
-    and no exercise module can be imported (again)."""
-    for name in sys.modules[_EXERCISE_PACKAGE]._MODULES:
-        module = sys.modules.get(name)
-        if module is None:
-            continue  # never loaded: nothing of it is in memory
-        for exercise in getattr(module, "EXERCISES", ()):
+    """In the child: the loaded chapters' references, expected values and case makers refuse to run
+    (every function of a module that defines exercises), and neither such a module nor the exercise
+    package can be imported (again)."""
+    names = _exercise_modules()
+    for name in names:
+        module = sys.modules[name]
+        for exercise in vars(module)["EXERCISES"]:
             _disarm_answer(exercise.answer)
         for value in list(vars(module).values()):
             if isinstance(value, types.FunctionType) and value.__module__ == name:
                 _disarm(value)
-    for name in list(sys.modules):
-        if name == _EXERCISE_PACKAGE or name.startswith(_EXERCISE_PACKAGE + "."):
-            sys.modules[name] = None  # type: ignore[assignment]  # "import" now raises ImportError
+    names += [name for name in sys.modules if name in _EXERCISE_PACKAGES or name.startswith(_EXERCISE_PACKAGE + ".")]
+    for name in names:
+        sys.modules[name] = None  # type: ignore[assignment]  # "import" now raises ImportError
 
 
 def _hard_limit(resource: Any, which: int, value: int) -> None:

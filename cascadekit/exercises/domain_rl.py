@@ -72,7 +72,7 @@ def _signal_gain() -> float:
     """Mean per-step share of groups with a learning signal, the hottest arm minus the coldest."""
     import statistics
 
-    from cascadekit.experiments.code_rl import signal_share
+    from cascadekit.chapters.ch12_code_rl import signal_share
 
     runs = sorted(committed("12_code_rl")["runs"].values(), key=lambda arm: arm["temperature"])
     return statistics.mean(signal_share(runs[-1]["curves"])) - statistics.mean(signal_share(runs[0]["curves"]))
@@ -92,13 +92,13 @@ def _reward_truth_cases() -> list[Case]:
 
 
 def _hacking_rate(rewards: Sequence[float], executed: Sequence[int]) -> float:
-    from cascadekit.experiments.swe_rl import hacking_rate
+    from cascadekit.chapters.ch13_swe_rl import hacking_rate
 
     return hacking_rate([{"execution-free": r, "execution": e} for r, e in zip(rewards, executed)])
 
 
 def _lexical_hacking() -> float:
-    from cascadekit.experiments.swe_rl import START, hacking_rate
+    from cascadekit.chapters.ch13_swe_rl import START, hacking_rate
 
     return hacking_rate(committed("13_swe_rl")["rollouts"][START], "lexical")
 
@@ -107,7 +107,7 @@ FIELDS = ("lexical", "semantic", "execution-free")
 
 
 def _best_tracking_field() -> str:
-    from cascadekit.experiments.swe_rl import CASCADE, correlation, final_name
+    from cascadekit.chapters.ch13_swe_rl import CASCADE, correlation, final_name
 
     metrics: dict[str, Any] = committed("13_swe_rl")
     rollouts = metrics["rollouts"][final_name(CASCADE, metrics["trained_context"])]

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
-from cascadekit.notebook import lookup
+from cascadekit.course.notebook import lookup
 from cascadekit.results import load_metrics
 
 
@@ -53,7 +53,7 @@ def _passk_cases() -> list[Case]:
 
 
 def _passk(n: int, c: int, k: int) -> float:
-    from cascadekit.evaluation.passk import pass_at_k
+    from cascadekit.passk import pass_at_k
 
     return pass_at_k(n, c, k)
 
@@ -128,7 +128,7 @@ def _best_share() -> str:
 # 06 · a fixed budget --------------------------------------------------------
 
 def _rl_cost(prompts: int, rollouts: int, tokens: int, reference_model: bool) -> float:
-    from cascadekit.compute import rl_token_equivalent
+    from cascadekit.engine.compute import rl_token_equivalent
 
     return float(rl_token_equivalent(prompts, rollouts, tokens, reference_model=reference_model))
 

@@ -24,10 +24,11 @@ from typing import Sequence
 import torch
 from transformers import TrainerCallback, get_scheduler
 
-from cascadekit.models import build_model, count_parameters
+from cascadekit.engine.models import build_model, count_parameters
 from cascadekit.profiles import Profile, add_scale_arguments, profile_from_arguments
-from cascadekit.training.pretrain import PRETRAIN_MIXTURE, train_lm, training_blocks
-from cascadekit.tokenizer import build_tokenizer
+from cascadekit.bands import PRETRAIN_MIXTURE
+from cascadekit.training.pretrain import train_lm, training_blocks
+from cascadekit.engine.tokenizer import build_tokenizer
 
 
 class _StepClock(TrainerCallback):

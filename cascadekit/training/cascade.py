@@ -2,7 +2,7 @@
 
 Math RL (chapter 11) has a module of its own, :mod:`cascadekit.training.math_rl`.
 
-Each stage is the kit's strict on-policy GRPO (:func:`cascadekit.pipeline.chat_grpo`)
+Each stage is the kit's strict on-policy GRPO (:func:`cascadekit.training.pipeline.chat_grpo`)
 on one domain's RL-split prompts, from the previous stage's checkpoint, with that
 stage's reward. Every chapter that needs a stage calls the function here, so a
 later chapter starts from exactly the checkpoint an earlier one built (same
@@ -28,9 +28,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cascadekit.base_model import chat_base
+from cascadekit.training.chat_base import chat_base
 from cascadekit.domains import chat_record, domains, draw_tasks
-from cascadekit.pipeline import StageOutput, chat_grpo
+from cascadekit.stages import StageOutput
+from cascadekit.training.pipeline import chat_grpo
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.training.reward_model import RewardModelScore, reward_model_stage

@@ -64,7 +64,7 @@ def sample_groups(
     tool-calling parse is not reproduced).
 
     ``keep_markup`` (Part II, prompts already rendered as text, as
-    :func:`cascadekit.pipeline.chat_rl_dataset` makes them): nothing is added to a
+    :func:`cascadekit.training.pipeline.chat_rl_dataset` makes them): nothing is added to a
     prompt, sampling also stops at ``<|im_end|>``, and each completion keeps its
     chat markers up to its end, as Part II's GRPO hands completions to its rewards
     (:func:`cascadekit.rewards.reading_markup`).

@@ -15,7 +15,7 @@ The recipe shared by the Interplay paper and the cascade's RL stages:
   completions weigh by their tokens.
 - **KL off by default.** ``beta = profile.rl.kl_beta``: the cascade uses no KL;
   the Interplay paper used 1e-3 (its ``paper`` profile sets it), which also runs
-  a reference model (``g = 1`` in :mod:`cascadekit.compute`).
+  a reference model (``g = 1`` in :mod:`cascadekit.engine.compute`).
 - Rollout temperature from the profile (1.0 in both papers), group size from the
   profile (the Interplay paper used 6 rollouts).
 
@@ -41,11 +41,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallb
 from trl import GRPOConfig, GRPOTrainer
 
 from cascadekit.profiles import Profile, training_precision
-from cascadekit.runtime import choose_device, lora_config, save_checkpoint
+from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
-#: ``host:port`` of a running ``trl vllm-serve`` (set by :mod:`cascadekit.launch` for server mode).
+#: ``host:port`` of a running ``trl vllm-serve`` (set by :mod:`cascadekit.engine.launch` for server mode).
 VLLM_SERVER_ENV = "CASCADEKIT_VLLM_SERVER"
 
 
@@ -127,7 +127,7 @@ def build_grpo_config(
     )
     if use_vllm:  # a server across nodes, or where the profile puts vLLM on GPUs of its own
         kwargs["vllm_mode"] = "server" if num_nodes > 1 or profile.engine.vllm == "server" else "colocate"
-        if kwargs["vllm_mode"] == "server" and os.environ.get(VLLM_SERVER_ENV):  # set by cascadekit.launch
+        if kwargs["vllm_mode"] == "server" and os.environ.get(VLLM_SERVER_ENV):  # set by cascadekit.engine.launch
             kwargs["vllm_server_base_url"] = f"http://{os.environ[VLLM_SERVER_ENV]}"
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
@@ -415,7 +415,7 @@ def make_grpo_trainer(
         reward_funcs=list(reward_funcs) if isinstance(reward_funcs, Sequence) else reward_funcs,
         args=config,
         train_dataset=prompts_dataset,
-        peft_config=lora_config() if use_lora else None,  # TRL wraps the model (cascadekit.runtime.with_lora's adapter)
+        peft_config=lora_config() if use_lora else None,  # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter)
         callbacks=list(callbacks),
     )
     if not config.disable_tqdm:

@@ -28,10 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from cascadekit.pipeline import Stage, StageOutput, chat_grpo, chat_rl_dataset, records_digest, run_stage
+from cascadekit.stages import Stage, StageOutput, run_stage
+
+from cascadekit.training.pipeline import chat_grpo, chat_rl_dataset, records_digest
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, math_rl_reward
-from cascadekit.runtime import choose_device, load_model, load_tokenizer
+from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.cascade import rl_records, unified_if_rl
 from cascadekit.training.dynamic_sampling import screen_prompts
 

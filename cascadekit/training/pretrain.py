@@ -48,15 +48,13 @@ from transformers import (
 )
 
 from cascadekit.artifacts import cache_root, get_or_build
-from cascadekit.evaluation.bands import Bands
-from cascadekit.models import start_model
+from cascadekit.bands import MIDTRAIN_MIXTURE, PRETRAIN_MIXTURE, Bands
+from cascadekit.engine.models import start_model
 from cascadekit.profiles import PretrainConfig, Profile, precision_inputs, training_precision
-from cascadekit.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
-from cascadekit.tokenizer import build_tokenizer, load_tokenizer
+from cascadekit.engine.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
+from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
 from cascadekit.world import generate_problems
 
-PRETRAIN_MIXTURE = {"in_distribution": 1.0}
-MIDTRAIN_MIXTURE = {"in_distribution": 0.2, "edge": 0.8}
 LOSS_LOG = "loss_log.json"
 
 

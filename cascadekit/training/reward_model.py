@@ -55,9 +55,9 @@ from cascadekit.chat import END_OF_TURN
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
-from cascadekit.pipeline import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile, precision_inputs, training_precision
-from cascadekit.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
+from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
 from cascadekit.training.dynamic_sampling import sample_groups
 
 #: The held-out pairs' fit of hidden quality on the raw score, saved beside the weights.
@@ -273,7 +273,7 @@ class RewardModelScore:
 
     TRL calls it with the rendered ``prompts`` and the ``completions``; read the
     completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
-    which :func:`cascadekit.pipeline.chat_grpo` applies). Its ``__name__`` names the
+    which :func:`cascadekit.training.pipeline.chat_grpo` applies). Its ``__name__`` names the
     reward model's stage key, so a GRPO stage's key changes with the reward model.
     """
 

@@ -20,7 +20,7 @@ would train them, but with tied embeddings it fails in PEFT 0.21 (the output
 head's wrapper has no ``bias``; huggingface/peft#3688), so the adapter alone must
 learn to write and read them.
 
-Each stage is a cached stage of the stage runner (:mod:`cascadekit.pipeline`).
+Each stage is a cached stage of the stage runner (:mod:`cascadekit.stages`).
 
 Departures from the paper, at toy scale: the responses are written by rule, not
 by teacher models (DeepSeek-R1/V3); parallel think/no_think responses are used
@@ -41,14 +41,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import SFTConfig, SFTTrainer
 
 from cascadekit.artifacts import cache_root
-from cascadekit.base_model import surface_ops
+from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
-from cascadekit.pipeline import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.released_data import released_sets, stream_records
-from cascadekit.runtime import choose_device, download_allowed, load_tokenizer, save_checkpoint, with_lora
-from cascadekit.trainable import engine_settings, load_trainable
+from cascadekit.engine.runtime import choose_device, download_allowed, load_tokenizer, save_checkpoint, with_lora
+from cascadekit.engine.trainable import engine_settings, load_trainable
 
 STAGES = (1, 2)
 #: LoRA rank and alpha for SFT when ``sft.use_lora`` (every linear layer).
@@ -113,7 +113,7 @@ def sft_dataset(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenize
 
 def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> SFTConfig:
     """TRL settings: assistant-only loss, no packing, cosine schedule; device and precision from
-    :func:`cascadekit.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one)."""
+    :func:`cascadekit.engine.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one)."""
     cfg = profile.sft
     return SFTConfig(
         output_dir=str(out_dir),

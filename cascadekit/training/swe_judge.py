@@ -49,10 +49,10 @@ from cascadekit.artifacts import cache_root
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
-from cascadekit.pipeline import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.rewards import completion_text
-from cascadekit.runtime import load_tokenizer, save_checkpoint
+from cascadekit.engine.runtime import load_tokenizer, save_checkpoint
 from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
 
 #: Index of the YES logit in the judge's two-way head.
@@ -200,7 +200,7 @@ class SemanticJudge:
     """A GRPO reward: the judge's P(YES) that each rollout's patch fixes its prompt's issue, in [0, 1].
 
     Read the completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
-    which :func:`cascadekit.pipeline.chat_grpo` applies). Its ``__name__`` names
+    which :func:`cascadekit.training.pipeline.chat_grpo` applies). Its ``__name__`` names
     the judge's stage key, so a GRPO stage's key changes with the judge.
 
     A GRPO step asks the judge twice about the same rollouts (inside the

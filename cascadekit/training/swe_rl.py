@@ -31,7 +31,8 @@ from typing import Any, Sequence
 
 from cascadekit.domains import Domain, Task, chat_record, domains, draw_tasks
 from cascadekit.domains import swe
-from cascadekit.pipeline import StageOutput, chat_grpo
+from cascadekit.stages import StageOutput
+from cascadekit.training.pipeline import chat_grpo
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, completion_text
 from cascadekit.training.cascade import code_rl_stage, sft_checkpoint

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from cascadekit.pipeline import StageOutput, chat_grpo
+from cascadekit.stages import StageOutput
+
+from cascadekit.training.pipeline import chat_grpo
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.training.cascade import (

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import pytest
 
-from cascadekit.exercises import answers, check, child, get
+from cascadekit.course.exercises import check, get
+from cascadekit.exercises import answers, child
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child's limits use Linux")
 

@@ -97,7 +97,7 @@ def test_verify_refuses_to_overwrite_its_input(spelling: str, tmp_path: Path,
 
 
 def test_run_refuses_to_write_over_the_notebooks(capsys: pytest.CaptureFixture[str]) -> None:
-    from cascadekit.runner import NOTEBOOK_DIR
+    from cascadekit.course.runner import NOTEBOOK_DIR
 
     before = {p.name: p.stat().st_mtime_ns for p in NOTEBOOK_DIR.iterdir()}
     assert main(["run", "--scale", "smoke", "--out", str(NOTEBOOK_DIR / ".")]) == 2
@@ -151,7 +151,8 @@ def test_results_writers_keep_the_old_file_when_a_write_fails(tmp_path: Path, mo
 
 
 def test_runner_summary_is_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cascadekit import atomic, runner
+    from cascadekit import atomic
+    from cascadekit.course import runner
 
     runner._write_summary(tmp_path, {"01_a": {"chapter": "01_a", "status": "ok", "wall_s": 1.0}}, "smoke")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}

@@ -1,0 +1,149 @@
+"""The chapters: one module per chapter, each described by its entry in ``chapters.yaml``.
+
+A chapter is a unit. Its module ``cascadekit/chapters/chNN_<folder>.py`` holds
+what the chapter runs and says, in these slots (the protocol every chapter
+module follows; :func:`run` and :func:`write` are the only callers):
+
+* ``run(config, work_dir) -> metrics``: the experiment, every training step a
+  cached stage (:mod:`cascadekit.stages`);
+* ``claims(metrics) -> rows``: the paper's claims beside this run's, each with
+  its interval and verdict (:mod:`cascadekit.claims`);
+* ``figures(metrics) -> {name: Figure}`` and ``notes(metrics) -> str``: what the
+  results folder and the book show beside the claims;
+* ``committed(metrics, folder) -> metrics`` (optional): what ``metrics.json``
+  keeps (a chapter with many samples thins them and writes a spread beside it);
+* ``RESULTS_TITLE``: the heading of ``paper_vs_run.md``; ``EXERCISES``: its tasks.
+
+A chapter module imports the core and at most one shared wing
+(:mod:`cascadekit.chapters.interplay` for Part I, :mod:`cascadekit.chapters.cascade`
+for Part II), never another chapter. ``chapters.yaml`` lists, per chapter, its
+results folder (which names its module), title and settings per scale. :func:`resolve`
+applies, in this order and nowhere else: the scale profile, the chapter's
+settings for that scale, the caller's overrides. The notebook and
+``cascadekit experiment NN`` both call it, so they run the same configuration.
+Measured op bands are not part of it: they are measured on the base and passed
+to the arms as a separate value (:class:`cascadekit.bands.Bands`).
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+import yaml
+
+from cascadekit.profiles import Profile, ProfileError, load_profile, overrides_mapping
+from cascadekit.results import ResultsWriter
+
+
+#: The chapters whose experiment builds a base model (Part I's and Part II's).
+REBUILDS_BASE = ("03", "08")
+
+
+@dataclass(frozen=True)
+class ChapterSpec:
+    """One chapter's entry in ``chapters.yaml``."""
+
+    id: str
+    folder: str
+    title: str
+    experiment: bool = True  # False: a chapter of teaching cells only, with no run of its own
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ranges: Mapping[str, str] = field(default_factory=dict)
+    budget_units: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChapterConfig:
+    """What a chapter runs with: the resolved profile and the chapter's options at this scale."""
+
+    spec: ChapterSpec
+    profile: Profile
+    overrides: Mapping[str, Any]  # the caller's, recorded with the results
+    rebuild_base: bool = False  # pretrain the chapter's base again even if it is cached or shipped
+
+    @property
+    def scale(self) -> str:
+        return self.profile.name
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """The chapter's own settings at this scale (before the caller's overrides)."""
+        return self.spec.settings.get(self.scale, {})
+
+    def record(self) -> dict[str, Any]:
+        """What a result keeps of its config: scale, seed, the chapter's settings and the caller's overrides."""
+        return {"chapter": self.spec.id, "scale": self.scale, "seed": self.profile.seed,
+                "chapter_settings": dict(self.settings), "overrides": dict(self.overrides)}
+
+    @property
+    def range_source(self) -> str:
+        """Where the RL arms' op bands come from: ``measured`` on the base, or the ``profile``'s."""
+        return self.spec.ranges.get(self.scale, "profile")
+
+
+@cache
+def specs() -> dict[str, ChapterSpec]:
+    """Every chapter spec in ``chapters.yaml``, by chapter id (``"04"``)."""
+    raw = yaml.safe_load(resources.files("cascadekit.chapters").joinpath("chapters.yaml").read_text())
+    return {str(key): ChapterSpec(id=str(key), **value) for key, value in raw.items()}
+
+
+def spec(chapter: str) -> ChapterSpec:
+    """The spec of ``chapter`` (``"04"``, ``"4"`` or ``"04_edge_of_competence"``); a clear error if unknown."""
+    key = str(chapter).split("_", 1)[0].zfill(2)
+    if key not in specs():
+        raise ProfileError(f"unknown chapter {chapter!r}; the chapters are {', '.join(specs())}")
+    return specs()[key]
+
+
+def chapter_module(chapter: str) -> ModuleType:
+    """The module of ``chapter``: ``cascadekit.chapters.ch<folder>``, named by its results folder."""
+    return importlib.import_module(f"{__name__}.ch{spec(chapter).folder}")
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """The chapter's experiment, with the envelope every result carries: its ``config`` and ``wall_s``.
+
+    A chapter that records its own (finer) timings or settings keeps them; the
+    envelope only adds what is missing.
+    """
+    if not config.spec.experiment:
+        raise ProfileError(f"chapter {config.spec.id} has no experiment to run: its notebook is the whole chapter")
+    started = time.perf_counter()
+    metrics = chapter_module(config.spec.id).run(config, Path(work_dir))
+    metrics.setdefault("config", config.record())
+    metrics.setdefault("wall_s", round(time.perf_counter() - started, 1))
+    return metrics
+
+
+def write(chapter: str, metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json``, the figures and ``paper_vs_run.md`` of a finished (or committed) run, through ``writer``."""
+    module = chapter_module(chapter)
+    if not hasattr(module, "claims"):  # TRANSITION: a chapter not yet on the protocol writes itself
+        module.write(metrics, writer)
+        return
+    kept = module.committed(metrics, writer.folder) if hasattr(module, "committed") else metrics
+    rows = module.claims(metrics)
+    writer.save(kept, module.figures(metrics), module.RESULTS_TITLE, rows, module.notes(metrics))
+
+
+def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None, seed: int = 0,
+            rebuild_base: bool = False) -> ChapterConfig:
+    """The one config of ``chapter`` at ``scale``: profile, then the chapter's settings, then ``overrides``.
+
+    ``rebuild_base`` asks a chapter that builds a base model (03 for Part I, 08 for
+    Part II) to pretrain it again; other chapters reject it.
+    """
+    found = spec(chapter)
+    if rebuild_base and found.id not in REBUILDS_BASE:
+        raise ValueError(f"--rebuild-base applies to the chapters that build a base ({', '.join(REBUILDS_BASE)}), "
+                         f"not {found.id}")
+    overrides = overrides_mapping(overrides)
+    settings = {"seed": seed, **found.settings.get(scale, {}), **overrides}
+    return ChapterConfig(found, load_profile(scale, settings), overrides, rebuild_base)

@@ -1,0 +1,189 @@
+"""Finding 4: a process-aware reward beats the outcome-only reward on hard problems.
+
+An outcome reward pays for the right final answer however it was reached:
+a guess, a skipped step, a wrong parent that happens to give the same number.
+GRPO then reinforces whatever produced the answer (reward hacking). The paper
+trains on the edge range (op 11-14) with three rewards and evaluates on the
+hard range (op 15-20):
+
+- outcome only: ``R = R_out``;
+- mixed: ``R = 0.2 R_out + 0.8 R_pv`` (``R_pv`` the process score);
+- strict: ``R = R_out`` only when every step is right (``R_pv = 1``), else 0.
+
+The mixed reward lifts hard pass@1 from 5.6% to 9.9% and pass@128 from 23.2%
+to 27.7% over outcome-only, and cuts the base model's 92.3% dependency-mismatch
+rate by 10.5 points (outcome-only: 1.9). This module runs the same comparison
+with :func:`cascadekit.chapters.interplay.rl_arm` and reports pass@k and the
+error taxonomy against the base. Regenerate the committed toy results with::
+
+    cascadekit experiment 07 --scale toy --threads 1
+
+Where the kit departs from the paper: the process score is the kit's
+``process_reward`` (``max(0, 1 - penalty / |gold|)`` for a right answer, else 0;
+see :mod:`cascadekit.rewards`), which also zeroes the process term for a wrong
+answer; the toy profile runs far fewer RL and evaluation samples; and at the
+CPU scales the edge and hard ranges are measured on the base, as in chapter 04
+(:mod:`cascadekit.bands`).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from cascadekit.chapters import ChapterConfig
+from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, deltas, edge_caveat, pass_rows,
+                                           plot_curves, plot_passk, rl_arm, run_sizes, settings)
+from cascadekit.training.pipeline import pretrained
+from cascadekit.results import ResultsWriter
+from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, strict_reward
+
+RL_RANGE = "edge"
+#: Structural errors the chapter tracks: per-sample flag, name in tables.
+STRUCTURAL_ERRORS = {"n_dependency": "dependency mismatch", "n_missing": "missing node"}
+
+
+def rewards() -> dict[str, RewardFn]:
+    """The three rewards compared, by the chapter's names for them."""
+    return {"outcome": outcome_reward, "mixed": mixed_reward(0.2), "strict": strict_reward}
+
+
+def hacking_probe(problems: Sequence, completions: dict[str, Callable]) -> list[dict[str, Any]]:
+    """Mean reward of each kind of completion under each reward: the reward-hacking probe.
+
+    ``completions`` maps a label to a function ``problem -> text`` (for example
+    :func:`cascadekit.verify.mutations.answer_only`; one returning None for a
+    problem skips it). An answer-only completion
+    scores 1 under the outcome reward and less under the process-aware ones:
+    that gap is what an outcome-trained policy can exploit.
+    """
+    rows = []
+    for label, write in completions.items():
+        pairs = [(text, p.to_dict()) for p in problems if (text := write(p)) is not None]
+        texts, golds = [t for t, _ in pairs], [g for _, g in pairs]
+        row: dict[str, Any] = {"completion": label}
+        for name, fn in rewards().items():
+            scores = fn(prompts=[""] * len(texts), completions=texts, gold=golds)
+            row[name] = sum(scores) / len(scores)
+        rows.append(row)
+    return rows
+
+
+def error_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, eval range): the share of samples with a dependency mismatch / a missing node."""
+    return [{"model": label, "range": r["range"], **{name: r[key] for key, name in STRUCTURAL_ERRORS.items()},
+             "process_accuracy": r["process_accuracy"]}
+            for label, ev in evaluations.items() for r in ev["errors_by_range"]]
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """Finding 4: evaluate the base, then RL on the edge band once per reward in :func:`rewards`.
+
+    Every run starts from the same cached base with the same prompts and seed;
+    only the reward differs. Returns the runs, the pass@k table per (model,
+    band), the changes against the base and the structural-error table.
+    """
+    profile, work_dir = config.profile, Path(work_dir)
+    started = time.perf_counter()
+    base = pretrained(profile)
+    bands, base_eval = base_bands(profile, base, config.range_source)
+    runs = {name: rl_arm(profile, base, bands, RL_RANGE, fn, work_dir / name) for name, fn in rewards().items()}
+    evaluations = {"base": base_eval["evaluation"], **{name: r["evaluation"] for name, r in runs.items()}}
+    table = pass_rows(evaluations)
+    return {
+        "settings": {**settings(profile, bands, strict_reward), "reward": "per run", "rl_range": RL_RANGE,
+                     "base_checkpoint": base.key, "ranges": base_eval["ranges"],
+                     "chapter_settings": dict(config.settings), "overrides": dict(config.overrides)},
+        "base": base_eval, "runs": runs, "table": table, "deltas": deltas(table), "errors": error_rows(evaluations),
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> Figure:
+    """Bars: the dependency-mismatch and missing-node rates on one eval range, one bar per model."""
+    rows = [r for r in errors if r["range"] == range_name]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    width = 0.8 / len(STRUCTURAL_ERRORS)
+    for i, name in enumerate(STRUCTURAL_ERRORS.values()):
+        ax.bar(np.arange(len(rows)) + (i - 0.5) * width, [r[name] for r in rows], width, label=name)
+    ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
+    ax.set_ylabel("share of samples")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"structural errors on the {range_name} range")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The paper's section 6 numbers (op 15-20) beside this run's hard band, and the RL's own (edge) band.
+
+    Absolute numbers are not comparable (a 100M model on op 15-20 against a toy
+    model on the toy hard band); each row is the change between two models scored
+    on the same problems, with a paired-bootstrap 95% interval and its verdict.
+    """
+    ev = {"base": result["base"]["evaluation"], **{m: r["evaluation"] for m, r in result["runs"].items()}}
+    n = ev["base"]["samples_per_problem"]
+    dep = "n_dependency"
+
+    def gap(claim: str, paper: str, before: str, after: str, band: str, k: int | None, direction: str,
+            key: str = "correct") -> dict[str, Any]:
+        return change_row(claim, paper, ev[before], ev[after], band, k, direction, key)
+
+    return [
+        gap("hard pass@1: outcome -> mixed", "5.6% -> 9.9% (+4.3)", "outcome", "mixed", "hard", 1, "up"),
+        gap(f"hard pass@{n} (paper @128): outcome -> mixed", "23.2% -> 27.7% (+4.5)", "outcome", "mixed", "hard", n,
+            "up"),
+        gap("hard pass@1: outcome -> strict", "+4.1", "outcome", "strict", "hard", 1, "up"),
+        gap(f"hard pass@{n}: outcome -> strict", "+2.6", "outcome", "strict", "hard", n, "up"),
+        gap("hard dependency-mismatch rate: base -> mixed", "92.3% at the base, -10.5", "base", "mixed", "hard", None,
+            "down", dep),
+        gap("hard dependency-mismatch rate: outcome -> mixed", "-10.5 vs -1.9 against the base", "outcome", "mixed",
+            "hard", None, "down", dep),
+        gap("edge pass@1: outcome -> mixed (paper: op 2-14)", "+4.6 to +5.2", "outcome", "mixed", "edge", 1, "up"),
+        gap("edge dependency-mismatch rate: outcome -> mixed (the RL's own band)", "process reward cuts it",
+            "outcome", "mixed", "edge", None, "down", dep),
+        gap("edge missing-node rate: outcome -> mixed (the RL's own band)", "process reward cuts it",
+            "outcome", "mixed", "edge", None, "down", "n_missing"),
+    ]
+
+
+def mixed_caveat(result: dict[str, Any]) -> str:
+    """A note when the mixed run's rewards were exactly 0.2 x the outcome run's at every step.
+
+    Then no rollout earned any process credit, the process term was 0, and
+    GRPO's group standardisation ``(r - mean) / std`` cancels the factor 0.2:
+    both runs took the same steps, and "mixed vs outcome" compares a run with itself.
+    """
+    outcome, mixed = (result["runs"][name]["curves"] for name in ("outcome", "mixed"))
+    if len(outcome) != len(mixed) or any(abs(m["reward"] - 0.2 * o["reward"]) > 1e-9 for o, m in zip(outcome, mixed)):
+        return ""
+    return (" At every step the mixed reward was exactly 0.2 x the outcome reward: no rollout earned process "
+            "credit, and the group-standardised advantages of the two runs were the same, so they trained alike.")
+
+
+def run_notes(result: dict[str, Any]) -> str:
+    """The settings behind the numbers."""
+    s = result["settings"]
+    return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
+            f"{s['ops']['hard']}; {run_sizes(s, 'reward')} (paper: ~200K RL prompts, pass@128 on op 15-20); "
+            f"base: cached pretrained checkpoint {s['base_checkpoint']}. {s.get('ranges', '')} "
+            f"Each row compares two models on the same evaluation problems, with a 95% interval from a paired "
+            f"bootstrap over problems." + base_caveat(result["table"]) + edge_caveat(result["table"])
+            + mixed_caveat(result))
+
+
+def write(result: dict[str, Any], writer: ResultsWriter) -> None:
+    """Metrics JSON, figures and ``paper_vs_run.md``."""
+    n = result["base"]["evaluation"]["samples_per_problem"]
+    rows = paper_vs_run(result)
+    figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
+               "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
+               "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
+    writer.save({**result, "paper_vs_run": rows}, figures, "Process rewards: paper vs this run", rows,
+                run_notes(result))

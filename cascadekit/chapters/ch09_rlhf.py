@@ -1,0 +1,172 @@
+"""Chapter 09: the reward model and half-half RLHF, from chapter 08's SFT checkpoint.
+
+Regenerate the committed toy results (``data/results/09_rlhf``) with::
+
+    cascadekit experiment 09 --scale toy --threads 2
+
+What runs (every step a cached stage; the SFT checkpoint and reward models ship
+under ``data/checkpoints/``):
+
+1. one reward model per size in ``reward_model.layers``, trained on general-domain
+   preference pairs (:mod:`cascadekit.training.reward_model`);
+2. RLHF: strict on-policy GRPO on ``rl.samples`` general prompts against the
+   largest reward model, in three arms from the same SFT checkpoint with the same
+   prompts and budget: *half-half* (each batch half ``/think``, half ``/no_think``,
+   the paper's choice for the unified model), *think only*, *no_think only*; and the
+   half-half arm against each smaller reward model;
+3. the stage table after SFT and after each arm, and each reward model's opinion of
+   its policy's general answers beside their hidden true quality.
+
+Math and code prompts stay out of RLHF, as in the paper. Departures at toy scale:
+the preference data is ordered by a hidden quality function, not by people (perturbed
+gold answers and the SFT policy's own samples), and a smaller reward model is the SFT
+model cut to fewer layers.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from matplotlib.figure import Figure
+
+from cascadekit.chapters import ChapterConfig
+from cascadekit.domains import prompt_text
+from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change, picked
+from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
+from cascadekit.stages import StageOutput
+from cascadekit.plots import rl_curves
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.training.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
+from cascadekit.training.reward_model import RewardModelScore
+
+#: How many per-sample records the results keep (an even spread over all of them).
+KEPT_SAMPLES = 120
+#: The paper's numbers (Nemotron-Cascade-8B unified, before and after RLHF).
+PAPER_RLHF = {"general": ("ArenaHard", 70.0, 90.1), "math": ("AIME25", 72.8, 75.0),
+              "code": ("LiveCodeBench v6", 56.7, 67.2)}
+SFT_STAGE = "SFT"
+
+
+def arm_name(arm: str, layers: int, largest: int) -> str:
+    """The stage name of an RLHF arm (the reward model's size named when it is not the largest)."""
+    return f"RLHF {arm}" + ("" if layers == largest else f" (RM {layers} layer{'s' * (layers > 1)})")
+
+
+def reward_model_view(scorer: RewardModelScore, records: Sequence[Mapping[str, Any]],
+                      samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The general samples with the reward model's predicted quality and the gap to the true quality."""
+    general = [(r, s) for r, s in zip(records, samples) if r["domain"] == "general"]
+    predicted = scorer.predicted_quality([prompt_text(r) for r, _ in general], [s["completion"] for _, s in general])
+    return [{"domain": "general", "think": s["think"], "true": s["score"], "predicted": p, "gap": p - s["score"]}
+            for (_, s), p in zip(general, predicted)]
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """Reward models, the RLHF arms and their stage tables (every training step cached)."""
+    profile, work_dir = config.profile, Path(work_dir)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    sft = sft_checkpoint(profile)
+    models = reward_models(profile)
+    timings["reward_models_s"] = round(time.perf_counter() - started, 1)
+    largest = max(models)
+    scorers = {layers: RewardModelScore(rm) for layers, rm in models.items()}
+
+    runs: dict[str, tuple[StageOutput, int]] = {}
+    for layers in sorted(models, reverse=True):
+        for arm in RLHF_ARMS if layers == largest else ["half-half"]:
+            started = time.perf_counter()
+            name = arm_name(arm, layers, largest)
+            runs[name] = (rlhf_stage(profile, arm, models[layers], work_dir / name.replace(" ", "-")), layers)
+            timings[f"{name}_s"] = round(time.perf_counter() - started, 1)
+
+    records = suite_records(profile)
+    general = [r for r in records if r["domain"] == "general"]
+    tables = {SFT_STAGE: stage_table(sft.checkpoint, profile, SFT_STAGE, records)}
+    for name, (output, layers) in runs.items():
+        tables[name] = stage_table(output.checkpoint, profile, name, records if layers == largest else general)
+    views = {f"{name} / RM {layers}": reward_model_view(scorers[layers], general,
+                                                       picked(tables[name]["samples"], ["general"]))
+             for name, (_, layers) in runs.items() if name.startswith("RLHF half-half")}
+    views.update({f"{SFT_STAGE} / RM {layers}": reward_model_view(scorers[layers], general,
+                                                                 picked(tables[SFT_STAGE]["samples"], ["general"]))
+                  for layers in models})
+    timings.update({f"table {name}_s": t["wall_s"] for name, t in tables.items()})
+    return {
+        "rows": [row for t in tables.values() for row in t["rows"]],
+        "samples": {name: t["samples"] for name, t in tables.items()},
+        "per_sample": compact(tables),
+        "reward_models": {str(layers): {"key": rm.key, **rm.metrics} for layers, rm in models.items()},
+        "largest": largest,
+        "runs": {name: {"key": out.key, "reward_model_layers": layers, **out.metrics}
+                 for name, (out, layers) in runs.items()},
+        "reward_model_views": views, "sft_key": sft.key, "timings": timings,
+        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+    }
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
+    samples, largest = metrics["per_sample"], metrics["largest"]
+    sft, half = samples[SFT_STAGE], samples["RLHF half-half"]
+    rows = []
+    for name, (bench, before, after) in PAPER_RLHF.items():
+        rows.append(claim_row(f"RLHF (half-half) changes the {name} score, both modes", f"{bench} {before} -> {after}",
+                              *paired_change(sft, half, names=[name]), "up"))
+    rows.append(claim_row("RLHF cuts verbosity: mean tokens per response, all domains", "shorter, less verbose answers",
+                          *paired_change(sft, half, "tokens"), "down", digits=1))
+    rows.append(claim_row("RLHF cuts repetition: repeated word 3-grams, all domains", "less repetition",
+                          *paired_change(sft, half, "repetition"), "down"))
+    for other in list(RLHF_ARMS)[1:]:
+        rows.append(claim_row(f"half-half beats {other}: mean score over all domains and modes",
+                              "half-half best on ArenaHard, AIME25 and LCB v6",
+                              *paired_change(samples[f"RLHF {other}"], half), "up"))
+    sizes = sorted(int(k) for k in metrics["reward_models"])
+    for layers in sizes:
+        acc = metrics["reward_models"][str(layers)]["held_out"]
+        rows.append(claim_row(f"the {layers}-layer reward model's held-out pairwise accuracy, above chance (0.5)",
+                              "RewardBench used to pick the reward model", acc["accuracy"] - 0.5, acc["low"] - 0.5,
+                              acc["high"] - 0.5, "up", pairs=acc["pairs"]))
+    views = metrics["reward_model_views"]
+    for small in sizes[:-1]:
+        small_run = arm_name("half-half", small, largest)
+        gap_large = [v["gap"] for v in views[f"RLHF half-half / RM {largest}"]]
+        gap_small = [v["gap"] for v in views[f"{small_run} / RM {small}"]]
+        rows.append(claim_row(f"a larger reward model is hacked less: (predicted - true quality) after RLHF against "
+                              f"the {largest}-layer RM minus against the {small}-layer RM",
+                              "small RMs more exposed to style artifacts and reward hacking (7B-72B)",
+                              *bootstrap_interval(gap_large, gap_small), "down"))
+    return rows
+
+
+def gap_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per (policy, reward model): mean predicted and true general quality and the gap, with the gap's interval."""
+    rows = []
+    for name, view in metrics["reward_model_views"].items():
+        gap, low, high = mean_of(view, "gap")
+        rows.append({"policy / reward model": name, "predicted quality": round(sum(v["predicted"] for v in view)
+                                                                               / len(view), 3),
+                     "true quality": round(sum(v["true"] for v in view) / len(view), 3),
+                     "gap": round(gap, 3), "gap 95% interval": f"[{low:.3f}, {high:.3f}]"})
+    return rows
+
+
+def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Reward (the reward model's predicted quality) and mean completion length per GRPO step, per arm."""
+    return rl_curves(runs, {"reward": "reward (reward model's predicted quality)",
+                            "completion_length": "mean completion length (tokens)"})
+
+
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json`` (per-sample results thinned), the curves, the stage table and the claims."""
+    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    notes = (f"### Reward models' view of their policies' general answers\n\n{markdown_table(gap_rows(metrics))}\n\n"
+             f"### Stage table after SFT and after each RLHF arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+             f"Paper numbers are percent on the real benchmarks; this run's are changes on the toy suite "
+             f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt.\n\n"
+             f"Timings (s): {json.dumps(metrics['timings'])}")
+    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"rlhf_curves": plot_curves(metrics["runs"])},
+                "Chapter 09: reward model and half-half RLHF", claims(metrics), notes)

@@ -1,0 +1,548 @@
+"""Chapter 14: the whole cascade, its stage table and forgetting matrix, joint RL, and RLHF's place in the order.
+
+Regenerate the toy results (``data/results/14_whole_cascade``) with::
+
+    cascadekit experiment 14 --scale toy --threads 2
+
+Three arms, every step a cached stage (:mod:`cascadekit.training.whole_cascade`):
+
+* **cascade** — SFT → RLHF → IF-RL → Math RL → Code RL → SWE RL, each stage the
+  one its own chapter built (shipped at toy, so this arm trains nothing);
+* **RLHF last** — the same stage functions in the order IF-RL → Math RL → Code
+  RL → SWE RL → RLHF, to test the paper's "RLHF first makes later reasoning RL
+  more efficient";
+* **joint** — one GRPO run from SFT over all five RL domains mixed, with as
+  many prompts of each domain as the cascade trained on and each domain's own
+  reward.
+
+After every stage of every arm the stage table runs (a cached ``stage-table``
+stage, so a reader's rerun reads it). The chapter reports the stage table, the
+forgetting matrix (each domain's change in each stage), each stage's lift of
+its own domain, the cascade against joint RL (scores and the cost of mixed
+verifiers in one batch) and the two orders.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib import pyplot as plt
+from matplotlib.figure import Figure
+
+from cascadekit.training.chat_base import chat_base
+from cascadekit.chapters import ChapterConfig
+from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.domains import chat_records, domains, draw_tasks
+from cascadekit.evaluation.stage_claims import compact, paired_change, picked
+from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
+from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
+from cascadekit.stages import StageOutput
+from cascadekit.profiles import Profile
+from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.training.cascade import largest_reward_model
+from cascadekit.training.sft import sft_stages
+from cascadekit.training.swe_rl import judge, swe_tasks
+from cascadekit.training.whole_cascade import ORDER, TARGETS, CascadeStage, joint_rl, run_cascade
+
+CASCADE, RLHF_LAST, JOINT = "cascade", "RLHF last", "joint"
+#: The order ablation: RLHF moved from first to last.
+RLHF_LAST_ORDER = ("IF-RL", "Math RL", "Code RL", "SWE RL", "RLHF")
+DOMAINS = ("general", "instructions", "math", "code", "tools", "swe")
+REASONING = ("math", "code", "swe")
+KEPT_SAMPLES = 120
+#: The paper's 8B unified model after SFT, after RLHF and at the end of the cascade, from the summary in
+#: shared/seeds (None: not in the summary).
+PAPER_STAGES = {
+    "general": {"SFT": 70.0, "RLHF": 90.1, "final": 87.9},
+    "instructions": {"SFT": None, "RLHF": None, "final": 90.2},
+    "math": {"SFT": 72.8, "RLHF": 75.0, "final": 80.1},
+    "code": {"SFT": 56.7, "RLHF": 67.2, "final": 71.1},
+    "tools": {"SFT": None, "RLHF": None, "final": 64.4},
+    "swe": {"SFT": None, "RLHF": None, "final": 37.2},
+}
+
+
+def stage_record(stage: CascadeStage, profile: Profile) -> dict[str, Any]:
+    """What the results keep of one cascade stage: keys, prompts, build time and each run's curves."""
+    return {"name": stage.name, "key": stage.checkpoint.key, "prompts": stage.prompts(profile),
+            "build_s": round(stage.train_s, 1),
+            "runs": [{"key": r.key, "steps": r.metrics["steps"], "train_s": r.metrics["train_s"],
+                      "curves": [{k: c[k] for k in ("step", "reward", "completion_length") if k in c}
+                                 for c in r.metrics["curves"]],
+                      **{k: r.metrics[k] for k in ("phases", "streaming_rewards") if k in r.metrics}}
+                     for r in stage.runs]}
+
+
+def joint_record(joint: StageOutput) -> dict[str, Any]:
+    """What the results keep of the joint run: curves (one reward column per domain), step phases, reward time."""
+    m = joint.metrics
+    return {"key": joint.key, "steps": m["steps"], "train_s": m["train_s"], "prompts": m["prompts"],
+            "curves": m["curves"], "phases": m.get("phases", []), "reward_s": m.get("reward_s", {})}
+
+
+def before_rl_s(profile: Profile) -> dict[str, float]:
+    """Build seconds of what the RL stages need: the SFT stages, the reward model and the SWE judge."""
+    return {"SFT": round(sum(s.metrics["train_s"] for s in sft_stages(chat_base(profile), profile)), 1),
+            "reward model": largest_reward_model(profile).metrics["train_s"],
+            "SWE judge": judge(profile).metrics["train_s"]}
+
+
+def harder_suite(profile: Profile) -> list[dict[str, Any]]:
+    """The reasoning domains at the difficulty their RL stages train on, each prompt in both modes.
+
+    ``sft.eval_tasks`` held-out prompts each: math at the top op of ``math_rl.ops``,
+    code at the top op of ``code_rl.ops``, SWE in files with the most other
+    functions SWE RL trains on (``swe_rl.contexts``). The stage table's own suite
+    (``sft.ops``) is near its ceiling for code and SWE already after SFT, where a
+    stage can only lose; this is where the paper's benchmarks sit, at the edge.
+    """
+    n, records = profile.sft.eval_tasks, []
+    for name, op in (("math", profile.math_rl.ops[1]), ("code", profile.code_rl.ops[1])):
+        for task in draw_tasks(domains()[name], n, profile.seed, "eval", [op]):
+            records.extend(chat_records(task))
+    for task in swe_tasks(profile, n, "eval", profile.seed, [max(profile.swe_rl.contexts)]):
+        records.extend(chat_records(task))
+    return records
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """The three arms and a stage table after every stage of each."""
+    profile, work_dir = config.profile, Path(work_dir)
+    tables: dict[str, dict[str, dict[str, Any]]] = {CASCADE: {}, RLHF_LAST: {}}
+    harder: dict[str, dict[str, dict[str, Any]]] = {CASCADE: {}, RLHF_LAST: {}}
+    suite = harder_suite(profile)
+    timings: dict[str, float] = {}
+
+    def evaluated(arm: str):
+        def after(stage: CascadeStage) -> None:
+            tables[arm][stage.name] = cached_stage_table(stage.checkpoint, profile, stage.name)
+            harder[arm][stage.name] = cached_stage_table(stage.checkpoint, profile, stage.name, suite)
+            timings[f"table {arm}: {stage.name}_s"] = tables[arm][stage.name]["wall_s"]
+            timings[f"harder {arm}: {stage.name}_s"] = harder[arm][stage.name]["wall_s"]
+        return after
+
+    arms: dict[str, list[CascadeStage]] = {}
+    for arm, order in ((CASCADE, ORDER), (RLHF_LAST, RLHF_LAST_ORDER)):
+        started = time.perf_counter()
+        arms[arm] = run_cascade(profile, work_dir / arm.replace(" ", "-"), order, evaluated(arm))
+        timings[f"{arm}_s"] = round(time.perf_counter() - started, 1)
+    prompts = {TARGETS[s.name][0]: s.prompts(profile) for s in arms[CASCADE][1:]}
+    started = time.perf_counter()
+    joint = joint_rl(profile, prompts, work_dir / "joint")
+    tables[JOINT] = {"SFT": tables[CASCADE]["SFT"], "joint RL": cached_stage_table(joint, profile, "joint RL")}
+    harder[JOINT] = {"SFT": harder[CASCADE]["SFT"], "joint RL": cached_stage_table(joint, profile, "joint RL", suite)}
+    timings[f"{JOINT}_s"] = round(time.perf_counter() - started, 1)
+    return {
+        "rows": {arm: [row for t in named.values() for row in t["rows"]] for arm, named in tables.items()},
+        "per_sample": {arm: compact(named) for arm, named in tables.items()},
+        "harder_rows": {arm: [row for t in named.values() for row in t["rows"]] for arm, named in harder.items()},
+        "harder": {arm: compact(named) for arm, named in harder.items()},
+        "completions": {name: [s["completion"] for s in t["samples"]] for name, t in tables[CASCADE].items()},
+        "stages": {arm: [stage_record(s, profile) for s in stages] for arm, stages in arms.items()},
+        "joint": joint_record(joint), "joint_prompts": prompts, "before_rl_s": before_rl_s(profile),
+        "timings": timings, "profile": profile.to_dict(), "chapter_settings": dict(config.settings),
+        "overrides": dict(config.overrides),
+    }
+
+
+def _think(mode: str | None) -> bool | None:
+    return None if mode is None else mode == "think"
+
+
+def stage_names(metrics: Mapping[str, Any], arm: str) -> list[str]:
+    """An arm's evaluated stages, in order (SFT first)."""
+    return list(metrics["per_sample"][arm])
+
+
+def forgetting(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The forgetting matrix: each domain's paired change (both modes) over each stage, with its interval."""
+    per_sample, names = metrics["per_sample"][arm], stage_names(metrics, arm)
+    cells = []
+    for before, after in zip(names, names[1:]):
+        for domain in DOMAINS:
+            estimate, low, high = paired_change(per_sample[before], per_sample[after], names=[domain])
+            cells.append({"stage": after, "domain": domain, "change": estimate, "low": low, "high": high,
+                          "own": TARGETS[after][0] == domain})
+    return cells
+
+
+def forgetting_rows(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The forgetting matrix as a table: one row per stage, each domain's change with its interval."""
+    rows: dict[str, dict[str, Any]] = {}
+    for c in forgetting(metrics, arm):
+        mark = " (own)" if c["own"] else ""
+        rows.setdefault(c["stage"], {"stage": c["stage"]})[c["domain"]] = (
+            f"{c['change']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]{mark}")
+    return list(rows.values())
+
+
+def stage_scores(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The stage table as one row per stage: each (domain, mode)'s score."""
+    rows = []
+    for name in stage_names(metrics, arm):
+        row: dict[str, Any] = {"stage": name}
+        for r in metrics["rows"][arm]:
+            if r["stage"] == name:
+                row[f"{r['domain']} {r['mode']}"] = r["score"]
+        rows.append(row)
+    return rows
+
+
+def paper_vs_stages(metrics: Mapping[str, Any]) -> str:
+    """The paper's intermediate checkpoints beside this run's stages (percent; think / no_think)."""
+    names = stage_names(metrics, CASCADE)
+    rows = {(r["stage"], r["domain"], r["mode"]): r for r in metrics["rows"][CASCADE]}
+    head = ["domain", "paper benchmark", "paper SFT", "paper RLHF", "paper final", *names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for domain, paper in PAPER_STAGES.items():
+        cells = ["n/a" if paper[k] is None else f"{paper[k]:.1f}" for k in ("SFT", "RLHF", "final")]
+        ours = [" / ".join(f"{100 * rows[(n, domain, m)]['score']:.0f}" for m in ("think", "no_think")) for n in names]
+        lines.append(f"| {domain} | {PAPER_FINAL[domain]['benchmark']} | " + " | ".join(cells + ours) + " |")
+    return "\n".join(lines)
+
+
+def _per_prompt(samples: Sequence[Mapping[str, Any]], names: Sequence[str] | None, think: bool | None) -> np.ndarray:
+    return np.array([float(s["score"]) for s in picked(samples, names, think)])
+
+
+#: Where a claim reads its per-sample results: the stage table's suite (``per_sample``), or the harder one.
+SUITES = ("per_sample", "harder")
+
+
+def harder_label(metrics: Mapping[str, Any], names: Sequence[str] = REASONING) -> str:
+    """What the harder suite asks of ``names``, from the run's profile."""
+    p = metrics["profile"]
+    parts = {"math": f"math op {p['math_rl']['ops'][1]}", "code": f"code op {p['code_rl']['ops'][1]}",
+             "swe": f"SWE context {max(p['swe_rl']['contexts'])}"}
+    return "harder suite: " + ", ".join(parts[name] for name in names)
+
+
+def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None,
+                    suite: str = "per_sample") -> tuple[float, ...]:
+    """(estimate, low, high): a stage's paired gain on its domain in the cascade minus in the RLHF-last order.
+
+    Each order's gain is per prompt (after minus before that stage); the two gains
+    pair up prompt by prompt, so the interval is a paired bootstrap of their difference.
+    """
+    gains = []
+    for arm in (CASCADE, RLHF_LAST):
+        names, per_sample = stage_names(metrics, arm), metrics[suite][arm]
+        before = names[names.index(stage) - 1]
+        gains.append(_per_prompt(per_sample[stage], [domain], think) - _per_prompt(per_sample[before], [domain], think))
+    return bootstrap_interval(gains[0], gains[1])
+
+
+def final(metrics: Mapping[str, Any], arm: str, suite: str = "per_sample") -> list[Mapping[str, Any]]:
+    """An arm's per-sample results after its last stage, on ``suite`` (``per_sample`` or ``harder``)."""
+    return metrics[suite][arm][stage_names(metrics, arm)[-1]]
+
+
+def _mean(samples: Sequence[Mapping[str, Any]], domain: str, think: bool) -> float:
+    return round(float(np.mean([float(s["score"]) for s in picked(samples, [domain], think)])), 3)
+
+
+def against_arms(metrics: Mapping[str, Any], samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Another cascade's last stage against each of chapter 14's arms, per suite, domain and mode.
+
+    ``samples`` maps a suite (``per_sample``, ``harder``) to that run's
+    per-sample results after its last stage; each cell is the paired change
+    (this run minus the arm's final model) over the same prompts. This is how a
+    lever (another order, another length, another start) is measured against
+    the committed arms without rerunning them. A ValueError if ``metrics`` is not
+    chapter 14's or asked other prompts (another scale or seed).
+    """
+    rows = []
+    for suite, ours in samples.items():
+        try:
+            arms = {arm: final(metrics, arm, suite) for arm in metrics[suite]}
+        except (KeyError, TypeError, IndexError, AttributeError):
+            raise ValueError(f"not chapter 14's metrics: no final stage of every arm on suite {suite!r}") from None
+        if not arms:
+            raise ValueError(f"not chapter 14's metrics: no arm on suite {suite!r}")
+        for arm, theirs in arms.items():
+            for domain in REASONING if suite == "harder" else DOMAINS:
+                for think in (True, False):
+                    try:
+                        estimate, low, high = paired_change(theirs, ours, names=[domain], think=think)
+                    except (KeyError, TypeError) as err:
+                        raise ValueError(f"not chapter 14's metrics: a sample of arm {arm!r} lacks {err}") from None
+                    except ValueError as err:
+                        raise ValueError(f"{arm} on suite {suite!r}: {err} (another scale or seed?)") from None
+                    mode = "think" if think else "no_think"
+                    rows.append({"suite": suite, "against": arm, "domain": domain, "mode": mode,
+                                 "this run": _mean(ours, domain, think), "arm": _mean(theirs, domain, think),
+                                 "this run minus arm": round(estimate, 3), "95% interval": f"[{low:.3f}, {high:.3f}]",
+                                 "reading": "higher" if low > 0 else "lower" if high < 0 else "cannot tell"})
+    return rows
+
+
+def check_against(metrics: Any, suites: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """A ValueError now, before anything trains, wherever :func:`against_arms` would fail after the last stage.
+
+    ``suites`` maps each suite the run will evaluate to the records it will ask.
+    :func:`against_arms` runs on placeholder results of exactly those prompts
+    (each record's domain and mode, score 0), so a file of the wrong shape, or
+    one that asked other prompts (another scale or seed), is refused up front
+    instead of after the whole cascade trained.
+    """
+    against_arms(metrics, {suite: [{"domain": r["domain"], "think": r["think"], "score": 0.0} for r in records]
+                           for suite, records in suites.items()})
+
+
+def lever_rows(folder: Path, domain: str = "swe", suite: str = "harder") -> list[dict[str, Any]]:
+    """The committed levers (``levers/*/rows.json``, from ``cascadekit cascade --against``) on one domain.
+
+    One row per lever and mode: the lever's score, then its paired change against
+    each committed arm with the 95% interval, and "higher" or "lower" where the
+    interval excludes no change.
+    """
+    rows: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("levers/*/rows.json")):
+        by_mode: dict[str, dict[str, Any]] = {}
+        for r in json.loads(path.read_text()).get("against", []):
+            if r["suite"] != suite or r["domain"] != domain:
+                continue
+            row = by_mode.setdefault(r["mode"], {"lever": path.parent.name, "mode": r["mode"],
+                                                 "this run": r["this run"]})
+            reading = "" if r["reading"] == "cannot tell" else f" {r['reading']}"
+            row[f"minus {r['against']}"] = f"{r['this run minus arm']:+.3f} {r['95% interval']}{reading}"
+        rows += by_mode.values()
+    return rows
+
+
+def _where(metrics: Mapping[str, Any], suite: str, names: Sequence[str] = REASONING,
+           elsewhere: str = "stage-table suite") -> str:
+    return harder_label(metrics, names) if suite == "harder" else elsewhere
+
+
+def stage_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each RL stage's lift of its own domain (reasoning stages on both suites) and what it did to the others."""
+    names, rows = stage_names(metrics, CASCADE), []
+    for before, after in zip(names, names[1:]):
+        domain, mode = TARGETS[after]
+        for suite in SUITES if domain in REASONING else SUITES[:1]:
+            per_sample = metrics[suite][CASCADE]
+            rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; "
+                                  f"{_where(metrics, suite, [domain])})",
+                                  f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                                  *paired_change(per_sample[before], per_sample[after], names=[domain],
+                                                 think=_think(mode)), "up"))
+    per_sample = metrics["per_sample"][CASCADE]
+    for before, after in zip(names, names[1:]):
+        others = [d for d in DOMAINS if d != TARGETS[after][0]]
+        rows.append(claim_row(f"{after} keeps the other domains (both modes; flat within 0.05)",
+                              "sequential RL forgets little",
+                              *paired_change(per_sample[before], per_sample[after], names=others), "flat"))
+    return rows
+
+
+def arm_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The whole cascade against SFT and against joint RL, on both suites."""
+    rows = []
+    for suite in SUITES:
+        where = _where(metrics, suite, elsewhere="every domain")
+        rows.append(claim_row(f"the whole cascade lifts the model: final minus SFT ({where}, both modes)",
+                              "every benchmark above the SFT model",
+                              *paired_change(metrics[suite][CASCADE]["SFT"], final(metrics, CASCADE, suite)), "up"))
+        rows.append(claim_row(f"cascade beats joint RL at equal prompts: final scores ({where}, both modes)",
+                              "domain-wise cascade instead of mixed-domain RL",
+                              *paired_change(final(metrics, JOINT, suite), final(metrics, CASCADE, suite)), "up"))
+    return rows
+
+
+def order_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """RLHF first (the cascade) against RLHF last: Math RL's gain, its answers' length, the final reasoning scores."""
+    rows = [claim_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; "
+                      f"{_where(metrics, suite, ['math'])}), RLHF first minus RLHF last",
+                      "RLHF first helps later reasoning RL",
+                      *gain_difference(metrics, "Math RL", "math", True, suite), "up") for suite in SUITES]
+    rows.append(claim_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
+                          "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
+                          *paired_change(metrics["per_sample"][RLHF_LAST]["Math RL"],
+                                         metrics["per_sample"][CASCADE]["Math RL"],
+                                         field="tokens", names=["math"], think=True), "down"))
+    rows += [claim_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; "
+                       f"{_where(metrics, suite)}), RLHF first minus RLHF last",
+                       "the paper's order, general to specialised",
+                       *paired_change(final(metrics, RLHF_LAST, suite), final(metrics, CASCADE, suite),
+                                      names=list(REASONING), think=True), "up") for suite in SUITES]
+    return rows
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
+
+    A reasoning stage's own-domain lift is read on both suites: the stage
+    table's, near its ceiling for code and SWE, and the harder one.
+    """
+    return stage_rows(metrics) + arm_rows(metrics) + order_rows(metrics)
+
+
+def harder_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The harder suite's score after every stage of every arm (think / no_think per reasoning domain)."""
+    rows = []
+    for arm in (CASCADE, RLHF_LAST, JOINT):
+        for name in stage_names(metrics, arm):
+            if arm != CASCADE and name == "SFT":
+                continue
+            row: dict[str, Any] = {"arm": arm, "stage": name}
+            for domain in REASONING:
+                cells = [r for r in metrics["harder_rows"][arm] if r["stage"] == name and r["domain"] == domain]
+                row[domain] = " / ".join(f"{r['score']:.2f}" for r in sorted(cells, key=lambda r: r["mode"] != "think"))
+            rows.append(row)
+    return rows
+
+
+def _phase_shares(parts: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """(generating, scoring) shares of a run's training time, from its phases or its streamed-reward summary."""
+    phases = [p for r in parts for p in r.get("phases", [])[1:]]  # the first step warms up
+    if phases:
+        total = sum(p["step_s"] for p in phases)
+        return sum(p["generate_s"] for p in phases) / total, sum(p["score_s"] for p in phases) / total
+    streamed = [r for r in parts if "streaming_rewards" in r]
+    if streamed:
+        total = sum(r["train_s"] for r in streamed)
+        return (sum(r["streaming_rewards"]["generate_s"] for r in streamed) / total,
+                sum(r["streaming_rewards"]["score_s"] for r in streamed) / total)
+    return None
+
+
+def cost_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Seconds per GRPO step of each cascade stage and of joint RL, and, where recorded, where a step's time goes.
+
+    The phase split is recorded for GRPO stages built since the kit kept it, and
+    for streamed-reward stages (Code RL) by their summary; the shipped RLHF, IF-RL,
+    Math RL and SWE RL stages predate it.
+    """
+    runs = [(s["name"], s["prompts"], s["runs"]) for s in metrics["stages"][CASCADE][1:]]
+    runs.append(("joint RL", metrics["joint"]["prompts"], [metrics["joint"]]))
+    rows = []
+    for name, prompts, parts in runs:
+        steps = sum(r["steps"] for r in parts)
+        shares = _phase_shares(parts)
+        rows.append({"run": name, "prompts": prompts, "steps": steps,
+                     "s per step": sum(r["train_s"] for r in parts) / max(steps, 1),
+                     "generating": f"{shares[0]:.0%}" if shares else "not recorded",
+                     "waiting for rewards": f"{shares[1]:.0%}" if shares else "not recorded"})
+    return rows
+
+
+def reward_time_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Joint RL: seconds each domain's reward spent scoring, and its share of all scoring."""
+    spent = metrics["joint"]["reward_s"]
+    total = sum(spent.values()) or 1.0
+    return [{"domain reward": name, "seconds": s, "share": s / total} for name, s in spent.items()]
+
+
+def joint_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Final score per domain and mode: cascade, RLHF last, joint, and cascade minus joint with its interval."""
+    rows = []
+    for domain in DOMAINS:
+        for think in (True, False):
+            row: dict[str, Any] = {"domain": domain, "mode": "think" if think else "no_think"}
+            for arm in (CASCADE, RLHF_LAST, JOINT):
+                row[arm] = float(np.mean(_per_prompt(final(metrics, arm), [domain], think)))
+            estimate, low, high = paired_change(final(metrics, JOINT), final(metrics, CASCADE), names=[domain],
+                                                think=think)
+            row["cascade - joint [95% CI]"] = f"{estimate:+.3f} [{low:+.3f}, {high:+.3f}]"
+            rows.append(row)
+    return rows
+
+
+def plot_stage_table(metrics: Mapping[str, Any], arm: str = CASCADE) -> Figure:
+    """Heatmap: every (domain, mode)'s score after every stage."""
+    rows = stage_scores(metrics, arm)
+    columns = [f"{d} {m}" for d in DOMAINS for m in ("think", "no_think")]
+    values = np.array([[row.get(c, np.nan) for c in columns] for row in rows])
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.8))
+    image = ax.imshow(values, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+    ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r["stage"] for r in rows])
+    ax.set_title(f"Stage table ({arm}): score after each stage")
+    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    return fig
+
+
+def plot_forgetting(metrics: Mapping[str, Any], arm: str = CASCADE) -> Figure:
+    """Heatmap: each domain's change over each stage (both modes); * where the interval excludes no change."""
+    cells = forgetting(metrics, arm)
+    stages = list(dict.fromkeys(c["stage"] for c in cells))
+    values = np.array([[next(c["change"] for c in cells if c["stage"] == s and c["domain"] == d) for d in DOMAINS]
+                       for s in stages])
+    bound = max(0.1, float(np.nanmax(np.abs(values))))
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(stages) + 1.8))
+    image = ax.imshow(values, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+    for c in cells:
+        i, j = stages.index(c["stage"]), DOMAINS.index(c["domain"])
+        mark = "*" if c["low"] > 0 or c["high"] < 0 else ""
+        ax.text(j, i, f"{c['change']:+.2f}{mark}", ha="center", va="center", fontsize=8,
+                fontweight="bold" if c["own"] else "normal")
+    ax.set_xticks(range(len(DOMAINS)), DOMAINS)
+    ax.set_yticks(range(len(stages)), stages)
+    ax.set_title(f"Forgetting matrix ({arm}): change over each stage (bold: its own domain)")
+    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    return fig
+
+
+def _smoothed(values: Sequence[float], window: int = 5) -> np.ndarray:
+    x = np.array(values, dtype=float)
+    return np.array([np.nanmean(x[max(0, i - window + 1):i + 1]) if np.isfinite(x[max(0, i - window + 1):i + 1]).any()
+                     else np.nan for i in range(len(x))])
+
+
+def plot_joint_curves(metrics: Mapping[str, Any]) -> Figure:
+    """Per domain: the reward on its prompts against the share of its prompts trained, cascade stage vs joint RL."""
+    joint = metrics["joint"]["curves"]
+    stages = {TARGETS[s["name"]][0]: s for s in metrics["stages"][CASCADE][1:]}
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 3.2), squeeze=False)
+    for ax, (domain, stage) in zip(axes[0], stages.items()):
+        cascade = [c["reward"] for r in stage["runs"] for c in r["curves"]]
+        ax.plot(np.linspace(0, 1, len(cascade)), _smoothed(cascade), label=f"cascade: {stage['name']}")
+        column = next((k for k in joint[0] if k.startswith(f"reward/{domain}:")), None) if joint else None
+        if column:  # the same share of the domain's prompts per window as the cascade's 5 steps
+            window = max(5, round(5 * len(joint) / max(len(cascade), 1)))
+            ax.plot(np.linspace(0, 1, len(joint)), _smoothed([c.get(column, np.nan) for c in joint], window),
+                    label="joint RL")
+        ax.set(title=domain, xlabel="share of the domain's prompts trained")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("batch mean reward (running mean)")
+    fig.tight_layout()
+    return fig
+
+
+def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
+    """``metrics.json`` (completions thinned), the figures, the tables and the claims."""
+    names = stage_names(metrics, CASCADE)
+    write_sample_spread(writer.folder, [{"stage": name, **s, "completion": c}
+                                        for name in names
+                                        for s, c in zip(metrics["per_sample"][CASCADE][name],
+                                                        metrics["completions"][name])], KEPT_SAMPLES)
+    kept = {k: v for k, v in metrics.items() if k != "completions"}
+    build = [{"what": k, "seconds": v} for k, v in metrics["before_rl_s"].items()]
+    build += [{"what": s["name"], "seconds": s["build_s"]} for s in metrics["stages"][CASCADE][1:]]
+    build.append({"what": "total", "seconds": sum(b["seconds"] for b in build)})
+    notes = (f"### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
+             f"{paper_vs_stages(metrics)}\n\n"
+             f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
+             f"### Forgetting matrix (change over each stage, both modes)\n\n"
+             f"{markdown_table(forgetting_rows(metrics))}\n\n"
+             f"### Final scores: cascade, RLHF last, joint RL\n\n{markdown_table(joint_rows(metrics))}\n\n"
+             f"### The {harder_label(metrics)} (think / no_think)\n\n{markdown_table(harder_rows(metrics))}\n\n"
+             f"### The cost of one mixed batch\n\n{markdown_table(cost_rows(metrics))}\n\n"
+             f"{markdown_table(reward_time_rows(metrics))}\n\n"
+             f"### Building the cascade from the shipped base (each stage's own measured time)\n\n"
+             f"{markdown_table(build)}\n\n"
+             f"### Stage table of the RLHF-last order\n\n{stage_markdown(metrics['rows'][RLHF_LAST])}\n\n"
+             f"Timings (s): {json.dumps(metrics['timings'])}")
+    writer.save(kept, {"stage_table": plot_stage_table(metrics), "forgetting": plot_forgetting(metrics),
+                       "joint_curves": plot_joint_curves(metrics),
+                       "forgetting_rlhf_last": plot_forgetting(metrics, RLHF_LAST)},
+                "Chapter 14: the whole cascade", claims(metrics), notes)

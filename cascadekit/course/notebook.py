@@ -1,0 +1,285 @@
+"""Helpers for the first cells of every chapter notebook.
+
+Each chapter starts with a papermill ``parameters`` cell (scale, seed, out_dir,
+overrides) and then opens its one chapter object, ``ch = chapter("11", scale,
+seed, out_dir, overrides)`` (:func:`chapter`): the resolved config, the chapter's
+module, its committed or fresh results and its claims; no chapter id or results
+folder is typed after that. A chapter without a config of its own (01, 02)
+calls :func:`start_chapter`, which resolves the profile,
+prints it with the stack versions and device, makes the output folder, and
+silences the library messages the kit knows to be noise (:func:`quiet_known_noise`).
+A bad setting (``papermill -p overrides '{"model.hidden": "big"}'``) is one line
+naming the field and the type it needs, the same line ``cascadekit run --set`` gives.
+:func:`show_source` displays a library function's source, so the notebook
+teaches the code that actually runs instead of a pasted copy.
+:func:`quote` and :func:`render` put committed measurements into prose, so a
+number is never typed twice (``tests/test_notebook_numbers.py`` checks the rest).
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import inspect
+import logging
+import re
+import string
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Mapping
+
+from cascadekit import chapters
+from cascadekit.chapters import ChapterConfig
+from cascadekit.engine.envinfo import describe_environment
+from cascadekit.profiles import Profile, ProfileError, load_profile, overrides_mapping
+from cascadekit.results import load_metrics
+
+
+class ChapterSettingsError(ProfileError):
+    """A bad parameter of a chapter, shown in the notebook as its one-line message, without a traceback."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of the traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Profile:
+    """Resolve and print the profile, the environment's short form, and create ``out_dir``."""
+    try:
+        profile = load_profile(scale, {"seed": seed, **overrides_mapping(overrides)})
+    except ProfileError as err:
+        raise ChapterSettingsError(str(err)) from None
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    quiet_known_noise()
+    print(profile.summary())
+    print(describe_environment().short())
+    return profile
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter as its notebook sees it: config, module, results and claims."""
+
+    config: ChapterConfig
+    out_dir: Path
+
+    @property
+    def profile(self) -> Profile:
+        return self.config.profile
+
+    @property
+    def module(self) -> ModuleType:
+        """The chapter's library module (``cascadekit.chapters.chNN_<name>``)."""
+        return chapters.chapter_module(self.config.spec.id)
+
+    def committed(self) -> dict[str, Any] | None:
+        """The committed toy run's metrics (what the book shows), or None when there are none."""
+        return load_metrics(self.config.spec.folder)
+
+    def results(self, retrain: bool = False) -> dict[str, Any]:
+        """The committed toy run, or the chapter's experiment run here (:func:`committed_or_run`)."""
+        return committed_or_run(chapters.run, self.config, self.out_dir, retrain)
+
+    def claims(self, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The paper's claims beside ``metrics``' run, each with its interval and verdict."""
+        return self.module.claims(metrics)
+
+
+def chapter(number: str, scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Chapter:
+    """Open chapter ``number`` at ``scale``: print the profile and environment, make ``out_dir``.
+
+    The config is the scale profile, then the chapter's settings for that scale
+    (``chapters.yaml``), then ``overrides``: the same as ``cascadekit experiment``.
+    """
+    start_chapter(scale, seed, out_dir, overrides)
+    try:
+        config = chapters.resolve(number, scale, overrides, seed)
+    except ProfileError as err:
+        raise ChapterSettingsError(str(err)) from None
+    if config.settings:
+        print(f"chapter {config.spec.id} settings at {scale}: {dict(config.settings)}")
+    return Chapter(config, Path(out_dir))
+
+
+class _KnownNoise(logging.Filter):
+    """Drops the library messages the kit knows to be false alarms here; lets everything else through.
+
+    * transformers' LOAD REPORT when a causal LM is loaded as a one-output scorer (the reward model, the
+      SWE judge): its ``lm_head`` is unused and its ``score`` head new, by design, and nothing else.
+    * TRL's "the model may not learn to stop": the kit's chat template puts ``<|im_end|>`` inside its
+      ``{% generation %}`` markers (:mod:`cascadekit.chat.format`), so the stop token is trained.
+    """
+
+    _ROW = re.compile(r"^(\S+)\s*\|\s*([A-Z]+)\s*\|", re.M)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "LOAD REPORT" in message:
+            rows = self._ROW.findall(message.split("\n", 1)[-1])
+            expected = {("lm_head.", "UNEXPECTED"), ("score.", "MISSING")}
+            return not rows or not all((key.split(".")[0] + ".", status) in expected for key, status in rows)
+        return "the model may not learn to stop" not in message
+
+
+_NOISY_LOGGERS = ("transformers.modeling_utils", "transformers.modeling_layers", "trl.trainer.sft_trainer")
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``patch(module)`` right after ``name`` is first imported, so the kit never imports it itself."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _no_loss_table(module: ModuleType) -> None:
+    """The Trainer's notebook progress keeps its bar but shows no "Training Loss" table.
+
+    With GRPO as the kit runs it (one update per rollout batch, no KL) the logged loss is about 0 by
+    design, so a loss table says nothing; the chapters plot reward and ``frac_reward_zero_std`` instead,
+    and every stage keeps its full log history in its metrics.
+    """
+    callback = module.NotebookProgressCallback
+    if getattr(callback, "_cascadekit_bar_only", False):
+        return
+    start = callback.on_train_begin
+
+    def on_train_begin(self: Any, *args: Any, **kwargs: Any) -> None:
+        start(self, *args, **kwargs)
+        self.training_tracker.inner_table = None  # the tracker draws its table only when it has one
+
+    callback.on_train_begin = on_train_begin
+    callback.on_log = lambda self, *args, **kwargs: None  # the table's rows
+    callback._cascadekit_bar_only = True
+
+
+def quiet_known_noise() -> None:
+    """Filter the known false alarms (see :class:`_KnownNoise`) and the Trainer's loss table; idempotent."""
+    for name in _NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _KnownNoise) for f in logger.filters):
+            logger.addFilter(_KnownNoise())
+    table = "transformers.utils.notebook"
+    if table in sys.modules:
+        _no_loss_table(sys.modules[table])
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(table, _no_loss_table))
+
+
+def committed_or_run(run: Callable[[Any, Path], dict[str, Any]], config: Any, out_dir: str | Path,
+                     retrain: bool = False) -> dict[str, Any]:
+    """The chapter's committed toy run, or ``run(config, out_dir)``.
+
+    A toy chapter trains for minutes to an hour on a laptop, so a course reads
+    the committed run by default (the book shows the same one), and says so with
+    the command and commit that made it. It runs afresh at any other scale, with
+    overrides or another seed, when nothing is committed, or with ``retrain``.
+    """
+    default = config.scale == "toy" and not config.overrides and config.profile.seed == load_profile("toy").seed
+    committed = load_metrics(config.spec.folder) if default and not retrain else None
+    if committed is None:
+        return run(config, Path(out_dir))
+    made = committed.get("produced_by", {})
+    print(f"the committed toy run: {without_scratch(made.get('command', '?'))} (commit {made.get('git_commit', '?')}); "
+          f"set retrain = True in the parameters cell to run it again")
+    return committed
+
+
+_SCRATCH = re.compile(r"--work[= ](/\S+)")
+
+
+def without_scratch(text: str) -> str:
+    """``text`` with the absolute scratch folder of a recorded command (``--work /tmp/work05c``) shown as ``DIR``.
+
+    The committed runs' commands record the trainer scratch folder of the machine that made them; a
+    reader has no such folder, and the results do not depend on it.
+    """
+    return _SCRATCH.sub(lambda m: m.group(0).replace(m.group(1), "DIR"), text)
+
+
+def show_source(obj: Callable | type) -> Any:
+    """Display the source of a library function or class as a highlighted code block."""
+    from IPython.display import Markdown
+
+    module = inspect.getmodule(obj)
+    where = f"{module.__name__}.{obj.__qualname__}" if module else obj.__qualname__
+    return Markdown(f"`{where}`\n\n```python\n{inspect.getsource(obj)}```")
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
+
+
+def lookup(data: Any, path: str) -> Any:
+    """The value at ``path`` in nested dicts and lists.
+
+    Steps are dict keys separated by dots; ``[3]`` indexes a list and
+    ``[key=value,...]`` picks the list's only dict whose fields equal those
+    values (compared as numbers when both are numbers, else as text), e.g.
+    ``runs.edge.evaluation.by_range[range=edge].pass@1`` or
+    ``variants[b_share=0.01].after[op=3,context=B].pass@32``.
+    """
+    value = data
+    for key, selector in _STEP.findall(path):
+        try:
+            if key:
+                value = value[key]
+            elif "=" not in selector:
+                value = value[int(selector)]
+            else:
+                value = _select(value, dict(c.split("=", 1) for c in selector.split(",")))
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise KeyError(f"{path!r}: no {key or f'[{selector}]'} ({error})") from None
+    return value
+
+
+def _select(items: list[Mapping[str, Any]], wanted: Mapping[str, str]) -> Mapping[str, Any]:
+    def equal(value: Any, text: str) -> bool:
+        try:
+            return float(value) == float(text)
+        except (TypeError, ValueError):
+            return str(value) == text
+
+    matches = [item for item in items if all(f in item and equal(item[f], v) for f, v in wanted.items())]
+    if len(matches) != 1:
+        raise ValueError(f"{len(matches)} items match {dict(wanted)}")
+    return matches[0]
+
+
+class _PathFormatter(string.Formatter):
+    """``{path:fmt}`` fields looked up with :func:`lookup` in the one mapping given."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+        return lookup(kwargs["data"], field_name), field_name
+
+
+def quote(data: Mapping[str, Any], path: str, fmt: str = "") -> str:
+    """One value of ``data`` as text: ``quote(toy, "runs.edge.prompts")`` or with ``fmt="{:.2f}"``."""
+    value = lookup(data, path)
+    return fmt.format(value) if fmt else str(value)
+
+
+def render(template: str, data: Mapping[str, Any]) -> Any:
+    """Markdown with every ``{path:spec}`` field filled from ``data`` (``{{`` and ``}}`` are literal braces).
+
+    ``data`` is usually a chapter's committed metrics, merged with any values the
+    cell computed (``{**toy, "verdict": ...}``). Returns an ``IPython.display.Markdown``,
+    shown when it ends a cell, also under papermill; ``.data`` is the text.
+    """
+    from IPython.display import Markdown
+
+    return Markdown(_PathFormatter().vformat(template, (), {"data": data}))

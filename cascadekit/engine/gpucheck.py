@@ -1,0 +1,284 @@
+"""``python -m cascadekit.engine.gpucheck``: every GPU path of the kit, run once on random weights of a real shape.
+
+The model is Qwen3-0.6B's shape (28 layers, hidden 1024, 16 query and 8 key-value
+heads of 128, vocabulary 151,936, tied embeddings) with random weights, so
+nothing is downloaded. Each row ends ``ok``, ``skipped (why)`` or ``failed (why)``:
+
+* **matmul peak**: the best bf16 throughput of large square matmuls, measured in
+  this run; it is the reference for MFU below, not a datasheet number.
+* **bf16 train step**: full fine-tuning steps (AdamW, gradient checkpointing off),
+  achieved TFLOP/s and MFU = achieved / measured peak. FLOPs per token are
+  ``6 N + 12 L s d`` (N: every matmul weight, the tied LM head included; L layers,
+  s sequence length, d = heads x head dim; causal masking not discounted).
+* **LoRA step**, **4-bit QLoRA step**, **Unsloth LoRA step**: the paths of
+  :func:`cascadekit.engine.trainable.load_trainable`, each a few optimizer steps.
+* **GRPO step**: one step of the kit's strict on-policy GRPO trainer (TRL),
+  generation by transformers.
+* **vLLM generation**: throughput of vLLM sampling the saved checkpoint.
+
+The GRPO and vLLM rows decode what they sample, so their copy of the model has
+its embedding cut to the check's small tokenizer (everything else is the 0.6B shape).
+
+Without a CUDA device every row is skipped and the exit status is 0 (CI runs it so);
+with one, the exit status is 1 when any row failed. The whole check is sized to
+finish in a few minutes on one H100 or H200.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["Row", "main", "qwen3_0_6b_config", "run_checks", "train_flops_per_token"]
+
+SEQ_LEN = 2048
+BATCH = 8
+DEVICE = "cuda"  # every check runs here (a module constant, so the checks' code can be dry-run on a CPU)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One check: ``status`` is ``ok``, ``skipped`` or ``failed``; ``detail`` the numbers or the reason."""
+
+    name: str
+    status: str
+    detail: str
+
+    def __str__(self) -> str:
+        status = self.status if self.status == "ok" else f"{self.status} ({self.detail})"
+        detail = self.detail if self.status == "ok" else ""
+        return f"{self.name:<22} {status:<10} {detail}".rstrip()
+
+
+def qwen3_0_6b_config() -> Any:
+    """Qwen3-0.6B-Base's architecture as a transformers config (its published shape, random weights)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
+                       rope_theta=1000000.0, tie_word_embeddings=True, use_cache=False)
+
+
+def train_flops_per_token(config: Any, seq_len: int) -> int:
+    """``6 N + 12 L s d``: matmul weights (LM head included) forward and backward, plus attention scores."""
+    h, heads, kv, hd, layers = (config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
+                                config.head_dim, config.num_hidden_layers)
+    attention = h * heads * hd * 2 + h * kv * hd * 2  # q and o, k and v projections
+    mlp = 3 * h * config.intermediate_size
+    weights = layers * (attention + mlp) + h * config.vocab_size
+    return 6 * weights + 12 * layers * seq_len * heads * hd
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(size: int = 8192, repeats: int = 20) -> float:
+    """The best measured bf16 matmul throughput in TFLOP/s (square ``size`` matrices)."""
+    a = torch.randn(size, size, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=DEVICE, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    best = math.inf
+    for _ in range(repeats):
+        _sync()
+        start = time.perf_counter()
+        a @ b
+        _sync()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e12
+
+
+def _model(dtype: torch.dtype = torch.bfloat16) -> Any:
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(qwen3_0_6b_config()).to(device=DEVICE, dtype=dtype)
+
+
+def _steps(model: Any, steps: int, batch: int = BATCH, seq_len: int = SEQ_LEN) -> float:
+    """Seconds per optimizer step (after one warm-up step) on random tokens."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq_len), device=DEVICE)
+    times = []
+    for _ in range(steps + 1):
+        _sync()
+        start = time.perf_counter()
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync()
+        times.append(time.perf_counter() - start)
+        if not math.isfinite(loss.item()):
+            raise RuntimeError(f"loss is {loss.item()}")
+    return sum(times[1:]) / steps
+
+
+def check_train(peak: float | None) -> str:
+    """Full bf16 fine-tuning steps; MFU against ``peak`` (None when the peak could not be measured)."""
+    model = _model()
+    seconds = _steps(model, steps=5)
+    tokens = BATCH * SEQ_LEN
+    achieved = train_flops_per_token(model.config, SEQ_LEN) * tokens / seconds / 1e12
+    mfu = f"MFU {achieved / peak:.0%} of the measured peak" if peak else "no MFU: the matmul peak failed"
+    return f"{tokens / seconds:,.0f} tokens/s, {achieved:.0f} TFLOP/s, {mfu} ({BATCH}x{SEQ_LEN} tokens, {seconds:.2f} s/step)"
+
+
+def _saved_model(folder: Path, full_vocabulary: bool = True) -> Path:
+    """The random 0.6B-shaped model and a small byte-level tokenizer, saved as a checkpoint folder.
+
+    Rows that decode what they generate (GRPO, vLLM) take ``full_vocabulary=False``:
+    the embedding cut to the small tokenizer's vocabulary, so no sampled id lies
+    outside it; the training rows keep the real 151,936-entry embedding and head.
+    """
+    from transformers import Qwen3ForCausalLM
+
+    from cascadekit.chat import install_chat_template
+    from cascadekit.engine.runtime import save_checkpoint
+    from cascadekit.engine.tokenizer import train_tokenizer
+
+    if not (folder / "config.json").exists():
+        tokenizer = install_chat_template(train_tokenizer(["what is 12 plus 30 ? the answer is 42 ."] * 50, 300))
+        if full_vocabulary:
+            model = _model()
+        else:
+            config = qwen3_0_6b_config()
+            config.vocab_size = len(tokenizer)
+            torch.manual_seed(0)
+            model = Qwen3ForCausalLM(config).to(device=DEVICE, dtype=torch.bfloat16)
+        save_checkpoint(model, tokenizer, folder)  # a kill mid-save leaves no half model for --work to reuse
+    return folder
+
+
+def check_adapter(folder: Path, quantization: str, unsloth: bool) -> str:
+    from types import SimpleNamespace
+
+    from cascadekit.engine.trainable import load_trainable
+
+    engine = SimpleNamespace(quantization=quantization, unsloth=unsloth)
+    model, note = load_trainable(_saved_model(folder), _placement(), engine, lora=True, max_seq_length=SEQ_LEN)
+    if unsloth and note.path != "unsloth":
+        raise RuntimeError(f"Unsloth is installed but the loader took the {note}")
+    seconds = _steps(model, steps=3)
+    memory = torch.cuda.max_memory_allocated() / 2**30
+    return f"{note.path}: {BATCH * SEQ_LEN / seconds:,.0f} tokens/s, peak memory {memory:.1f} GiB"
+
+
+def check_grpo(folder: Path, work: Path) -> str:
+    from datasets import Dataset
+
+    from cascadekit.profiles import load_profile
+    from cascadekit.engine.runtime import load_model, load_tokenizer
+    from cascadekit.training.grpo import build_grpo_config, make_grpo_trainer
+
+    profile = load_profile("small", {"evaluation.backend": "hf", "rl.prompts_per_step": 4, "rl.group_size": 8,
+                                     "rl.max_completion_length": 128, "rl.use_lora": False})
+    tokenizer = load_tokenizer(_saved_model(folder, full_vocabulary=False))
+    model = load_model(folder, _placement())
+    prompts = Dataset.from_dict({"prompt": [f"what is {i} plus {i} ?" for i in range(4)]})
+
+    def length_reward(completions: list[str], **_: Any) -> list[float]:
+        return [len(c) / 100 for c in completions]
+
+    config = build_grpo_config(profile, str(work), max_steps=1, disable_tqdm=True, num_processes=1, num_nodes=1)
+    trainer = make_grpo_trainer(model, tokenizer, prompts, length_reward, config)
+    start = time.perf_counter()
+    trainer.train()
+    return f"1 step of 4 prompts x 8 completions (128 tokens) in {time.perf_counter() - start:.1f} s"
+
+
+def check_vllm(folder: Path) -> str:
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(_saved_model(folder, full_vocabulary=False)), dtype="bfloat16", gpu_memory_utilization=0.4, seed=0,
+              max_model_len=1024, enforce_eager=True)
+    params = SamplingParams(temperature=1.0, max_tokens=256, ignore_eos=True)
+    start = time.perf_counter()
+    outputs = llm.generate([f"what is {i} plus {i} ?" for i in range(128)], params)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return f"{tokens:,} tokens in {seconds:.1f} s ({tokens / seconds:,.0f} tokens/s, 128 prompts)"
+
+
+def _placement() -> Any:
+    from cascadekit.engine.runtime import Placement
+
+    return Placement(DEVICE, "bfloat16", "gpucheck")
+
+
+def _missing(*modules: str) -> str:
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    return f"{', '.join(absent)} not installed" if absent else ""
+
+
+def _row(name: str, check: Callable[[], str], needs: tuple[str, ...] = ()) -> Row:
+    if why := _missing(*needs):
+        return Row(name, "skipped", why)
+    try:
+        return Row(name, "ok", check())
+    except Exception as err:  # a failed check is a row, not the end of the run
+        traceback.print_exc(file=sys.stderr)
+        return Row(name, "failed", f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}")
+    finally:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+NAMES = ("matmul peak", "bf16 train step", "LoRA step", "4-bit QLoRA step", "GRPO step", "vLLM generation",
+         "Unsloth LoRA step")
+
+
+def run_checks(work: Path) -> list[Row]:
+    """Every row; without a CUDA device, every row skipped with that reason.
+
+    Unsloth patches transformers when imported, so its row runs last.
+    """
+    if not torch.cuda.is_available():
+        return [Row(name, "skipped", "no CUDA device") for name in NAMES]
+    folder = work / "qwen3-0.6b-random"
+    peak: list[float] = []
+
+    def measure_peak() -> str:
+        peak.append(matmul_peak())
+        return f"{peak[0]:.0f} TFLOP/s bf16 ({torch.cuda.get_device_name(0)})"
+
+    rows = [_row("matmul peak", measure_peak)]
+    rows.append(_row("bf16 train step", lambda: check_train(peak[0] if peak else None)))
+    rows.append(_row("LoRA step", lambda: check_adapter(folder, "none", False)))
+    rows.append(_row("4-bit QLoRA step", lambda: check_adapter(folder, "4bit", False), ("bitsandbytes",)))
+    small_vocabulary = work / "qwen3-0.6b-random-small-vocabulary"
+    rows.append(_row("GRPO step", lambda: check_grpo(small_vocabulary, work / "grpo"), ("trl",)))
+    rows.append(_row("vLLM generation", lambda: check_vllm(small_vocabulary), ("vllm",)))
+    rows.append(_row("Unsloth LoRA step", lambda: check_adapter(folder, "none", True), ("unsloth",)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cascadekit.engine.gpucheck", description=__doc__.splitlines()[0])
+    parser.add_argument("--work", default="", help="scratch folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cascadekit-gpucheck-") as scratch:
+        rows = run_checks(Path(args.work) if args.work else Path(scratch))
+    for row in rows:
+        print(row)
+    print(f"{'total':<22} {time.perf_counter() - started:.0f} s")
+    return 1 if any(r.status == "failed" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The model a training stage trains: full weights, LoRA, 4-bit QLoRA, or Unsloth's loader when installed.
+
+One function, :func:`load_trainable`, reads the profile's ``engine`` section
+(:class:`cascadekit.profiles.EngineConfig`) and returns the model with a
+:class:`Note` saying which path it took and why:
+
+* **Full fine-tuning or LoRA** (every CPU scale, and ``paper``/``full``):
+  :func:`cascadekit.engine.runtime.load_model` and, with LoRA, PEFT's adapter on every
+  linear layer (:func:`cascadekit.engine.runtime.with_lora`).
+* **QLoRA** (``engine.quantization: 4bit``, the ``small`` profile): the frozen base
+  in NF4 through bitsandbytes, PEFT's ``prepare_model_for_kbit_training``, then the
+  LoRA adapter. A GPU only: on the CPU it is refused with one clear line.
+* **Unsloth** (``engine.unsloth: true``): when the ``unsloth`` package is installed
+  and a GPU is there, Unsloth's ``FastLanguageModel`` loads the model (in 4 bit
+  when asked) and adds its LoRA; otherwise the PEFT path above, and the note says
+  why (not installed: ``pip install 'cascadekit[unsloth]'``; or no GPU).
+
+Unsloth patches transformers when imported, so it is imported only here and only
+when a profile asks for it on a GPU.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from peft import PeftModel, prepare_model_for_kbit_training
+from transformers import PreTrainedModel
+
+from cascadekit.engine.runtime import Placement, checkpoint_folder, load_model, require, with_lora
+
+__all__ = ["Note", "engine_settings", "load_trainable", "unsloth_available"]
+
+#: LoRA's shape when the caller gives none: the kit's adapter (rank 16, alpha 32, every linear layer).
+LORA_RANK, LORA_ALPHA = 16, 32
+#: The linear layers of a Qwen-style decoder (Unsloth takes names, not PEFT's "all-linear").
+QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass(frozen=True)
+class Note:
+    """Which path :func:`load_trainable` took (``full``, ``lora``, ``qlora``, ``unsloth``) and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def engine_settings(engine: Any) -> dict[str, Any]:
+    """The ``engine`` fields that change what a stage trains, as extra stage-key inputs: none by default.
+
+    4-bit loading, Unsloth's kernels and released data change the trained weights,
+    so a stage that uses them gets another key (released data by set and folder,
+    not by content); full-precision PEFT on the kit's world (every CPU scale) adds
+    nothing, so the keys of the smoke and toy stages, and their shipped checkpoints,
+    stay as they were.
+    """
+    settings: dict[str, Any] = {}
+    if engine.quantization != "none" or engine.unsloth:
+        settings.update(quantization=engine.quantization, unsloth=engine.unsloth)
+    if engine.data != "world":
+        settings.update(data=engine.data, data_dir=engine.data_dir)
+    return {"engine": settings} if settings else {}
+
+
+def unsloth_available() -> bool:
+    """Whether the ``unsloth`` package is installed (without importing it: the import patches transformers)."""
+    return importlib.util.find_spec("unsloth") is not None
+
+
+def load_trainable(source: str | os.PathLike, placement: Placement, engine: Any, *, lora: bool,
+                   rank: int = LORA_RANK, alpha: int = LORA_ALPHA, max_seq_length: int = 4096,
+                   allow_download: bool | None = None) -> tuple[PreTrainedModel, Note]:
+    """The model at ``source`` ready to train on ``placement`` as ``engine`` asks, and a note of the path taken.
+
+    ``engine`` is a profile's ``engine`` section (``quantization``, ``unsloth``).
+    4-bit loading without LoRA is refused: a quantized base cannot be fine-tuned in full.
+    """
+    four_bit = engine.quantization == "4bit"
+    if four_bit and not lora:
+        raise ValueError("engine.quantization=4bit trains LoRA adapters on a frozen 4-bit base (QLoRA): "
+                         "set sft.use_lora / rl.use_lora, or engine.quantization=none for full fine-tuning")
+    fallback = ""
+    if engine.unsloth and lora:
+        if placement.on_gpu and unsloth_available():
+            return _unsloth(source, placement, four_bit, rank, alpha, max_seq_length, allow_download)
+        fallback = ("; Unsloth is not installed (pip install 'cascadekit[unsloth]'), so PEFT's LoRA"
+                    if placement.on_gpu else "; Unsloth needs a CUDA GPU, so PEFT's LoRA")
+    model = load_model(source, placement, allow_download=allow_download, quantization=engine.quantization)
+    if four_bit:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+        return with_lora(model, rank, alpha), Note("qlora", f"NF4 base (bitsandbytes), LoRA r={rank}{fallback}")
+    if lora:
+        return with_lora(model, rank, alpha), Note("lora", f"LoRA r={rank} on every linear layer (PEFT){fallback}")
+    return model, Note("full", "every weight trains")
+
+
+def _unsloth(source: str | os.PathLike, placement: Placement, four_bit: bool, rank: int, alpha: int,
+             max_seq_length: int, allow_download: bool | None) -> tuple[PeftModel, Note]:
+    unsloth = require("unsloth", "unsloth", "Unsloth's loader")
+    folder = checkpoint_folder(source, allow_download=allow_download)  # the kit's download rule, then a folder
+    model, _ = unsloth.FastLanguageModel.from_pretrained(
+        model_name=str(folder), max_seq_length=max_seq_length, dtype=placement.torch_dtype, load_in_4bit=four_bit)
+    model = unsloth.FastLanguageModel.get_peft_model(
+        model, r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=QWEN_LINEAR,
+        use_gradient_checkpointing="unsloth", random_state=0)
+    return model, Note("unsloth", f"Unsloth's FastLanguageModel{' in 4 bit' if four_bit else ''}, LoRA r={rank}")
