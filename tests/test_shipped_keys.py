@@ -1,0 +1,344 @@
+"""No shipped checkpoint is orphaned, and the stage keys of the chapters' graph are pinned.
+
+**Toy** (:func:`test_toy_reaches_every_shipped_checkpoint`): the code paths the chapters use are walked at the
+``toy`` profile, in a fresh artifact cache, without training: every ``get_or_build`` that would build (the
+entry is neither cached nor shipped under ``data/checkpoints/``) raises :class:`Unshipped`, naming the kind,
+the key and the stage's inputs. Only :data:`ALLOWED_BUILDS` are built for real (Part I's tokenizer: seconds,
+never shipped). Then the set of entries reached must equal the set of folders ``data/checkpoints/*/*``:
+an entry nobody reaches is an orphan (its key is no longer what the code computes).
+
+**Known exception** (:data:`RECORDED_CHECKPOINTS`): chapter 14's *RLHF last* arm ships only its stage tables,
+not its GRPO and dynamic-filter stages, so the checkpoint keys those tables are keyed by cannot be computed
+from shipped data past the arm's first stage (its Math RL screen would have to sample). The walk computes the
+first one (IF-RL from SFT) and checks it against ``data/results/14_whole_cascade/metrics.json``; the later ones
+are read from that file, and their stage tables are reached through the same ``cached_stage_table``.
+
+**Smoke** (:func:`test_smoke_keys_are_pinned`): the same walk at ``smoke``, where nothing is shipped. Every
+build is faked (:func:`_fake_build`): it writes the ``stage.json`` metrics and the files the walk reads
+afterwards (a GRPO stage's step count, a screen's kept prompts, a stage table's samples, policy samples,
+a reward model's calibration), and loading a reward model or the SWE judge is stubbed. Most keys hash only
+settings, prompt digests and parent keys, never a checkpoint's weights. Two kinds put *content* into a
+downstream key: a ``dynamic-filter`` screen (the kept prompts are the next GRPO stage's prompts) and
+``policy-samples`` (the sampled texts make the reward model's pairs, and the reward model's key is in the name
+of every reward that uses it). The fake keeps every prompt and answers with fixed texts, so the smoke keys
+downstream of those two are the keys *under the fake's content*: they pin how the inputs are assembled, not
+the keys of a real smoke run. (The toy test checks real content: the keys are the shipped ones.)
+
+Both walks compare ``{readable stage name: "kind/key"}`` with ``tests/fixtures/stage_keys.json``
+(``{"smoke": {...}, "toy": {...}}``). A name is the walk step that first reached the entry and its kind.
+Regenerate the fixture after a deliberate key change with::
+
+    CASCADEKIT_WRITE_KEYS=1 python -m pytest -q tests/test_shipped_keys.py
+
+(each test rewrites its scale's section; review the diff: every changed key is a stage that will be rebuilt,
+and at toy it also means a shipped checkpoint is orphaned, which the toy test reports).
+
+The restructure only has to keep :func:`entry_points` (and :func:`walk`'s use of it) working.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "stage_keys.json"
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+#: Kinds built for real during the walk, with why they are not shipped.
+ALLOWED_BUILDS = {
+    "tokenizer": "Part I's BPE tokenizer, trained in seconds at first use and never shipped: cached_pretrained "
+                 "and cached_variant train it before they look up the shipped base or variant",
+}
+#: The smoke fake answers this many policy-sample prompts (zip stops at the real number of prompts).
+FAKE_PROMPTS = 1000
+
+
+def entry_points() -> SimpleNamespace:
+    """Everything this test calls in the library (the one place to change when modules move)."""
+    from cascadekit import artifacts, pipeline
+    from cascadekit.base_model import chat_base
+    from cascadekit.chapters import resolve
+    from cascadekit.evaluation.stage_table import cached_stage_table
+    from cascadekit.experiments.context_transfer import B_SHARES, cached_variant
+    from cascadekit.experiments.whole_cascade import RLHF_LAST_ORDER, harder_suite
+    from cascadekit.results import RESULTS_DIR
+    from cascadekit.rewards import verifier_reward
+    from cascadekit.training import reward_model, swe_judge
+    from cascadekit.training.cascade import if_rl_stage, reward_models, sft_checkpoint, unified_if_rl, unified_rlhf
+    from cascadekit.training.math_rl import unified_math_rl
+    from cascadekit.training.sft import sft_stages
+    from cascadekit.training.swe_rl import judge, swe_rl_start, unified_swe_rl
+    from cascadekit.training.whole_cascade import ORDER, TARGETS, joint_rl, run_cascade
+
+    return SimpleNamespace(
+        artifacts=artifacts,  # artifacts._get_or_build_locked(stage, key, builder, target, folder, use_shipped)
+        Stage=pipeline.Stage, STAGE_FILE=pipeline.STAGE_FILE, resolve=resolve,
+        pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
+        chat_base=chat_base, sft_stages=sft_stages, reward_models=reward_models, judge=judge,
+        unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
+        swe_rl_start=swe_rl_start, unified_swe_rl=unified_swe_rl, sft_checkpoint=sft_checkpoint, if_rl_stage=if_rl_stage,
+        verifier_reward=verifier_reward, run_cascade=run_cascade, ORDER=ORDER, RLHF_LAST_ORDER=RLHF_LAST_ORDER,
+        TARGETS=TARGETS, joint_rl=joint_rl, cached_stage_table=cached_stage_table, harder_suite=harder_suite,
+        StageOutput=pipeline.StageOutput, RESULTS_DIR=RESULTS_DIR,
+        # loaded by RewardModelScore / SemanticJudge; stubbed at smoke, where the fake reward model has no weights
+        model_loaders=[(reward_model, "AutoModelForSequenceClassification"), (reward_model, "load_tokenizer"),
+                       (swe_judge, "AutoModelForSequenceClassification"), (swe_judge, "load_tokenizer")],
+        # a pure function the walk calls 5 times per profile (every reward model key recomputes every pair)
+        preference_records=(reward_model, "preference_records"),
+        calibration_file=reward_model.CALIBRATION_FILE, policy_samples_file=reward_model.SAMPLES_FILE,
+        stage_table_samples_file="samples.json",
+    )
+
+
+class Unshipped(AssertionError):
+    """A stage the walk asked for is neither cached nor shipped: it would be trained."""
+
+    def __init__(self, kind: str, key: str, inputs: Any):
+        self.kind, self.key, self.inputs = kind, key, inputs
+        shown = json.dumps(inputs, sort_keys=True, default=str)
+        super().__init__(f"stage {kind}/{key} is not shipped under data/checkpoints/ and would be built; "
+                         f"its inputs: {shown[:3000]}")
+
+
+def _stage_of(builder: Any) -> Any:
+    """The :class:`Stage` whose builder this is (``run_stage`` wraps ``stage.build``), or None (raw get_or_build)."""
+    Stage = entry_points().Stage
+    for cell in getattr(builder, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):
+            if isinstance(cell.cell_contents, Stage):
+                return cell.cell_contents
+    return None
+
+
+class Recorder:
+    """Names each cache entry the walk reaches after the step that first reached it; handles every build."""
+
+    def __init__(self, fake: bool):
+        self.fake, self.step, self.names, self.reached, self.built = fake, "start", {}, set(), []
+        self.log: list[str] = []
+
+    @contextlib.contextmanager
+    def at(self, step: str) -> Iterator[None]:
+        outer, self.step, started = self.step, step, time.perf_counter()
+        try:
+            yield
+        finally:
+            self.log.append(f"{time.perf_counter() - started:6.1f} s  {step}")
+            self.step = outer
+
+    def request(self, kind: str, key: str) -> None:
+        if (kind, key) in self.reached:
+            return
+        self.reached.add((kind, key))
+        base = f"{self.step} / {kind}"
+        name, n = base, 1
+        while name in self.names:
+            n += 1
+            name = f"{base} #{n}"
+        self.names[name] = f"{kind}/{key}"
+
+    def build(self, kind: str, key: str, builder: Any, folder: Path) -> None:
+        stage = _stage_of(builder)
+        self.built.append((kind, key))
+        if kind in ALLOWED_BUILDS:
+            builder(folder)
+        elif self.fake:
+            _fake_build(kind, stage, folder)
+        else:
+            raise Unshipped(kind, key, stage.inputs if stage else "(a raw get_or_build: no Stage)")
+
+
+def _fake_build(kind: str, stage: Any, folder: Path) -> None:
+    """What the walk reads of a stage afterwards, without training (smoke only)."""
+    ep = entry_points()
+    if stage is None:  # pretrain, pretrain-transfer: nothing downstream reads their folder during the walk
+        return
+    inputs = stage.inputs
+    metrics: dict[str, Any] = {"train_s": 0.0, "wall_s": 0.0}
+    if kind == "grpo":
+        metrics.update(steps=inputs["steps"], curves=[], prompts=inputs["n_prompts"])
+    elif kind == "dynamic-filter":  # keeps every prompt: content that enters the next GRPO key
+        metrics.update(kept=list(range(inputs["n_prompts"])), verdicts={}, readmitted=0, rollouts=0, screen_s=0.0)
+    elif kind == "stage-table":
+        (folder / ep.stage_table_samples_file).write_text("[]")
+    elif kind == "policy-samples":  # fixed texts: content that enters the reward model's key
+        answers = [f"fake answer {j}" for j in range(inputs["n"])]
+        (folder / ep.policy_samples_file).write_text(json.dumps([answers] * FAKE_PROMPTS))
+    elif kind == "reward-model":
+        (folder / ep.calibration_file).write_text(json.dumps({"a": 0.0, "b": 1.0}))
+    (folder / ep.STAGE_FILE).write_text(json.dumps({"kind": kind, "inputs": inputs, "metrics": metrics}, default=str))
+
+
+@contextlib.contextmanager
+def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool) -> Iterator[Recorder]:
+    """A fresh cache whose every build goes through a :class:`Recorder` (raises at toy, fakes at smoke)."""
+    ep = entry_points()
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
+    recorder = Recorder(fake)
+    original = ep.artifacts._get_or_build_locked
+
+    def locked(stage, key, builder, target, folder, use_shipped=True):
+        recorder.request(stage, key)
+        return original(stage, key, lambda tmp: recorder.build(stage, key, builder, tmp), target, folder,
+                        use_shipped)
+
+    monkeypatch.setattr(ep.artifacts, "_get_or_build_locked", locked)
+    module, name = ep.preference_records
+    compute, memo = getattr(module, name), {}
+
+    def remembered(profile, split, tasks, seed, policy=None):  # the first call runs (and reaches the stages)
+        key = (json.dumps(profile.to_dict(), sort_keys=True, default=str), split, tasks, seed,
+               policy.key if policy is not None else None)
+        if key not in memo:
+            memo[key] = compute(profile, split, tasks, seed, policy)
+        return memo[key]
+
+    monkeypatch.setattr(module, name, remembered)
+    if fake:
+        class NoModel:
+            @staticmethod
+            def from_pretrained(*args: Any, **kwargs: Any) -> None:
+                return None
+
+        for module, name in ep.model_loaders:
+            monkeypatch.setattr(module, name, NoModel if name.startswith("Auto") else (lambda *a, **k: None))
+    yield recorder
+
+
+def recorded_rlhf_last() -> list[tuple[str, str]]:
+    """Chapter 14's RLHF-last arm as committed: (stage name, checkpoint key), SFT first."""
+    metrics = json.loads((entry_points().RESULTS_DIR / "14_whole_cascade" / "metrics.json").read_text())
+    return [(s["name"], s["key"]) for s in metrics["stages"]["RLHF last"]]
+
+
+#: Known exception: checkpoint keys read from committed results, not computed (see the module docstring).
+RECORDED_CHECKPOINTS = {
+    "toy": "chapter 14's RLHF-last GRPO and dynamic-filter stages are not shipped (only their stage tables): "
+           "past its first stage the checkpoint keys come from data/results/14_whole_cascade/metrics.json",
+}
+
+
+def walk(scale: str, rec: Recorder, work: Path) -> None:
+    """The chapters' code paths at ``scale``, every stage a cache hit (toy) or a fake build (smoke)."""
+    ep = entry_points()
+    for chapter in ("03", "04", "06", "07"):
+        with rec.at(f"{chapter} base"):
+            ep.pretrained(ep.resolve(chapter, scale).profile)
+    profile05 = ep.resolve("05", scale).profile
+    for share in ep.B_SHARES:
+        with rec.at(f"05 variant b={share:g}"):
+            ep.cached_variant(profile05, share)
+
+    with rec.at("08 SFT"):
+        profile08 = ep.resolve("08", scale).profile
+        ep.sft_stages(ep.chat_base(profile08), profile08)
+    with rec.at("09 reward models"):
+        ep.reward_models(ep.resolve("09", scale).profile)
+    # Each chapter's start: the cascade so far, every earlier stage a hit (chapter 13's chain runs them all).
+    with rec.at("09 RLHF half-half"):
+        ep.unified_rlhf(ep.resolve("09", scale).profile, work / "09")
+    with rec.at("10 IF-RL"):
+        ep.unified_if_rl(ep.resolve("10", scale).profile, work / "10")
+    with rec.at("11 Math RL"):
+        ep.unified_math_rl(ep.resolve("11", scale).profile, work / "11")
+    with rec.at("12 Code RL"):
+        ep.swe_rl_start(ep.resolve("12", scale).profile, work / "12")
+    with rec.at("13 judge"):
+        ep.judge(ep.resolve("13", scale).profile)
+    with rec.at("13 SWE RL"):
+        final = ep.unified_swe_rl(ep.resolve("13", scale).profile, work / "13")
+
+    profile = ep.resolve("14", scale).profile
+    suite = ep.harder_suite(profile)
+
+    def tables(arm: str):
+        def after(stage: Any) -> None:
+            with rec.at(f"14 {arm}: table after {stage.name}"):
+                ep.cached_stage_table(stage.checkpoint, profile, stage.name)
+            with rec.at(f"14 {arm}: harder table after {stage.name}"):
+                ep.cached_stage_table(stage.checkpoint, profile, stage.name, suite)
+        return after
+
+    with rec.at("14 cascade"):
+        cascade = ep.run_cascade(profile, work / "14-cascade", ep.ORDER, tables("cascade"))
+    assert cascade[-1].checkpoint.key == final.key, "chapter 14's cascade does not end where chapter 13's does"
+    with rec.at("14 joint RL"):
+        prompts = {ep.TARGETS[s.name][0]: s.prompts(profile) for s in cascade[1:]}
+        joint = ep.joint_rl(profile, prompts, work / "14-joint")
+        tables("joint")(SimpleNamespace(name="joint RL", checkpoint=joint))
+    with rec.at("14 RLHF last"):
+        if scale not in RECORDED_CHECKPOINTS:
+            ep.run_cascade(profile, work / "14-rlhf-last", ep.RLHF_LAST_ORDER, tables("RLHF last"))
+            return
+        recorded = recorded_rlhf_last()
+        assert [name for name, _ in recorded] == ["SFT", *ep.RLHF_LAST_ORDER]
+        assert recorded[0][1] == cascade[0].checkpoint.key
+        first = recorded[1]
+        assert first[0] == "IF-RL"
+        with pytest.raises(Unshipped) as miss:  # computed, not shipped: its key must be the recorded one
+            ep.if_rl_stage(ep.sft_checkpoint(profile), profile, False, ep.verifier_reward, work / "14-rlhf-last")
+        assert (miss.value.kind, miss.value.key) == ("grpo", first[1]), (
+            f"the RLHF-last arm's IF-RL stage now keys as {miss.value.key}, the committed tables as {first[1]}")
+        rec.reached.discard(("grpo", first[1]))
+        rec.built.remove(("grpo", first[1]))
+        rec.names = {n: v for n, v in rec.names.items() if v != f"grpo/{first[1]}"}
+        for name, key in recorded[1:]:
+            stage = ep.StageOutput(Path("/not-shipped") / key, key)
+            tables("RLHF last")(SimpleNamespace(name=name, checkpoint=stage))
+
+
+def shipped() -> set[tuple[str, str]]:
+    return {(p.parent.name, p.name) for p in SHIPPED.glob("*/*") if p.is_dir() and not p.name.startswith(".")}
+
+
+def _check_fixture(scale: str, names: dict[str, str]) -> None:
+    data = json.loads(FIXTURE.read_text()) if FIXTURE.is_file() else {}
+    if os.environ.get("CASCADEKIT_WRITE_KEYS") == "1":
+        data[scale] = dict(sorted(names.items()))
+        FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+        FIXTURE.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+        return
+    pinned = data.get(scale)
+    assert pinned is not None, f"{FIXTURE} has no {scale!r} keys: run with CASCADEKIT_WRITE_KEYS=1"
+    changed = {n: (pinned.get(n), names.get(n)) for n in set(pinned) | set(names) if pinned.get(n) != names.get(n)}
+    assert not changed, (f"{scale} stage keys differ from {FIXTURE.name} (pinned, now):\n" +
+                         "\n".join(f"  {n}: {a} -> {b}" for n, (a, b) in sorted(changed.items(), key=str)) +
+                         "\nIf deliberate, regenerate with CASCADEKIT_WRITE_KEYS=1 (and see the toy test).")
+
+
+def _say(rec: Recorder) -> None:
+    sys.stderr.write("\n" + "\n".join(rec.log) + "\n")
+
+
+def test_toy_reaches_every_shipped_checkpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    with guarded(monkeypatch, tmp_path, fake=False) as rec:
+        walk("toy", rec, tmp_path / "work")
+    _say(rec)
+    assert {k for k, _ in rec.built} <= set(ALLOWED_BUILDS), f"built: {rec.built}"
+    reached = {entry for entry in rec.reached if entry[0] not in ALLOWED_BUILDS}
+    orphans, unknown = sorted(shipped() - reached), sorted(reached - shipped())
+    assert not orphans and not unknown, (
+        "shipped checkpoints no code path reaches (orphans):\n" +
+        "\n".join(f"  {k}/{v}: {_what(k, v)}" for k, v in orphans) +
+        f"\nreached but not shipped: {unknown}")
+    _check_fixture("toy", rec.names)
+
+
+def _what(kind: str, key: str) -> str:
+    path = SHIPPED / kind / key / "provenance.json"
+    return json.loads(path.read_text()).get("what", "?") if path.is_file() else "(no provenance.json)"
+
+
+def test_smoke_keys_are_pinned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    with guarded(monkeypatch, tmp_path, fake=True) as rec:
+        walk("smoke", rec, tmp_path / "work")
+    _say(rec)
+    assert not {entry for entry in rec.reached if entry[0] not in ALLOWED_BUILDS} & shipped(), (
+        "a smoke key equals a shipped (toy) key")
+    _check_fixture("smoke", rec.names)
