@@ -1,5 +1,5 @@
 """Every committed claim is unchanged: each ``paper_vs_run.md`` under ``data/results`` regenerates from its
-committed ``metrics.json`` through the chapter's own ``write(metrics, writer)``, with no training.
+committed ``metrics.json`` through ``cascadekit.chapters.write`` (the chapter's own claims, figures and notes), with no training.
 
 For every chapter of ``cascadekit/chapters.yaml`` and every folder under ``data/results/<chapter>/`` that holds
 a ``paper_vs_run.md`` and a ``metrics.json`` (the chapter's own and its sub-arms), the test
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import gzip
-import importlib
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -37,13 +36,13 @@ import pytest  # noqa: E402
 
 def entry_points() -> dict[str, Any]:
     """Everything this test calls in the library (the one place to change when modules move)."""
-    from cascadekit import results
+    from cascadekit import chapters, results
     from cascadekit.chapters import resolve, specs
 
     return {
-        "specs": specs,  # chapter id -> spec with .folder and .experiment (module path)
+        "specs": specs,  # chapter id -> spec with .folder and .experiment
         "resolve": resolve,  # (chapter, scale) -> config with .profile
-        "module": lambda spec: importlib.import_module(spec.experiment),  # has write(metrics, writer)
+        "write": chapters.write,  # (chapter id, metrics, writer): every file of a finished run
         "ResultsWriter": results.ResultsWriter,  # (chapter folder, scale, command, out=root)
         "RESULTS_DIR": results.RESULTS_DIR,
         "figure_saver": (results, "save_figure"),  # stubbed: figures are not compared
@@ -170,7 +169,7 @@ def test_paper_vs_run_regenerates(chapter: str, rel: str, tmp_path: Path, monkey
     module, name = ep["figure_saver"]
     monkeypatch.setattr(module, name, lambda *args, **kwargs: None)
 
-    ep["module"](ep["specs"]()[chapter]).write(metrics, ep["ResultsWriter"](rel, "toy", "test", out=tmp_path))
+    ep["write"](chapter, metrics, ep["ResultsWriter"](rel, "toy", "test", out=tmp_path))
 
     regenerated = (tmp_path / rel / "paper_vs_run.md").read_text().splitlines()
     assert regenerated[-1].startswith("*Produced by `test` ")

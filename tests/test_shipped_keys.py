@@ -61,12 +61,13 @@ FAKE_PROMPTS = 1000
 
 def entry_points() -> SimpleNamespace:
     """Everything this test calls in the library (the one place to change when modules move)."""
-    from cascadekit import artifacts, pipeline
-    from cascadekit.base_model import chat_base
+    from cascadekit import artifacts, stages
+    from cascadekit.training import pipeline
+    from cascadekit.training.chat_base import chat_base
     from cascadekit.chapters import resolve
     from cascadekit.evaluation.stage_table import cached_stage_table
-    from cascadekit.experiments.context_transfer import B_SHARES, cached_variant
-    from cascadekit.experiments.whole_cascade import RLHF_LAST_ORDER, harder_suite
+    from cascadekit.chapters.ch05_context_transfer import B_SHARES, cached_variant
+    from cascadekit.chapters.ch14_whole_cascade import RLHF_LAST_ORDER, harder_suite
     from cascadekit.results import RESULTS_DIR
     from cascadekit.rewards import verifier_reward
     from cascadekit.training import reward_model, swe_judge
@@ -78,14 +79,14 @@ def entry_points() -> SimpleNamespace:
 
     return SimpleNamespace(
         artifacts=artifacts,  # artifacts._get_or_build_locked(stage, key, builder, target, folder, use_shipped)
-        Stage=pipeline.Stage, STAGE_FILE=pipeline.STAGE_FILE, resolve=resolve,
+        Stage=stages.Stage, STAGE_FILE=stages.STAGE_FILE, resolve=resolve,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
         chat_base=chat_base, sft_stages=sft_stages, reward_models=reward_models, judge=judge,
         unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
         swe_rl_start=swe_rl_start, unified_swe_rl=unified_swe_rl, sft_checkpoint=sft_checkpoint, if_rl_stage=if_rl_stage,
         verifier_reward=verifier_reward, run_cascade=run_cascade, ORDER=ORDER, RLHF_LAST_ORDER=RLHF_LAST_ORDER,
         TARGETS=TARGETS, joint_rl=joint_rl, cached_stage_table=cached_stage_table, harder_suite=harder_suite,
-        StageOutput=pipeline.StageOutput, RESULTS_DIR=RESULTS_DIR,
+        StageOutput=stages.StageOutput, RESULTS_DIR=RESULTS_DIR,
         # loaded by RewardModelScore / SemanticJudge; stubbed at smoke, where the fake reward model has no weights
         model_loaders=[(reward_model, "AutoModelForSequenceClassification"), (reward_model, "load_tokenizer"),
                        (swe_judge, "AutoModelForSequenceClassification"), (swe_judge, "load_tokenizer")],
