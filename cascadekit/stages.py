@@ -41,16 +41,19 @@ class Stage:
     """One step of training, cached by a key of exactly its ``inputs``.
 
     ``build(folder)`` writes the output checkpoint into ``folder`` and returns the
-    stage's metrics (JSON values).
+    stage's metrics (JSON values). ``fixed_key`` keeps the key a stage had before
+    this runner existed (the Part I tokenizer and pretrained bases hash their
+    profile sections), so the entries already built or shipped under it stay valid.
     """
 
     kind: str
     inputs: Mapping[str, Any]
     build: Callable[[Path], Mapping[str, Any]]
+    fixed_key: str | None = None
 
     @property
     def key(self) -> str:
-        return stage_key(self.kind, self.inputs)
+        return self.fixed_key or stage_key(self.kind, self.inputs)
 
 
 def stage_key(kind: str, inputs: Mapping[str, Any]) -> str:
@@ -76,7 +79,8 @@ def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
         atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "metrics": metrics})
 
     path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild)
-    return StageOutput(path, stage.key, json.loads((path / STAGE_FILE).read_text())["metrics"])
+    recorded = path / STAGE_FILE  # an entry built before this runner (a fixed key) has none
+    return StageOutput(path, stage.key, json.loads(recorded.read_text())["metrics"] if recorded.exists() else {})
 
 
 def run_folder(kind: str, inputs: Mapping[str, Any]) -> Path:

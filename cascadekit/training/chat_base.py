@@ -27,11 +27,10 @@ from typing import Any, Mapping, Sequence
 
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from cascadekit.artifacts import cache_root
 from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.domains import domains, draw_tasks, raw_text, surfaces_fingerprint
 from cascadekit.engine.models import start_model
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
 from cascadekit.profiles import Profile
 from cascadekit.engine.runtime import (
     base_model_source, choose_device, download_allowed, load_chat_tokenizer, load_tokenizer, save_checkpoint,
@@ -108,7 +107,7 @@ def _base_stage(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> 
     inputs = {**_surfaces(profile), "tokenizer": _tokenizer_stage(profile).key,
               "model": dataclasses.asdict(profile.model), "pretrain": _pretrain_settings(profile),
               "base_tokens": profile.sft.base_tokens}
-    run_dir = cache_root() / "runs" / f"chat-base-{Stage('chat-base', inputs, dict).key}"  # Trainer checkpoints
+    run_dir = run_folder("chat-base", inputs)  # Trainer checkpoints
 
     def build(dest: Path) -> Mapping[str, Any]:
         started = time.perf_counter()

@@ -47,12 +47,13 @@ from transformers import (
     default_data_collator,
 )
 
-from cascadekit.artifacts import cache_root, get_or_build
+from cascadekit.artifacts import cache_root
 from cascadekit.bands import MIDTRAIN_MIXTURE, PRETRAIN_MIXTURE, Bands
 from cascadekit.engine.models import start_model
 from cascadekit.profiles import PretrainConfig, Profile, precision_inputs, training_precision
 from cascadekit.engine.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
 from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
+from cascadekit.stages import Stage, run_stage
 from cascadekit.world import generate_problems
 
 LOSS_LOG = "loss_log.json"
@@ -321,11 +322,11 @@ def _save_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, log:
     save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps(log)})
 
 
-def run_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
-              mixture: Mapping[str, float], split: str, tokens: int, run_dir: Path,
-              callbacks: Sequence[TrainerCallback] = (),
-              cfg: PretrainConfig | None = None, bands: Bands | None = None) -> list[tuple[int, int, float]]:
-    """Build one stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``."""
+def train_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
+                mixture: Mapping[str, float], split: str, tokens: int, run_dir: Path,
+                callbacks: Sequence[TrainerCallback] = (),
+                cfg: PretrainConfig | None = None, bands: Bands | None = None) -> list[tuple[int, int, float]]:
+    """Build one training stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``."""
     blocks = training_blocks(profile, tokenizer, mixture, split, tokens, bands)
     log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks, cfg=cfg)
     _save_stage(model, tokenizer, log, dest)
@@ -344,8 +345,8 @@ def pretrain(profile: Profile, tokenizer: PreTrainedTokenizerBase, dest: Path, r
     if base_model_source(profile) and not profile.pretrain.tokens:
         _save_stage(model, tokenizer, [], dest)
         return []
-    return run_stage(profile, model, tokenizer, dest, PRETRAIN_MIXTURE, "pretrain",
-                     profile.pretrain.tokens, run_dir, callbacks)
+    return train_stage(profile, model, tokenizer, dest, PRETRAIN_MIXTURE, "pretrain",
+                       profile.pretrain.tokens, run_dir, callbacks)
 
 
 def midtrain_config(cfg: PretrainConfig) -> PretrainConfig:
@@ -366,8 +367,8 @@ def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, toke
     """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture`` over ``bands``; save to ``dest``."""
     tokenizer = load_tokenizer(checkpoint)
     model = load_model(checkpoint, choose_device(profile))
-    return run_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
-                     cfg=midtrain_config(profile.pretrain), bands=bands)
+    return train_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
+                       cfg=midtrain_config(profile.pretrain), bands=bands)
 
 
 def tokenizer_key(profile: Profile) -> str:
@@ -389,8 +390,13 @@ def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
     """
     if source := base_model_source(profile):
         return load_tokenizer(source, allow_download=download_allowed(profile))
-    path = get_or_build("tokenizer", tokenizer_key(profile), lambda d: build_tokenizer(profile).save_pretrained(d))
-    return load_tokenizer(path)
+    def build(folder: Path) -> dict:
+        build_tokenizer(profile).save_pretrained(folder)
+        return {}
+
+    inputs = profile.to_dict()
+    stage = Stage("tokenizer", {k: inputs[k] for k in ("world", "tokenizer", "seed")}, build, tokenizer_key(profile))
+    return load_tokenizer(run_stage(stage).checkpoint)
 
 
 def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (), rebuild: bool = False) -> Path:
@@ -403,7 +409,14 @@ def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (
     key = pretrain_key(profile)
     tokenizer = cached_tokenizer(profile)
     run_dir = cache_root() / "runs" / f"pretrain-{key}"
-    return get_or_build("pretrain", key, lambda d: pretrain(profile, tokenizer, d, run_dir, callbacks), rebuild=rebuild)
+
+    def build(folder: Path) -> dict:
+        pretrain(profile, tokenizer, folder, run_dir, callbacks)  # its loss log is a file of the checkpoint
+        return {}
+
+    inputs = profile.to_dict()
+    sections = {k: inputs[k] for k in ("world", "tokenizer", "model", "pretrain", "seed")}
+    return run_stage(Stage("pretrain", {**sections, **precision_inputs(profile)}, build, key), rebuild=rebuild).checkpoint
 
 
 def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:

@@ -31,7 +31,7 @@ import os
 import random
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from cascadekit.chat import END_OF_TURN
 from cascadekit.domains import chat_record, gold_answer, prompt_text

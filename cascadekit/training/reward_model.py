@@ -50,12 +50,11 @@ from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 from trl import RewardConfig, RewardTrainer
 
-from cascadekit.artifacts import cache_root
 from cascadekit.chat import END_OF_TURN
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
 from cascadekit.training.dynamic_sampling import sample_groups
@@ -248,7 +247,7 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> Sta
     held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seed, start)
     inputs = {"start": start.key, "layers": layers, "reward_model": dataclasses.asdict(cfg),
               "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed, **precision_inputs(profile)}
-    run_dir = cache_root() / "runs" / f"reward-model-{Stage('reward-model', inputs, dict).key}"
+    run_dir = run_folder("reward-model", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)

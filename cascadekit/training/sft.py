@@ -40,11 +40,10 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-from cascadekit.artifacts import cache_root
 from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.released_data import released_sets, stream_records
 from cascadekit.engine.runtime import choose_device, download_allowed, load_tokenizer, save_checkpoint, with_lora
@@ -171,7 +170,7 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
     inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
               **engine_settings(profile.engine), **precision_inputs(profile)}
-    run_dir = cache_root() / "runs" / f"sft-{Stage('sft', inputs, dict).key}"
+    run_dir = run_folder("sft", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)

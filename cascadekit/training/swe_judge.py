@@ -45,11 +45,10 @@ from transformers import (
     TrainingArguments,
 )
 
-from cascadekit.artifacts import cache_root
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, training_precision
 from cascadekit.rewards import completion_text
 from cascadekit.engine.runtime import load_tokenizer, save_checkpoint
@@ -158,7 +157,7 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
     inputs = {"start": start.key, **settings, "tasks": _digest(train), "held_out": _digest(held_out),
               "sampling": {"temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens},
               "seed": profile.seed, **precision_inputs(profile)}
-    run_dir = cache_root() / "runs" / f"swe-judge-{Stage('swe-judge', inputs, dict).key}"
+    run_dir = run_folder("swe-judge", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
         train_examples = judge_examples(train, profile, profile.seed, start)
