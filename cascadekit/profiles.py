@@ -15,7 +15,6 @@ import json
 import math
 import numbers
 import typing
-import warnings
 from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any, Callable, Mapping
@@ -23,6 +22,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from cascadekit.world.contexts import CONTEXTS
+from cascadekit.world.corpus import rendering_fingerprint
 from cascadekit.world.graph import MAX_OP, MIN_OP
 from cascadekit.world.render import STYLES
 
@@ -311,8 +311,6 @@ class Profile:
         (:func:`cascadekit.world.corpus.rendering_fingerprint`), so a renderer change
         invalidates cached tokenizers and models as a setting change would.
         """
-        from cascadekit.world.corpus import rendering_fingerprint
-
         data = self.to_dict()
         picked = {k: data[k] for k in sections} if sections else data
         if "world" in picked:
@@ -659,32 +657,3 @@ def precision_inputs(profile: Profile) -> dict[str, str]:
     """What a training stage's key adds for ``engine.precision``: nothing at ``fp32``, so no shipped key moves."""
     precision = profile.engine.precision
     return {} if precision == "fp32" else {"precision": precision}
-
-
-def training_precision(profile: Profile) -> dict[str, bool]:
-    """``use_cpu``, ``bf16`` and ``fp16`` for a Trainer: the device's, plus bf16 autocast on the CPU when asked.
-
-    The device and dtype come from :func:`cascadekit.engine.runtime.choose_device`. On the
-    CPU, transformers' ``bf16=True`` with ``use_cpu=True`` runs each forward and
-    backward pass under ``torch.autocast("cpu", dtype=torch.bfloat16)`` and keeps
-    the weights, gradients and optimizer state in float32.
-    """
-    from cascadekit.engine.runtime import choose_device  # torch: imported only by what trains
-
-    arguments = choose_device(profile).trainer_arguments()
-    if arguments["use_cpu"] and profile.engine.precision == "bf16-autocast":
-        arguments.update(bf16=True, fp16=False)
-        if not _native_cpu_bf16():
-            warnings.warn("engine.precision=bf16-autocast on a CPU without native bf16 (no AVX512-BF16 or AMX): "
-                          "bf16 is emulated here and trains several times slower than fp32", stacklevel=2)
-    return arguments
-
-
-def _native_cpu_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (oneDNN's own check); True when torch cannot tell."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return True

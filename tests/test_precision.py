@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from cascadekit.engine.models import build_model
-from cascadekit.profiles import ProfileError, load_profile, precision_inputs, training_precision
+from cascadekit.profiles import ProfileError, load_profile, precision_inputs
+from cascadekit.engine.runtime import training_precision
 from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.training.grpo import build_grpo_config
 from cascadekit.training.pretrain import mixture_texts, pack, pretrain_key, train_lm, training_arguments

@@ -26,56 +26,18 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Callable, Sequence
 
 from cascadekit.chat import render, with_flag
+from cascadekit.domains import code, general, instructions, math, swe, tools
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.verify.tools import transcript
 
 SPLITS = ("pretrain", "sft", "rl", "eval")
 ROLES = ("system", "user", "assistant", "tool")
 MAX_DRAWS_PER_TASK = 200
-
-
-@dataclass(frozen=True)
-class Task:
-    """One prompt of a domain with its gold reasoning, answers and verifier fields.
-
-    ``answer`` ends the thinking response; ``no_think_answer`` (when set) is the
-    non-thinking one, e.g. only ``\\boxed{n}`` for math. Tool-calling tasks offer
-    ``tools`` and make ``tool_calls`` (``{"name", "arguments"}`` dicts) one per
-    assistant turn, each answered by the matching ``tool_results`` entry in a tool
-    turn; ``answer`` is then the final turn after the last result.
-    """
-
-    domain: str
-    prompt: str
-    thinking: str
-    answer: str
-    gold: dict[str, Any]
-    no_think_answer: str | None = None
-    tools: list[dict] | None = None
-    tool_calls: list[dict] | None = None
-    tool_results: list[str] | None = None
-    system: str = ""
-
-    @property
-    def key(self) -> str:
-        return hashlib.blake2b(f"{self.domain}\x1f{self.prompt}".encode(), digest_size=16).hexdigest()
-
-    def response(self, think: bool) -> str:
-        """The answer text of the requested mode."""
-        return self.answer if think or self.no_think_answer is None else self.no_think_answer
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """A verifier's verdict: ``score`` in [0, 1], a reason, and domain extras (e.g. loose IF score)."""
-
-    score: float
-    reason: str
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -236,8 +198,6 @@ def surfaces_fingerprint(ops: Sequence[int]) -> str:
 @cache
 def domains() -> dict[str, Domain]:
     """Every domain by name, in the order of the paper's cascade."""
-    from cascadekit.domains import code, general, instructions, math, swe, tools
-
     return {
         "general": Domain("general", 1, "ArenaHard", general.make_task, general.judge, general.check_gold),
         "instructions": Domain("instructions", 1, "IFEval", instructions.make_task, instructions.judge,

@@ -26,7 +26,7 @@ import random
 import re
 from typing import Any, Callable, Sequence
 
-from cascadekit.domains import Judgement, Task
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.dag import Dag, draw_dag
 from cascadekit.verify.code import FunctionTests, verify_code
 

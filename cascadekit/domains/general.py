@@ -52,7 +52,7 @@ import re
 from itertools import combinations
 from typing import Any, Sequence
 
-from cascadekit.domains import Judgement, Task
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.dag import Dag, draw_dag
 from cascadekit.verify.boxed import answer_part
 

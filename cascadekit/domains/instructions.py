@@ -30,7 +30,7 @@ import random
 import re
 from typing import Any, Sequence
 
-from cascadekit.domains import Judgement, Task
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.dag import draw_dag
 from cascadekit.verify.boxed import answer_part
 from cascadekit.verify.instructions import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import Any, Sequence
 
-from cascadekit.domains import Judgement, Task
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.code import gold_field
 from cascadekit.domains.dag import draw_dag
 from cascadekit.verify.boxed import verify_boxed

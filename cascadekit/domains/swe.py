@@ -34,7 +34,7 @@ import random
 import re
 from typing import Any, Sequence
 
-from cascadekit.domains import Judgement, Task
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.code import (
     CASES_WANT, gold_field, hidden_cases, is_cases, is_identifier, spec, writable,
 )

@@ -26,7 +26,7 @@ import json
 import random
 from typing import Any, Sequence
 
-from cascadekit.domains import Judgement, Task
+from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.dag import draw_dag
 from cascadekit.verify.tools import CALCULATOR, respond, transcript, verify_trajectory
 

@@ -37,6 +37,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
@@ -49,6 +50,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from cascadekit import distributed
+from cascadekit.chat import MARKUP_TOKENS, install_chat_template
+from cascadekit.profiles import Profile
 
 __all__ = [
     "CPU", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
@@ -338,8 +341,6 @@ def load_chat_tokenizer(source: str | os.PathLike, *, allow_download: bool | Non
     what :func:`cascadekit.chat.render` does. A tokenizer without a pad token pads
     with its end-of-text token.
     """
-    from cascadekit.chat import MARKUP_TOKENS, install_chat_template
-
     tokenizer = load_tokenizer(source, allow_download=allow_download)
     vocab = tokenizer.get_vocab()
     missing = [t for t in MARKUP_TOKENS if t not in vocab]
@@ -492,3 +493,28 @@ def _put_in_place(tmp: Path, dest: Path) -> None:
         _remove(aside)
     else:
         os.replace(tmp, dest)
+
+
+def training_precision(profile: Profile) -> dict[str, bool]:
+    """``use_cpu``, ``bf16`` and ``fp16`` for a Trainer: the device's, plus bf16 autocast on the CPU when asked.
+
+    The device and dtype come from :func:`choose_device`. On the
+    CPU, transformers' ``bf16=True`` with ``use_cpu=True`` runs each forward and
+    backward pass under ``torch.autocast("cpu", dtype=torch.bfloat16)`` and keeps
+    the weights, gradients and optimizer state in float32.
+    """
+    arguments = choose_device(profile).trainer_arguments()
+    if arguments["use_cpu"] and profile.engine.precision == "bf16-autocast":
+        arguments.update(bf16=True, fp16=False)
+        if not _native_cpu_bf16():
+            warnings.warn("engine.precision=bf16-autocast on a CPU without native bf16 (no AVX512-BF16 or AMX): "
+                          "bf16 is emulated here and trains several times slower than fp32", stacklevel=2)
+    return arguments
+
+
+def _native_cpu_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (oneDNN's own check); True when torch cannot tell."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True

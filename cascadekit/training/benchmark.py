@@ -10,7 +10,7 @@ clipping); the first steps are excluded from the timing. Run::
 to the fp32 Trainer (the kit's path today), measured in the same run: the paths
 alternate round by round, so background load hits them alike. The bf16-autocast
 path is the same Trainer with ``engine.precision: bf16-autocast``
-(:func:`cascadekit.profiles.training_precision`); the target is 1.5x.
+(:func:`cascadekit.engine.runtime.training_precision`); the target is 1.5x.
 """
 from __future__ import annotations
 

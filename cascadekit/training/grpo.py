@@ -40,8 +40,8 @@ from accelerate import PartialState
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from cascadekit.profiles import Profile, training_precision
-from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint
+from cascadekit.profiles import Profile
+from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint, training_precision
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
@@ -70,7 +70,7 @@ def build_grpo_config(
     ``num_nodes`` default to the job's (``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, as
     ``accelerate launch`` and ``torchrun`` set them; one process without them).
 
-    Device and precision come from :func:`cascadekit.profiles.training_precision` (a GPU
+    Device and precision come from :func:`cascadekit.engine.runtime.training_precision` (a GPU
     profile on a machine without CUDA runs on the CPU in float32, or under bf16
     autocast with ``engine.precision: bf16-autocast``: the update half of the step). vLLM generates
     the rollouts when the profile runs on a GPU with the ``vllm`` backend:

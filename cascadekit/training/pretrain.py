@@ -50,8 +50,10 @@ from transformers import (
 from cascadekit.artifacts import cache_root
 from cascadekit.bands import MIDTRAIN_MIXTURE, PRETRAIN_MIXTURE, Bands
 from cascadekit.engine.models import start_model
-from cascadekit.profiles import PretrainConfig, Profile, precision_inputs, training_precision
-from cascadekit.engine.runtime import base_model_source, choose_device, download_allowed, load_model, save_checkpoint
+from cascadekit.profiles import PretrainConfig, Profile, precision_inputs
+from cascadekit.engine.runtime import (
+    base_model_source, choose_device, download_allowed, load_model, save_checkpoint, training_precision,
+)
 from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
 from cascadekit.stages import Stage, run_stage
 from cascadekit.world import generate_problems
@@ -129,7 +131,7 @@ def training_blocks(profile: Profile, tokenizer: PreTrainedTokenizerBase, mixtur
 def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profile: Profile) -> TrainingArguments:
     """Trainer settings: AdamW, warmup then cosine to ``min_lr_ratio * lr``, clip 1.0.
 
-    Device and precision come from :func:`cascadekit.profiles.training_precision`
+    Device and precision come from :func:`cascadekit.engine.runtime.training_precision`
     (bf16 when the profile asks for bf16 and the device has it, bf16 autocast on
     the CPU with ``engine.precision: bf16-autocast``).
     """

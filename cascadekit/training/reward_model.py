@@ -55,8 +55,8 @@ from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs, training_precision
-from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint
+from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, training_precision
 from cascadekit.training.dynamic_sampling import sample_groups
 
 #: The held-out pairs' fit of hidden quality on the raw score, saved beside the weights.

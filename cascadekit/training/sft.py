@@ -44,9 +44,11 @@ from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs, training_precision
+from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.engine.runtime import (
+    choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
+)
 from cascadekit.released_data import released_sets, stream_records
-from cascadekit.engine.runtime import choose_device, download_allowed, load_tokenizer, save_checkpoint, with_lora
 from cascadekit.engine.trainable import engine_settings, load_trainable
 
 STAGES = (1, 2)

@@ -49,9 +49,9 @@ from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs, training_precision
+from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.engine.runtime import load_tokenizer, save_checkpoint, training_precision
 from cascadekit.rewards import completion_text
-from cascadekit.engine.runtime import load_tokenizer, save_checkpoint
 from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
 
 #: Index of the YES logit in the judge's two-way head.
