@@ -24,7 +24,6 @@ from cascadekit.passk import pass_at_k
 from cascadekit.evaluation.report import evaluate_ladder
 from cascadekit.engine.models import count_parameters
 from cascadekit.training.pipeline import pretrained
-from cascadekit.results import ResultsWriter
 from cascadekit.engine.runtime import load_model
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.training.pretrain import read_loss_log
@@ -54,8 +53,12 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def band_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Process-verified pass@1 and pass@n per band, each with a 95% bootstrap interval over problems."""
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Process-verified pass@1 and pass@n per band, each with a 95% bootstrap interval over problems.
+
+    It reads the per-sample ``records`` of a fresh run (the committed metrics keep them in
+    ``samples.jsonl.gz`` and the rows under ``paper_vs_run``).
+    """
     n = metrics["samples_per_problem"]
     counts: dict[tuple[str, int], list[int]] = {}
     for r in metrics["records"]:
@@ -77,15 +80,24 @@ def band_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (per-sample records in ``samples.jsonl.gz``), the figures and the band table."""
-    atomic_write_jsonl_gz(writer.folder / "samples.jsonl.gz", metrics["records"])
-    rows = band_rows(metrics)
-    n = metrics["samples_per_problem"]
-    figures = {"loss_curve": plots.loss_curve(metrics["loss_log"]), "ladder": plots.ladder(metrics["ladder"], n),
-               "passk_curves": plots.passk_curves(metrics["passk_by_op"])}
-    slim = {k: v for k, v in metrics.items() if k != "records"}
-    writer.save({**slim, "paper_vs_run": rows}, figures, "Chapter 03: the pretraining ladder", rows,
-                f"{metrics['parameters']:,} parameters, {metrics['pretrain_tokens']:,} pretraining tokens; the paper's "
-                f"base is 100M parameters on 10B tokens, scored at pass@128 where this run has pass@{n}. "
-                f"Intervals: bootstrap over the band's evaluation problems.")
+RESULTS_TITLE = "Chapter 03: the pretraining ladder"
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """The model's and the corpus's size beside the paper's, and where the intervals come from."""
+    return (f"{metrics['parameters']:,} parameters, {metrics['pretrain_tokens']:,} pretraining tokens; the paper's "
+            f"base is 100M parameters on 10B tokens, scored at pass@128 where this run has "
+            f"pass@{metrics['samples_per_problem']}. Intervals: bootstrap over the band's evaluation problems.")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The pretraining loss, the pass@k ladder per op, and pass@k curves per op."""
+    return {"loss_curve": plots.loss_curve(metrics["loss_log"]),
+            "ladder": plots.ladder(metrics["ladder"], metrics["samples_per_problem"]),
+            "passk_curves": plots.passk_curves(metrics["passk_by_op"])}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the per-sample records (written to ``samples.jsonl.gz`` beside them), with the claims."""
+    atomic_write_jsonl_gz(folder / "samples.jsonl.gz", metrics["records"])
+    return {**{k: v for k, v in metrics.items() if k != "records"}, "paper_vs_run": claims(metrics)}

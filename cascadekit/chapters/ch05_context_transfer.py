@@ -46,7 +46,7 @@ from cascadekit.stages import StageOutput
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.results import markdown_table
 from cascadekit.training.pretrain import LOSS_LOG, cached_tokenizer, pack, read_loss_log, train_lm
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
 
@@ -247,16 +247,12 @@ def run(config: ChapterConfig, work_dir: str | Path, shares: Sequence[float] = R
     where it stopped: finished variants cost only their evaluation.
     """
     profile, work_dir = config.profile, Path(work_dir)
-    started = time.perf_counter()
     variants = sorted((run_variant(profile, share, work_dir) for share in shares), key=lambda v: v["b_share"])
     return {
         "profile": profile.to_dict(),
-        "chapter_settings": dict(config.settings),
-        "overrides": dict(config.overrides),
         "samples_per_problem": profile.evaluation.samples,
         "shares_planned": list(shares),
         "variants": variants,
-        "wall_s": round(time.perf_counter() - started, 1),
     }
 
 
@@ -333,11 +329,12 @@ def long_b(variant: Mapping[str, Any]) -> dict[str, Any]:
                                         if r["context"] == TARGET and r["op"] > B_OP])}
 
 
-def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The paper's split, exposed against unexposed, on B above op 2 after RL, each with a paired interval.
 
     Every variant is scored on the same problems, so each row is a paired
-    bootstrap over those problems. Only variants that were run can be compared.
+    bootstrap over those problems. Only variants that were run can be compared, and only from
+    their per-sample records (a fresh run's; the committed metrics keep the rows under ``paper_vs_run``).
     """
     n = metrics["samples_per_problem"]
     by_share = {v["b_share"]: long_b(v) for v in metrics["variants"] if v.get("samples")}
@@ -356,14 +353,24 @@ def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """Metrics (per-sample records gzipped beside them), figures, the claims and the per-exposure table."""
-    atomic_write_jsonl_gz(writer.folder / "samples.jsonl.gz",
+RESULTS_TITLE = "Finding 2: context B exposure in pretraining, after identical RL"
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """Every exposure's outcome beside the paper's."""
+    return "### Every exposure against the paper\n\n" + markdown_table(paper_vs_run_rows(metrics))
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """B's pass@k per op before and after RL, the same for each source context, and the RL reward."""
+    return {"transfer_b": plot_transfer(metrics),
+            **{f"transfer_{c.lower()}": plot_transfer(metrics, c) for c in SOURCES},
+            "rl_reward": plot_rl_reward(metrics)}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics with the claims, the per-sample records gzipped beside them (``samples.jsonl.gz``)."""
+    atomic_write_jsonl_gz(folder / "samples.jsonl.gz",
                           ({"b_share": v["b_share"], **r} for v in metrics["variants"] for r in v["samples"]))
-    rows = claim_rows(metrics)
-    slim = {**metrics, "paper_vs_run": rows,
+    return {**metrics, "paper_vs_run": claims(metrics),
             "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}
-    figures = {"transfer_b": plot_transfer(slim), **{f"transfer_{c.lower()}": plot_transfer(slim, c) for c in SOURCES},
-               "rl_reward": plot_rl_reward(slim)}
-    writer.save(slim, figures, "Finding 2: context B exposure in pretraining, after identical RL", rows,
-                "### Every exposure against the paper\n\n" + markdown_table(paper_vs_run_rows(slim)))

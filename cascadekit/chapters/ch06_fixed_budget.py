@@ -57,7 +57,7 @@ from cascadekit.stages import StageOutput
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo, midtrained, pretrained
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.results import markdown_table
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.world import Problem
 
@@ -212,8 +212,6 @@ def run(config: ChapterConfig, work_dir: str | Path, units: int | None = None) -
     arms = [run_arm(profile, split, base, bands, prompts, problems, work_dir) for split in plan]
     return {
         "profile": profile.to_dict(),
-        "chapter_settings": dict(config.settings),
-        "overrides": dict(config.overrides),
         "base_checkpoint_key": base.key,
         "samples_per_problem": profile.evaluation.samples,
         "step_unit": step_unit(profile),
@@ -222,7 +220,6 @@ def run(config: ChapterConfig, work_dir: str | Path, units: int | None = None) -
         "bands": bands.to_dict(),
         "base": base_summary,
         "arms": arms,
-        "wall_s": round(sum(a["midtrain_wall_s"] + a["rl_wall_s"] + a["eval_wall_s"] for a in arms), 1),
     }
 
 
@@ -308,7 +305,7 @@ MIDTRAIN_HEAVY = ("full_midtrain", "light_rl")
 RL_HEAVY = ("heavy_rl", "full_rl")
 
 
-def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The finding's two claims, each the best arm of the favoured group against the best of the other.
 
     The arms are scored on the same problems, so each interval is a paired
@@ -336,13 +333,22 @@ def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """Metrics, figures, the claims with their intervals, and the per-arm table."""
-    n = metrics["samples_per_problem"]
-    per_arm = "### Every arm against the paper\n\n" + markdown_table(paper_vs_run_rows(metrics))
-    spend = "### Budget spent per arm\n\n" + markdown_table(spend_rows(metrics))
-    rows = claim_rows(metrics)
-    writer.save({**metrics, "paper_vs_run": rows}, {"scores": plot_scores(metrics), "spend": plot_spend(metrics)},
-                "Finding 3: one budget split between mid-training and RL", rows,
-                f"{metrics.get('ranges', '')} Each claim compares two arms on the same {n}-sample evaluation "
-                f"problems (paired bootstrap over problems).\n\n{per_arm}\n\n{spend}")
+RESULTS_TITLE = "Finding 3: one budget split between mid-training and RL"
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """How the claims compare arms, then every arm against the paper and the budget each spent."""
+    return (f"{metrics.get('ranges', '')} Each claim compares two arms on the same {metrics['samples_per_problem']}"
+            f"-sample evaluation problems (paired bootstrap over problems).\n\n"
+            f"### Every arm against the paper\n\n{markdown_table(paper_vs_run_rows(metrics))}\n\n"
+            f"### Budget spent per arm\n\n{markdown_table(spend_rows(metrics))}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Edge and hard pass@k per arm, and the budget each arm spent."""
+    return {"scores": plot_scores(metrics), "spend": plot_spend(metrics)}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics with the claims beside them."""
+    return {**metrics, "paper_vs_run": claims(metrics)}

@@ -27,7 +27,6 @@ CPU scales the edge and hard ranges are measured on the base, as in chapter 04
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -39,7 +38,6 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, deltas, edge_caveat, pass_rows,
                                            plot_curves, plot_passk, rl_arm, run_sizes, settings)
 from cascadekit.training.pipeline import pretrained
-from cascadekit.results import ResultsWriter
 from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, strict_reward
 
 RL_RANGE = "edge"
@@ -88,7 +86,6 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     band), the changes against the base and the structural-error table.
     """
     profile, work_dir = config.profile, Path(work_dir)
-    started = time.perf_counter()
     base = pretrained(profile)
     bands, base_eval = base_bands(profile, base, config.range_source)
     runs = {name: rl_arm(profile, base, bands, RL_RANGE, fn, work_dir / name) for name, fn in rewards().items()}
@@ -99,7 +96,6 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
                      "base_checkpoint": base.key, "ranges": base_eval["ranges"],
                      "chapter_settings": dict(config.settings), "overrides": dict(config.overrides)},
         "base": base_eval, "runs": runs, "table": table, "deltas": deltas(table), "errors": error_rows(evaluations),
-        "wall_s": round(time.perf_counter() - started, 1),
     }
 
 
@@ -120,7 +116,10 @@ def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> F
     return fig
 
 
-def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
+RESULTS_TITLE = "Process rewards: paper vs this run"
+
+
+def claims(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The paper's section 6 numbers (op 15-20) beside this run's hard band, and the RL's own (edge) band.
 
     Absolute numbers are not comparable (a 100M model on op 15-20 against a toy
@@ -167,7 +166,7 @@ def mixed_caveat(result: dict[str, Any]) -> str:
             "credit, and the group-standardised advantages of the two runs were the same, so they trained alike.")
 
 
-def run_notes(result: dict[str, Any]) -> str:
+def notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers."""
     s = result["settings"]
     return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
@@ -178,12 +177,14 @@ def run_notes(result: dict[str, Any]) -> str:
             + mixed_caveat(result))
 
 
-def write(result: dict[str, Any], writer: ResultsWriter) -> None:
-    """Metrics JSON, figures and ``paper_vs_run.md``."""
+def figures(result: dict[str, Any]) -> dict[str, Figure]:
+    """pass@k by reward, the structural errors on the hard and the edge range, and the GRPO curves."""
     n = result["base"]["evaluation"]["samples_per_problem"]
-    rows = paper_vs_run(result)
-    figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
-               "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
-               "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
-    writer.save({**result, "paper_vs_run": rows}, figures, "Process rewards: paper vs this run", rows,
-                run_notes(result))
+    return {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
+            "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
+            "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
+
+
+def committed(result: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics with the claims beside them."""
+    return {**result, "paper_vs_run": claims(result)}
