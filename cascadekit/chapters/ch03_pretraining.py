@@ -22,6 +22,9 @@ from cascadekit.claims import bootstrap_interval
 from cascadekit.bands import RANGES
 from cascadekit.passk import pass_at_k
 from cascadekit.evaluation.report import evaluate_ladder
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Number
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.engine.models import count_parameters
 from cascadekit.training.pipeline import pretrained
 from cascadekit.engine.runtime import load_model
@@ -101,3 +104,32 @@ def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The metrics without the per-sample records (written to ``samples.jsonl.gz`` beside them), with the claims."""
     atomic_write_jsonl_gz(folder / "samples.jsonl.gz", metrics["records"])
     return {**{k: v for k, v in metrics.items() if k != "records"}, "paper_vs_run": claims(metrics)}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _luckiest_op() -> int:
+    ladder = committed_metrics("03_pretraining")["ladder"]
+    return max(ladder, key=lambda r: r["answer_pass@1"] - r["process_pass@1"])["op"]
+
+
+def _tokens_per_second() -> float:
+    metrics = committed_metrics("03_pretraining")
+    return metrics["pretrain_tokens"] / metrics["base_build_wall_s"]
+
+
+EXERCISES = [
+    Exercise("03.1", "Lucky guesses in the ladder",
+             "In the committed toy run (`load_metrics(\"03_pretraining\")[\"ladder\"]`), at which op is the gap "
+             "between answer-only pass@1 and process-verified pass@1 the largest?",
+             Number(_luckiest_op, abs_=0.0), "for each row compute `answer_pass@1 - process_pass@1` and take the op "
+             "of the largest; small answers are easy to guess.", "answer = None  # an op, e.g. 4"),
+    Exercise("03.2", "What the shipped base cost",
+             "From the committed toy run, how many tokens per second did building the shipped base reach "
+             "(`pretrain_tokens` over `base_build_wall_s`)? Within 2%. Then estimate how long 32M tokens would take.",
+             Number(_tokens_per_second, rel=0.02), "both numbers are top-level keys of the chapter's metrics.json.",
+             "answer = None  # tokens per second"),
+]

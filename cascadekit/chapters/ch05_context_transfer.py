@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.atomic import atomic_write_json, atomic_write_jsonl_gz
 from cascadekit.chapters import ChapterConfig
 from cascadekit.evaluation.report import eval_problems
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Choice, Number
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import RL_REWARD, change_row, passk_rows, per_problem, rl_problems
 from cascadekit.engine.models import build_model
 from cascadekit.stages import StageOutput
@@ -374,3 +378,39 @@ def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
                           ({"b_share": v["b_share"], **r} for v in metrics["variants"] for r in v["samples"]))
     return {**metrics, "paper_vs_run": claims(metrics),
             "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _actual_share() -> float:
+    variants = committed_metrics("05_context_transfer")["variants"]
+    return next(v for v in variants if v["b_share"] == 0.01)["corpus"]["actual_b_share"]
+
+
+SHARE_OPTIONS = tuple(str(share) for share in B_SHARES)  #: the exposures as an answer writes them ("0.01")
+
+
+def _best_share() -> str:
+    def transfer(variant: dict) -> float:
+        rows = [r for r in variant["after"] if r["context"] == "B" and r["op"] >= 3]
+        return statistics.mean(r["pass@32"] for r in rows)
+    best = max(committed_metrics("05_context_transfer")["variants"], key=transfer)
+    return next(s for s in SHARE_OPTIONS if float(s) == best["b_share"])
+
+
+EXERCISES = [
+    Exercise("05.1", "Asked share, measured share",
+             "The 1% variant asked for 1% of its pretraining tokens from context B. What share did its corpus "
+             "actually hold, in the committed run? Within 2%.",
+             Number(_actual_share, rel=0.02), "look at the variant whose `b_share` is 0.01 and its `corpus` "
+             "record; whole problems make it differ from the asked share.", "answer = None  # a fraction"),
+    Exercise("05.2", "Which exposure transferred?",
+             "In the committed run, which exposure (`b_share`) gives the highest mean pass@32 on context B at ops "
+             "3 and above after RL? Answer with the share as written: "
+             + ", ".join(repr(s) for s in SHARE_OPTIONS) + ".",
+             Choice(SHARE_OPTIONS, _best_share), "average the `after` rows with context B and op >= 3 per variant.",
+             "answer = None  # e.g. \"0.0\"", homework=True),
+]

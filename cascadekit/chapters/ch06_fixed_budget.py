@@ -49,7 +49,10 @@ from typing import Any, Mapping, Sequence
 import matplotlib.pyplot as plt
 
 from cascadekit.chapters import ChapterConfig
-from cascadekit.engine.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
+from cascadekit.engine.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt, rl_token_equivalent
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Choice, Function
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.bands import Bands
 from cascadekit.evaluation.report import eval_problems
 from cascadekit.chapters.interplay import RL_REWARD, band_problems, base_bands, change_row, summarize
@@ -352,3 +355,36 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
 def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The metrics with the claims beside them."""
     return {**metrics, "paper_vs_run": claims(metrics)}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _rl_cost(prompts: int, rollouts: int, tokens: int, reference_model: bool) -> float:
+    return float(rl_token_equivalent(prompts, rollouts, tokens, reference_model=reference_model))
+
+
+ARM_NAMES = tuple(ARMS)  #: the five arms, mid-training-heavy first
+
+
+def _best_edge_arm() -> str:
+    arms = committed_metrics("06_fixed_budget")["arms"]
+    return max(arms, key=lambda a: _range_value(a["by_range"], "edge", "pass@1"))["arm"]
+
+
+EXERCISES = [
+    Exercise("06.1", "Price an RL run in tokens",
+             "Write `rl_cost(prompts, rollouts, tokens, reference_model)`: the supervised tokens that cost as much "
+             "as this GRPO run (the chapter's T_RL), with or without a reference model.",
+             Function(lambda: [(1, 1, 1, True), (1, 1, 1, False), (64, 8, 512, True), (64, 8, 512, False),
+                               (100 * 1024, 6, 2048, True)], _rl_cost, rel=1e-9),
+             "T_RL = (8 + 2γ)/6 · N · r · L, with γ = 1 when a reference model runs its forward pass and 0 otherwise.",
+             "def rl_cost(prompts, rollouts, tokens, reference_model):\n    ...\n\nanswer = rl_cost"),
+    Exercise("06.2", "Which arm won the edge?",
+             "In the committed run, which arm has the highest process-verified pass@1 on the edge range? One of "
+             + ", ".join(repr(a) for a in ARM_NAMES) + ".",
+             Choice(ARM_NAMES, _best_edge_arm), "each arm's `by_range` holds a row with `range` edge.",
+             "answer = None  # an arm's name"),
+]
