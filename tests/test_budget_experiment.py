@@ -99,12 +99,12 @@ def _arm(name: str, edge_solved: int, hard_solved: int, n: int = 8, problems: in
 def test_claims_compare_the_best_arms_with_paired_intervals():
     metrics = {"samples_per_problem": 8, "arms": [_arm("full_midtrain", 12, 0), _arm("light_rl", 10, 0),
                                                   _arm("heavy_rl", 2, 9), _arm("full_rl", 0, 8)]}
-    edge, hard = bx.claim_rows(metrics)
+    edge, hard = bx.claims(metrics)
     assert "full_midtrain" in edge["claim"] and "heavy_rl" in edge["claim"] and edge["verdict"] == "reproduced"
     assert hard["this run"] == pytest.approx(9 / 20) and hard["verdict"] == "reproduced"
     metrics["arms"] = [_arm(a["arm"], 1, 1) for a in metrics["arms"]]
-    assert all(r["verdict"] == "cannot tell" for r in bx.claim_rows(metrics))  # equal arms: no difference
-    assert bx.claim_rows({"samples_per_problem": 8, "arms": metrics["arms"][:1]}) == []
+    assert all(r["verdict"] == "cannot tell" for r in bx.claims(metrics))  # equal arms: no difference
+    assert bx.claims({"samples_per_problem": 8, "arms": metrics["arms"][:1]}) == []
 
 
 def test_evaluation_covers_the_bands_edge_and_hard_ops():

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from cascadekit.chapters import resolve
+from cascadekit.chapters import resolve, write
 from cascadekit.chapters import ch05_context_transfer as ct
 from cascadekit.profiles import load_profile
-from cascadekit.results import ResultsWriter
+from cascadekit.results import ResultsWriter, load_metrics
 
 FOLDER = "05_context_transfer"
 
@@ -106,18 +106,20 @@ def test_tables_and_figures_from_metrics(tmp_path):
     assert [(r["b_share"], r["op"], r["pass@4 after"]) for r in rows][-2:] == [("10.0%", 2, 0.5), ("10.0%", 3, 0.5)]
     paper = ct.paper_vs_run_rows(metrics)
     assert paper[3]["op 3 pass@4 before/after"] == "0.00 / 0.50"
-    ct.write(metrics, ResultsWriter(FOLDER, "smoke", "test", out=tmp_path))
+    write("05", metrics, ResultsWriter(FOLDER, "smoke", "test", out=tmp_path))
     folder = tmp_path / FOLDER
     assert {p.name for p in folder.iterdir()} >= {"metrics.json", "paper_vs_run.md", "transfer_b.png",
                                                   "transfer_a.png", "rl_reward.png", "samples.jsonl.gz"}
+    kept = load_metrics(FOLDER, root=tmp_path)
+    assert kept["paper_vs_run"] == ct.claims(metrics) and not any("samples" in v for v in kept["variants"])
 
 
 def test_claims_pair_the_exposures_on_the_same_problems():
-    rows = {r["claim"].split(": ")[1]: r["verdict"] for r in ct.claim_rows(_fake_metrics())}
+    rows = {r["claim"].split(": ")[1]: r["verdict"] for r in ct.claims(_fake_metrics())}
     assert rows == {"0.1% minus 0.0% exposure": "reproduced", "1.0% minus 0.1% exposure": "reproduced",
                     "10.0% minus 0.1% exposure": "reproduced"}
     partial = {**_fake_metrics(), "variants": _fake_metrics()["variants"][2:]}
-    assert ct.claim_rows(partial) == []  # no unexposed variant ran: nothing to compare
+    assert ct.claims(partial) == []  # no unexposed variant ran: nothing to compare
 
 
 @pytest.mark.slow

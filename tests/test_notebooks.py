@@ -35,7 +35,8 @@ def test_first_code_cell_is_parameters(path: Path) -> None:
     for name in ("scale", "seed", "out_dir"):
         assert f"{name} =" in first.source
     second = [c for c in nb.cells if c.cell_type == "code"][1]
-    assert "start_chapter(" in second.source
+    assert f'ch = chapter("{path.stem[:2]}", scale, seed, out_dir, overrides)' in second.source, \
+        f"{path.name}: the second cell opens its own chapter object"
 
 
 @pytest.mark.parametrize("path", CHAPTERS + sorted((CHAPTERS[0].parent / "solutions").glob("*.ipynb")),
@@ -79,7 +80,7 @@ _CHAPTER_RUN = re.compile(r"^\s*\w+ = ([\w.]*\brun)\(config, out_dir\)", re.M)
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_a_committed_toy_run_is_read_unless_retrain(path: Path) -> None:
-    """A chapter with a committed toy run calls its ``run`` through ``committed_or_run``, with a ``retrain`` parameter.
+    """A chapter with a committed toy run gets its results from ``ch.results(retrain)``, with a ``retrain`` parameter.
 
     A toy chapter trains for minutes to an hour, so a course reads the committed run by
     default (issue 22); a chapter with nothing committed yet has nothing to read.
@@ -94,7 +95,8 @@ def test_a_committed_toy_run_is_read_unless_retrain(path: Path) -> None:
         pytest.skip(f"{path.stem} has no committed toy run")
     direct = [m.group(0).strip() for source in code for m in _CHAPTER_RUN.finditer(source)]
     assert not direct, f"{path.name} calls its run directly: {direct}"
-    uses = re.findall(r"committed_or_run\(([^)]*)\)", "\n".join(code))
-    assert all(re.fullmatch(r"[\w.]+, config, out_dir, retrain", u) for u in uses), uses
+    assert "committed_or_run(" not in "\n".join(code), f"{path.name}: read the results through ch.results(retrain)"
+    uses = re.findall(r"\bch\.results\(([^)]*)\)", "\n".join(code))
+    assert all(u == "retrain" for u in uses), uses
     if uses:
         assert re.search(r"^retrain = False\b", code[0], re.M), f"{path.name}: no `retrain = False` parameter"

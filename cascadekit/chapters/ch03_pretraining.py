@@ -22,9 +22,11 @@ from cascadekit.claims import bootstrap_interval
 from cascadekit.bands import RANGES
 from cascadekit.passk import pass_at_k
 from cascadekit.evaluation.report import evaluate_ladder
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Number
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.engine.models import count_parameters
 from cascadekit.training.pipeline import pretrained
-from cascadekit.results import ResultsWriter
 from cascadekit.engine.runtime import load_model
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.training.pretrain import read_loss_log
@@ -54,8 +56,12 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def band_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Process-verified pass@1 and pass@n per band, each with a 95% bootstrap interval over problems."""
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Process-verified pass@1 and pass@n per band, each with a 95% bootstrap interval over problems.
+
+    It reads the per-sample ``records`` of a fresh run (the committed metrics keep them in
+    ``samples.jsonl.gz`` and the rows under ``paper_vs_run``).
+    """
     n = metrics["samples_per_problem"]
     counts: dict[tuple[str, int], list[int]] = {}
     for r in metrics["records"]:
@@ -77,15 +83,53 @@ def band_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (per-sample records in ``samples.jsonl.gz``), the figures and the band table."""
-    atomic_write_jsonl_gz(writer.folder / "samples.jsonl.gz", metrics["records"])
-    rows = band_rows(metrics)
-    n = metrics["samples_per_problem"]
-    figures = {"loss_curve": plots.loss_curve(metrics["loss_log"]), "ladder": plots.ladder(metrics["ladder"], n),
-               "passk_curves": plots.passk_curves(metrics["passk_by_op"])}
-    slim = {k: v for k, v in metrics.items() if k != "records"}
-    writer.save({**slim, "paper_vs_run": rows}, figures, "Chapter 03: the pretraining ladder", rows,
-                f"{metrics['parameters']:,} parameters, {metrics['pretrain_tokens']:,} pretraining tokens; the paper's "
-                f"base is 100M parameters on 10B tokens, scored at pass@128 where this run has pass@{n}. "
-                f"Intervals: bootstrap over the band's evaluation problems.")
+RESULTS_TITLE = "Chapter 03: the pretraining ladder"
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """The model's and the corpus's size beside the paper's, and where the intervals come from."""
+    return (f"{metrics['parameters']:,} parameters, {metrics['pretrain_tokens']:,} pretraining tokens; the paper's "
+            f"base is 100M parameters on 10B tokens, scored at pass@128 where this run has "
+            f"pass@{metrics['samples_per_problem']}. Intervals: bootstrap over the band's evaluation problems.")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The pretraining loss, the pass@k ladder per op, and pass@k curves per op."""
+    return {"loss_curve": plots.loss_curve(metrics["loss_log"]),
+            "ladder": plots.ladder(metrics["ladder"], metrics["samples_per_problem"]),
+            "passk_curves": plots.passk_curves(metrics["passk_by_op"])}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the per-sample records (written to ``samples.jsonl.gz`` beside them), with the claims."""
+    atomic_write_jsonl_gz(folder / "samples.jsonl.gz", metrics["records"])
+    return {**{k: v for k, v in metrics.items() if k != "records"}, "paper_vs_run": claims(metrics)}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _luckiest_op() -> int:
+    ladder = committed_metrics("03_pretraining")["ladder"]
+    return max(ladder, key=lambda r: r["answer_pass@1"] - r["process_pass@1"])["op"]
+
+
+def _tokens_per_second() -> float:
+    metrics = committed_metrics("03_pretraining")
+    return metrics["pretrain_tokens"] / metrics["base_build_wall_s"]
+
+
+EXERCISES = [
+    Exercise("03.1", "Lucky guesses in the ladder",
+             "In the committed toy run (`load_metrics(\"03_pretraining\")[\"ladder\"]`), at which op is the gap "
+             "between answer-only pass@1 and process-verified pass@1 the largest?",
+             Number(_luckiest_op, abs_=0.0), "for each row compute `answer_pass@1 - process_pass@1` and take the op "
+             "of the largest; small answers are easy to guess.", "answer = None  # an op, e.g. 4"),
+    Exercise("03.2", "What the shipped base cost",
+             "From the committed toy run, how many tokens per second did building the shipped base reach "
+             "(`pretrain_tokens` over `base_build_wall_s`)? Within 2%. Then estimate how long 32M tokens would take.",
+             Number(_tokens_per_second, rel=0.02), "both numbers are top-level keys of the chapter's metrics.json.",
+             "answer = None  # tokens per second"),
+]

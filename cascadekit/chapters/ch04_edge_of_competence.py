@@ -37,11 +37,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from cascadekit.chapters import ChapterConfig
 from cascadekit.claims import FLAT_TOLERANCE
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Function, Number
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, curve_summary, deltas, edge_caveat,
                                            pass_rows, plot_curves, plot_passk, rl_arm, run_sizes, settings,
                                            signal_row)
+from cascadekit.training.grpo import grpo_advantages
 from cascadekit.training.pipeline import pretrained
 from cascadekit.rewards import strict_reward
 
@@ -120,3 +126,51 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
 def committed(result: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The metrics with the claims and a summary of each arm's curves beside them."""
     return {**result, "paper_vs_run": claims(result), "curve_summary": curve_summary(result["runs"])}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _groups() -> list[Case]:
+    return [([0.0, 0.0, 0.0, 0.0], 4), ([1.0, 1.0, 1.0, 1.0], 4), ([0.0, 1.0, 0.0, 0.0], 4),
+            ([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], 4), ([0.2, 0.84, 1.0, 0.0, 0.5, 0.5], 3),
+            ([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], 8)]
+
+
+def _advantages(rewards: list[float], group_size: int) -> list[float]:
+    return grpo_advantages(torch.tensor(rewards, dtype=torch.float64), group_size).tolist()
+
+
+def _scaled_advantage_factor() -> float:
+    group = [0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    before = _advantages(group, 8)
+    after = _advantages([10 * r for r in group], 8)
+    return after[1] / before[1]
+
+
+def _hard_signal() -> float:
+    summary = committed_metrics("04_edge_of_competence")["curve_summary"]
+    return 1 - next(r for r in summary if r["run"] == "too_hard")["mean_frac_reward_zero_std"]
+
+
+EXERCISES = [
+    Exercise("04.1", "Implement the GRPO group advantage",
+             "Write `advantages(rewards, group_size)`: `rewards` is a flat list, the rollouts of one prompt adjacent. "
+             "Return each rollout's group-relative advantage as TRL computes it (ε = 1e-4).",
+             Function(_groups, _advantages, rel=1e-4, abs_=1e-4),
+             "per group: (r - mean) / (std + 1e-4), with the sample standard deviation (divide by G - 1, not G). "
+             "A group where every reward is equal gets all zeros.",
+             "def advantages(rewards, group_size):\n    ...\n\nanswer = advantages", homework=True),
+    Exercise("04.2", "Scale the reward, predict the update",
+             "Multiply every reward of a group by 10 (say, a reward of 0/10 instead of 0/1). By what factor do the "
+             "group-relative advantages change? Predict, then check with `grpo_advantages`.",
+             Number(_scaled_advantage_factor, rel=1e-3), "the mean and the standard deviation of the group both "
+             "scale with the rewards; only ε does not.", "answer = None  # a number"),
+    Exercise("04.3", "How much signal did the too-hard arm get?",
+             "In the committed run (`curve_summary`), what fraction of the too-hard arm's groups carried any "
+             "learning signal (1 - `mean_frac_reward_zero_std`)?",
+             Number(_hard_signal, abs_=0.002), "find the row whose `run` is `too_hard` in "
+             "`load_metrics(\"04_edge_of_competence\")[\"curve_summary\"]`.", "answer = None  # a fraction"),
+]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,16 @@ from cascadekit.artifacts import cache_root, get_or_build
 from cascadekit.atomic import atomic_write_json, atomic_write_jsonl_gz
 from cascadekit.chapters import ChapterConfig
 from cascadekit.evaluation.report import eval_problems
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Choice, Number
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import RL_REWARD, change_row, passk_rows, per_problem, rl_problems
 from cascadekit.engine.models import build_model
 from cascadekit.stages import StageOutput
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.results import markdown_table
 from cascadekit.training.pretrain import LOSS_LOG, cached_tokenizer, pack, read_loss_log, train_lm
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
 
@@ -247,16 +251,12 @@ def run(config: ChapterConfig, work_dir: str | Path, shares: Sequence[float] = R
     where it stopped: finished variants cost only their evaluation.
     """
     profile, work_dir = config.profile, Path(work_dir)
-    started = time.perf_counter()
     variants = sorted((run_variant(profile, share, work_dir) for share in shares), key=lambda v: v["b_share"])
     return {
         "profile": profile.to_dict(),
-        "chapter_settings": dict(config.settings),
-        "overrides": dict(config.overrides),
         "samples_per_problem": profile.evaluation.samples,
         "shares_planned": list(shares),
         "variants": variants,
-        "wall_s": round(time.perf_counter() - started, 1),
     }
 
 
@@ -333,11 +333,12 @@ def long_b(variant: Mapping[str, Any]) -> dict[str, Any]:
                                         if r["context"] == TARGET and r["op"] > B_OP])}
 
 
-def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The paper's split, exposed against unexposed, on B above op 2 after RL, each with a paired interval.
 
     Every variant is scored on the same problems, so each row is a paired
-    bootstrap over those problems. Only variants that were run can be compared.
+    bootstrap over those problems. Only variants that were run can be compared, and only from
+    their per-sample records (a fresh run's; the committed metrics keep the rows under ``paper_vs_run``).
     """
     n = metrics["samples_per_problem"]
     by_share = {v["b_share"]: long_b(v) for v in metrics["variants"] if v.get("samples")}
@@ -356,14 +357,60 @@ def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """Metrics (per-sample records gzipped beside them), figures, the claims and the per-exposure table."""
-    atomic_write_jsonl_gz(writer.folder / "samples.jsonl.gz",
+RESULTS_TITLE = "Finding 2: context B exposure in pretraining, after identical RL"
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """Every exposure's outcome beside the paper's."""
+    return "### Every exposure against the paper\n\n" + markdown_table(paper_vs_run_rows(metrics))
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """B's pass@k per op before and after RL, the same for each source context, and the RL reward."""
+    return {"transfer_b": plot_transfer(metrics),
+            **{f"transfer_{c.lower()}": plot_transfer(metrics, c) for c in SOURCES},
+            "rl_reward": plot_rl_reward(metrics)}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics with the claims, the per-sample records gzipped beside them (``samples.jsonl.gz``)."""
+    atomic_write_jsonl_gz(folder / "samples.jsonl.gz",
                           ({"b_share": v["b_share"], **r} for v in metrics["variants"] for r in v["samples"]))
-    rows = claim_rows(metrics)
-    slim = {**metrics, "paper_vs_run": rows,
+    return {**metrics, "paper_vs_run": claims(metrics),
             "variants": [{k: x for k, x in v.items() if k != "samples"} for v in metrics["variants"]]}
-    figures = {"transfer_b": plot_transfer(slim), **{f"transfer_{c.lower()}": plot_transfer(slim, c) for c in SOURCES},
-               "rl_reward": plot_rl_reward(slim)}
-    writer.save(slim, figures, "Finding 2: context B exposure in pretraining, after identical RL", rows,
-                "### Every exposure against the paper\n\n" + markdown_table(paper_vs_run_rows(slim)))
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _actual_share() -> float:
+    variants = committed_metrics("05_context_transfer")["variants"]
+    return next(v for v in variants if v["b_share"] == 0.01)["corpus"]["actual_b_share"]
+
+
+SHARE_OPTIONS = tuple(str(share) for share in B_SHARES)  #: the exposures as an answer writes them ("0.01")
+
+
+def _best_share() -> str:
+    def transfer(variant: dict) -> float:
+        rows = [r for r in variant["after"] if r["context"] == "B" and r["op"] >= 3]
+        return statistics.mean(r["pass@32"] for r in rows)
+    best = max(committed_metrics("05_context_transfer")["variants"], key=transfer)
+    return next(s for s in SHARE_OPTIONS if float(s) == best["b_share"])
+
+
+EXERCISES = [
+    Exercise("05.1", "Asked share, measured share",
+             "The 1% variant asked for 1% of its pretraining tokens from context B. What share did its corpus "
+             "actually hold, in the committed run? Within 2%.",
+             Number(_actual_share, rel=0.02), "look at the variant whose `b_share` is 0.01 and its `corpus` "
+             "record; whole problems make it differ from the asked share.", "answer = None  # a fraction"),
+    Exercise("05.2", "Which exposure transferred?",
+             "In the committed run, which exposure (`b_share`) gives the highest mean pass@32 on context B at ops "
+             "3 and above after RL? Answer with the share as written: "
+             + ", ".join(repr(s) for s in SHARE_OPTIONS) + ".",
+             Choice(SHARE_OPTIONS, _best_share), "average the `after` rows with context B and op >= 3 per variant.",
+             "answer = None  # e.g. \"0.0\"", homework=True),
+]

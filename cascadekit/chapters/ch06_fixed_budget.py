@@ -49,7 +49,10 @@ from typing import Any, Mapping, Sequence
 import matplotlib.pyplot as plt
 
 from cascadekit.chapters import ChapterConfig
-from cascadekit.engine.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt
+from cascadekit.engine.compute import ARMS, BudgetSplit, budget_arms, rl_cost_per_prompt, rl_token_equivalent
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Choice, Function
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.bands import Bands
 from cascadekit.evaluation.report import eval_problems
 from cascadekit.chapters.interplay import RL_REWARD, band_problems, base_bands, change_row, summarize
@@ -57,7 +60,7 @@ from cascadekit.stages import StageOutput
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo, midtrained, pretrained
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table
+from cascadekit.results import markdown_table
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.world import Problem
 
@@ -212,8 +215,6 @@ def run(config: ChapterConfig, work_dir: str | Path, units: int | None = None) -
     arms = [run_arm(profile, split, base, bands, prompts, problems, work_dir) for split in plan]
     return {
         "profile": profile.to_dict(),
-        "chapter_settings": dict(config.settings),
-        "overrides": dict(config.overrides),
         "base_checkpoint_key": base.key,
         "samples_per_problem": profile.evaluation.samples,
         "step_unit": step_unit(profile),
@@ -222,7 +223,6 @@ def run(config: ChapterConfig, work_dir: str | Path, units: int | None = None) -
         "bands": bands.to_dict(),
         "base": base_summary,
         "arms": arms,
-        "wall_s": round(sum(a["midtrain_wall_s"] + a["rl_wall_s"] + a["eval_wall_s"] for a in arms), 1),
     }
 
 
@@ -308,7 +308,7 @@ MIDTRAIN_HEAVY = ("full_midtrain", "light_rl")
 RL_HEAVY = ("heavy_rl", "full_rl")
 
 
-def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The finding's two claims, each the best arm of the favoured group against the best of the other.
 
     The arms are scored on the same problems, so each interval is a paired
@@ -336,13 +336,55 @@ def claim_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """Metrics, figures, the claims with their intervals, and the per-arm table."""
-    n = metrics["samples_per_problem"]
-    per_arm = "### Every arm against the paper\n\n" + markdown_table(paper_vs_run_rows(metrics))
-    spend = "### Budget spent per arm\n\n" + markdown_table(spend_rows(metrics))
-    rows = claim_rows(metrics)
-    writer.save({**metrics, "paper_vs_run": rows}, {"scores": plot_scores(metrics), "spend": plot_spend(metrics)},
-                "Finding 3: one budget split between mid-training and RL", rows,
-                f"{metrics.get('ranges', '')} Each claim compares two arms on the same {n}-sample evaluation "
-                f"problems (paired bootstrap over problems).\n\n{per_arm}\n\n{spend}")
+RESULTS_TITLE = "Finding 3: one budget split between mid-training and RL"
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """How the claims compare arms, then every arm against the paper and the budget each spent."""
+    return (f"{metrics.get('ranges', '')} Each claim compares two arms on the same {metrics['samples_per_problem']}"
+            f"-sample evaluation problems (paired bootstrap over problems).\n\n"
+            f"### Every arm against the paper\n\n{markdown_table(paper_vs_run_rows(metrics))}\n\n"
+            f"### Budget spent per arm\n\n{markdown_table(spend_rows(metrics))}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Edge and hard pass@k per arm, and the budget each arm spent."""
+    return {"scores": plot_scores(metrics), "spend": plot_spend(metrics)}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics with the claims beside them."""
+    return {**metrics, "paper_vs_run": claims(metrics)}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _rl_cost(prompts: int, rollouts: int, tokens: int, reference_model: bool) -> float:
+    return float(rl_token_equivalent(prompts, rollouts, tokens, reference_model=reference_model))
+
+
+ARM_NAMES = tuple(ARMS)  #: the five arms, mid-training-heavy first
+
+
+def _best_edge_arm() -> str:
+    arms = committed_metrics("06_fixed_budget")["arms"]
+    return max(arms, key=lambda a: _range_value(a["by_range"], "edge", "pass@1"))["arm"]
+
+
+EXERCISES = [
+    Exercise("06.1", "Price an RL run in tokens",
+             "Write `rl_cost(prompts, rollouts, tokens, reference_model)`: the supervised tokens that cost as much "
+             "as this GRPO run (the chapter's T_RL), with or without a reference model.",
+             Function(lambda: [(1, 1, 1, True), (1, 1, 1, False), (64, 8, 512, True), (64, 8, 512, False),
+                               (100 * 1024, 6, 2048, True)], _rl_cost, rel=1e-9),
+             "T_RL = (8 + 2γ)/6 · N · r · L, with γ = 1 when a reference model runs its forward pass and 0 otherwise.",
+             "def rl_cost(prompts, rollouts, tokens, reference_model):\n    ...\n\nanswer = rl_cost"),
+    Exercise("06.2", "Which arm won the edge?",
+             "In the committed run, which arm has the highest process-verified pass@1 on the edge range? One of "
+             + ", ".join(repr(a) for a in ARM_NAMES) + ".",
+             Choice(ARM_NAMES, _best_edge_arm), "each arm's `by_range` holds a row with `range` edge.",
+             "answer = None  # an arm's name"),
+]

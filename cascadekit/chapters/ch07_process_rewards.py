@@ -27,7 +27,6 @@ CPU scales the edge and hard ranges are measured on the base, as in chapter 04
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,11 +35,14 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Choice, Function, Number
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, deltas, edge_caveat, pass_rows,
                                            plot_curves, plot_passk, rl_arm, run_sizes, settings)
 from cascadekit.training.pipeline import pretrained
-from cascadekit.results import ResultsWriter
-from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, strict_reward
+from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, outcome_score, process_score, strict_reward
+from cascadekit.verify.process import ProcessVerdict
 
 RL_RANGE = "edge"
 #: Structural errors the chapter tracks: per-sample flag, name in tables.
@@ -88,7 +90,6 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     band), the changes against the base and the structural-error table.
     """
     profile, work_dir = config.profile, Path(work_dir)
-    started = time.perf_counter()
     base = pretrained(profile)
     bands, base_eval = base_bands(profile, base, config.range_source)
     runs = {name: rl_arm(profile, base, bands, RL_RANGE, fn, work_dir / name) for name, fn in rewards().items()}
@@ -99,7 +100,6 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
                      "base_checkpoint": base.key, "ranges": base_eval["ranges"],
                      "chapter_settings": dict(config.settings), "overrides": dict(config.overrides)},
         "base": base_eval, "runs": runs, "table": table, "deltas": deltas(table), "errors": error_rows(evaluations),
-        "wall_s": round(time.perf_counter() - started, 1),
     }
 
 
@@ -120,7 +120,10 @@ def plot_errors(errors: Sequence[dict[str, Any]], range_name: str = "hard") -> F
     return fig
 
 
-def paper_vs_run(result: dict[str, Any]) -> list[dict[str, Any]]:
+RESULTS_TITLE = "Process rewards: paper vs this run"
+
+
+def claims(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The paper's section 6 numbers (op 15-20) beside this run's hard band, and the RL's own (edge) band.
 
     Absolute numbers are not comparable (a 100M model on op 15-20 against a toy
@@ -167,7 +170,7 @@ def mixed_caveat(result: dict[str, Any]) -> str:
             "credit, and the group-standardised advantages of the two runs were the same, so they trained alike.")
 
 
-def run_notes(result: dict[str, Any]) -> str:
+def notes(result: dict[str, Any]) -> str:
     """The settings behind the numbers."""
     s = result["settings"]
     return (f"{s['profile'].capitalize()} run: RL on the edge range (ops {s['ops']['edge']}), hard range ops "
@@ -178,12 +181,70 @@ def run_notes(result: dict[str, Any]) -> str:
             + mixed_caveat(result))
 
 
-def write(result: dict[str, Any], writer: ResultsWriter) -> None:
-    """Metrics JSON, figures and ``paper_vs_run.md``."""
+def figures(result: dict[str, Any]) -> dict[str, Figure]:
+    """pass@k by reward, the structural errors on the hard and the edge range, and the GRPO curves."""
     n = result["base"]["evaluation"]["samples_per_problem"]
-    rows = paper_vs_run(result)
-    figures = {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
-               "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
-               "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
-    writer.save({**result, "paper_vs_run": rows}, figures, "Process rewards: paper vs this run", rows,
-                run_notes(result))
+    return {"passk": plot_passk(result["table"], n, "pass@k after RL on the edge range, by reward"),
+            "errors": plot_errors(result["errors"]), "errors_edge": plot_errors(result["errors"], "edge"),
+            "curves": plot_curves(result["runs"], "GRPO training curves, by reward")}
+
+
+def committed(result: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics with the claims beside them."""
+    return {**result, "paper_vs_run": claims(result)}
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _verdict(n_gold: int, n_missing: int, n_dependency: int, n_value: int, n_extra: int,
+             answer_correct: bool) -> ProcessVerdict:
+    return ProcessVerdict(correct=False, answer_correct=answer_correct, process_accuracy=0.0, n_gold=n_gold,
+                          n_missing=n_missing, n_dependency=n_dependency, n_value=n_value, n_extra=n_extra,
+                          answer_mismatch=not answer_correct, reason="")
+
+
+def _mixed_one_mistake() -> float:
+    verdict = _verdict(5, 0, 1, 0, 0, True)
+    return 0.2 * outcome_score(verdict) + 0.8 * process_score(verdict)
+
+
+def _process_score(n_gold: int, n_missing: int, n_dependency: int, n_value: int, n_extra: int,
+                   answer_correct: bool) -> float:
+    return process_score(_verdict(n_gold, n_missing, n_dependency, n_value, n_extra, answer_correct))
+
+
+def _verdict_cases() -> list[Case]:
+    return [(5, 0, 0, 0, 0, True), (5, 0, 1, 0, 0, True), (5, 1, 1, 0, 0, True), (4, 0, 0, 0, 2, True),
+            (3, 0, 0, 0, 9, True), (6, 2, 2, 3, 0, True), (5, 0, 0, 0, 0, False), (2, 0, 0, 1, 0, True)]
+
+
+MODELS = ("base", *rewards())  #: the models the chapter compares: the base and one RL run per reward
+
+
+def _fewest_dependency_errors() -> str:
+    errors = committed_metrics("07_process_rewards")["errors"]
+    return min((r for r in errors if r["range"] == "edge"), key=lambda r: r["dependency mismatch"])["model"]
+
+
+EXERCISES = [
+    Exercise("07.1", "Change the reward, predict the score",
+             "A solution has the right answer and one dependency mismatch, on a gold graph of 5 nodes. What does "
+             "the mixed reward with α = 0.2 (0.2 outcome + 0.8 process) give it? Predict before computing.",
+             Number(_mixed_one_mistake), "outcome is 1 (the answer is right); process is 1 - penalty / |gold|.",
+             "answer = None  # a number"),
+    Exercise("07.2", "Implement the process score",
+             "Write `process_score(n_gold, n_missing, n_dependency, n_value, n_extra, answer_correct)` as the kit "
+             "defines it (see `penalty` and `process_score` above).",
+             Function(_verdict_cases, _process_score),
+             "a wrong answer scores 0; otherwise 1 - penalty / n_gold, floored at 0, where extra nodes count at most "
+             "n_gold.", "def process_score(n_gold, n_missing, n_dependency, n_value, n_extra, answer_correct):\n"
+             "    ...\n\nanswer = process_score", homework=True),
+    Exercise("07.3", "Which reward cut dependency mistakes?",
+             "In the committed run (`errors`), which model has the lowest dependency-mismatch rate on the edge "
+             "range? One of " + ", ".join(repr(m) for m in MODELS) + ".",
+             Choice(MODELS, _fewest_dependency_errors), "filter `errors` to `range == \"edge\"` and compare "
+             "`dependency mismatch`.", "answer = None  # a model's name"),
+]

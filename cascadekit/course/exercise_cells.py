@@ -2,7 +2,7 @@
 
 One source for the notebooks and for the scripts that write them: a chapter's
 notebook ends with exactly ``exercise_cells(chapter)`` (the tests compare them),
-so editing an exercise means editing ``part1``/``part2`` and re-appending.
+so editing an exercise means editing its ``EXERCISES`` (the chapter's module) and re-appending.
 """
 from __future__ import annotations
 

@@ -4,10 +4,11 @@ Each chapter starts with a papermill ``parameters`` cell (scale, seed, out_dir,
 overrides) and then opens its one chapter object, ``ch = chapter("11", scale,
 seed, out_dir, overrides)`` (:func:`chapter`): the resolved config, the chapter's
 module, its committed or fresh results and its claims; no chapter id or results
-folder is typed after that. A chapter without a config of its own (01, 02)
-calls :func:`start_chapter`, which resolves the profile,
-prints it with the stack versions and device, makes the output folder, and
-silences the library messages the kit knows to be noise (:func:`quiet_known_noise`).
+folder is typed after that (chapters 01 and 02, with no experiment of their own,
+use only its profile). :func:`chapter` starts with :func:`start_chapter`, which
+resolves the profile, prints it with the stack versions and device, makes the
+output folder, and silences the library messages the kit knows to be noise
+(:func:`quiet_known_noise`).
 A bad setting (``papermill -p overrides '{"model.hidden": "big"}'``) is one line
 naming the field and the type it needs, the same line ``cascadekit run --set`` gives.
 :func:`show_source` displays a library function's source, so the notebook

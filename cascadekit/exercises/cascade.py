@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
-from cascadekit.exercises.part1 import committed
+from cascadekit.exercises.committed import committed_metrics
 
 RESULTS = "14_whole_cascade"
 RL_STAGES = ("RLHF", "IF-RL", "Math RL", "Code RL", "SWE RL")
@@ -32,7 +32,7 @@ def _routed(domain: str, batch: Sequence[str], scores: Sequence[float]) -> list[
 def _most_disruptive_stage() -> str:
     from cascadekit.chapters.ch14_whole_cascade import forgetting
 
-    cells = [c for c in forgetting(committed(RESULTS)) if not c["own"]]
+    cells = [c for c in forgetting(committed_metrics(RESULTS)) if not c["own"]]
     return max(RL_STAGES, key=lambda s: abs(sum(c["change"] for c in cells if c["stage"] == s)))
 
 
@@ -40,7 +40,7 @@ def _cascade_minus_joint() -> float:
     from cascadekit.chapters.ch14_whole_cascade import CASCADE, JOINT, final
     from cascadekit.evaluation.stage_claims import paired_change
 
-    metrics = committed(RESULTS)
+    metrics = committed_metrics(RESULTS)
     return paired_change(final(metrics, JOINT), final(metrics, CASCADE))[0]
 
 

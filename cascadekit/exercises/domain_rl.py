@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
-from cascadekit.exercises.part1 import committed
+from cascadekit.exercises.committed import committed_metrics
 
 # 11 · Math RL ---------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def _switching_advantage() -> float:
 
 
 def _screen_share() -> float:
-    stages = committed("11_math_rl")["runs"]["IF-RL start, filtered"]
+    stages = committed_metrics("11_math_rl")["runs"]["IF-RL start, filtered"]
     return sum(s["screen"]["rollouts"] for s in stages) / sum(s["rollouts"] for s in stages)
 
 
@@ -74,7 +74,7 @@ def _signal_gain() -> float:
 
     from cascadekit.chapters.ch12_code_rl import signal_share
 
-    runs = sorted(committed("12_code_rl")["runs"].values(), key=lambda arm: arm["temperature"])
+    runs = sorted(committed_metrics("12_code_rl")["runs"].values(), key=lambda arm: arm["temperature"])
     return statistics.mean(signal_share(runs[-1]["curves"])) - statistics.mean(signal_share(runs[0]["curves"]))
 
 
@@ -100,7 +100,7 @@ def _hacking_rate(rewards: Sequence[float], executed: Sequence[int]) -> float:
 def _lexical_hacking() -> float:
     from cascadekit.chapters.ch13_swe_rl import START, hacking_rate
 
-    return hacking_rate(committed("13_swe_rl")["rollouts"][START], "lexical")
+    return hacking_rate(committed_metrics("13_swe_rl")["rollouts"][START], "lexical")
 
 
 FIELDS = ("lexical", "semantic", "execution-free")
@@ -109,7 +109,7 @@ FIELDS = ("lexical", "semantic", "execution-free")
 def _best_tracking_field() -> str:
     from cascadekit.chapters.ch13_swe_rl import CASCADE, correlation, final_name
 
-    metrics: dict[str, Any] = committed("13_swe_rl")
+    metrics: dict[str, Any] = committed_metrics("13_swe_rl")
     rollouts = metrics["rollouts"][final_name(CASCADE, metrics["trained_context"])]
     return max(FIELDS, key=lambda field: correlation(rollouts, field))
 

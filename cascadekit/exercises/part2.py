@@ -3,21 +3,21 @@ from __future__ import annotations
 
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
-from cascadekit.exercises.part1 import committed
+from cascadekit.exercises.committed import committed_metrics
 
 DOMAINS = ("math", "code", "tools", "swe", "instructions", "general")
 
 
 def _row(chapter: str, stage: str, domain: str, mode: str) -> dict:
     """The stage-table row of one stage, domain and mode (stage names may hold commas)."""
-    return next(r for r in committed(chapter)["rows"]
+    return next(r for r in committed_metrics(chapter)["rows"]
                 if (r["stage"], r["domain"], r["mode"]) == (stage, domain, mode))
 
 
 # 08 · a unified thinking model ----------------------------------------------
 
 def _weakest_think_domain() -> str:
-    rows = [r for r in committed("08_unified_thinking_model")["rows"]
+    rows = [r for r in committed_metrics("08_unified_thinking_model")["rows"]
             if r["stage"] == "SFT stage 2" and r["mode"] == "think"]
     return min(rows, key=lambda r: r["score"])["domain"]
 
@@ -37,7 +37,7 @@ def _bt_loss(chosen: float, rejected: float) -> float:
 
 
 def _accuracy_gain() -> float:
-    models = committed("09_rlhf")["reward_models"]
+    models = committed_metrics("09_rlhf")["reward_models"]
     return models["4"]["held_out"]["accuracy"] - models["1"]["held_out"]["accuracy"]
 
 

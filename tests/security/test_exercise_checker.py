@@ -201,7 +201,7 @@ def through_the_registry(n, c, k):
 
 
 def by_import(n, c, k):
-    from cascadekit.exercises.part1 import _passk
+    from cascadekit.chapters.ch02_judging_a_solution import _passk
 
     return _passk(n, c, k)
 
@@ -226,7 +226,8 @@ def through_the_callers_frames(n, c, k):
 def by_reloading(n, c, k):
     import importlib
 
-    module = sys.modules.get("cascadekit.exercises.part1") or importlib.import_module("cascadekit.exercises.part1")
+    name = "cascadekit.chapters.ch02_judging_a_solution"
+    module = sys.modules.get(name) or importlib.import_module(name)
     return importlib.reload(module)._passk(n, c, k)
 
 
