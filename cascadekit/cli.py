@@ -175,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         results = run_course(args.scale, Path(args.out), only=args.only.split(",") if args.only else None,
-                             seed=args.seed, overrides=parse_overrides(args.set))
+                             seed=args.seed, overrides=parse_overrides(args.set), command=_command(args))
     except ChapterFailed as err:
         print(err, file=sys.stderr)
         return 1
@@ -353,7 +353,8 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
                 except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
                     raise ValueError(f"{args.records}:{number}: {err}") from None
     set_threads(args.threads)
-    evaluate_checkpoints(checkpoints, profile, Path(args.out), records, allow_download=args.allow_download or None)
+    evaluate_checkpoints(checkpoints, profile, Path(args.out), records, allow_download=args.allow_download or None,
+                         command=_command(args))
     print((Path(args.out) / "stage_table.md").read_text())
     return 0
 
@@ -364,11 +365,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     The name and settings are checked before any work; the files go to ``--out``
     (default ``runs/probes/<name>``), never into ``data/`` unless asked.
     """
-    from cascadekit.atomic import atomic_write_json, atomic_write_text
+    from cascadekit.atomic import atomic_write_text
     from cascadekit.chapters import resolve
     from cascadekit.chapters.probes import PROBES
     from cascadekit.profiles import parse_overrides, set_threads
-    from cascadekit.results import provenance
+    from cascadekit.results import write_result
 
     if args.name not in PROBES:
         raise ValueError(f"unknown probe {args.name[:40]!r}; choose one of {', '.join(PROBES)}")
@@ -381,9 +382,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     result = probe.run(config)
     table = probe.format(result)
     print(table)
-    atomic_write_json(out / "result.json", {"probe": args.name,
-                                            "produced_by": provenance(_command(args)),
-                                            **result})
+    write_result(out / "result.json", {"probe": args.name, **result}, _command(args))
     atomic_write_text(out / "output.txt", table + "\n")
     print(f"results: {out}")
     return 0
