@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from cascadekit.world.contexts import CONTEXTS
+from cascadekit.world.corpus import rendering_fingerprint
 from cascadekit.world.graph import MAX_OP, MIN_OP
 from cascadekit.world.render import STYLES
 
@@ -311,8 +312,6 @@ class Profile:
         (:func:`cascadekit.world.corpus.rendering_fingerprint`), so a renderer change
         invalidates cached tokenizers and models as a setting change would.
         """
-        from cascadekit.world.corpus import rendering_fingerprint
-
         data = self.to_dict()
         picked = {k: data[k] for k in sections} if sections else data
         if "world" in picked:

@@ -49,6 +49,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from cascadekit import distributed
+from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 
 __all__ = [
     "CPU", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
@@ -338,8 +339,6 @@ def load_chat_tokenizer(source: str | os.PathLike, *, allow_download: bool | Non
     what :func:`cascadekit.chat.render` does. A tokenizer without a pad token pads
     with its end-of-text token.
     """
-    from cascadekit.chat import MARKUP_TOKENS, install_chat_template
-
     tokenizer = load_tokenizer(source, allow_download=allow_download)
     vocab = tokenizer.get_vocab()
     missing = [t for t in MARKUP_TOKENS if t not in vocab]
