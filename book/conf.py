@@ -17,6 +17,6 @@ myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 html_theme = "sphinx_book_theme"
 html_title = "cascadekit: reasoning-model post-training, end to end"
 html_theme_options = {"show_navbar_depth": 2, "use_download_button": False}
-# timings.md is included by setup.md, syllabus.md by teaching.md; syllabus.yaml is the guide's data
+# timings.md is included by setup.md, syllabus.md by teaching.md; the guide's data is cascadekit/chapters/chapters.yaml
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "timings.md", "syllabus.md"]
 suppress_warnings = ["mystnb.unknown_mime_type"]

@@ -17,7 +17,7 @@ import shlex
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NamedTuple, NoReturn
 
 #: ``data --count`` at most: ten million problems is about two hours of generation
 #: (~1,600 problems/s on one core) and ~1.5 GB of deduplication keys; the JSONL
@@ -175,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         results = run_course(args.scale, Path(args.out), only=args.only.split(",") if args.only else None,
-                             seed=args.seed, overrides=parse_overrides(args.set))
+                             seed=args.seed, overrides=parse_overrides(args.set), command=_command(args))
     except ChapterFailed as err:
         print(err, file=sys.stderr)
         return 1
@@ -353,7 +353,8 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
                 except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
                     raise ValueError(f"{args.records}:{number}: {err}") from None
     set_threads(args.threads)
-    evaluate_checkpoints(checkpoints, profile, Path(args.out), records, allow_download=args.allow_download or None)
+    evaluate_checkpoints(checkpoints, profile, Path(args.out), records, allow_download=args.allow_download or None,
+                         command=_command(args))
     print((Path(args.out) / "stage_table.md").read_text())
     return 0
 
@@ -364,11 +365,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     The name and settings are checked before any work; the files go to ``--out``
     (default ``runs/probes/<name>``), never into ``data/`` unless asked.
     """
-    from cascadekit.atomic import atomic_write_json, atomic_write_text
+    from cascadekit.atomic import atomic_write_text
     from cascadekit.chapters import resolve
     from cascadekit.chapters.probes import PROBES
     from cascadekit.profiles import parse_overrides, set_threads
-    from cascadekit.results import provenance
+    from cascadekit.results import write_result
 
     if args.name not in PROBES:
         raise ValueError(f"unknown probe {args.name[:40]!r}; choose one of {', '.join(PROBES)}")
@@ -381,9 +382,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     result = probe.run(config)
     table = probe.format(result)
     print(table)
-    atomic_write_json(out / "result.json", {"probe": args.name,
-                                            "produced_by": provenance(_command(args)),
-                                            **result})
+    write_result(out / "result.json", {"probe": args.name, **result}, _command(args))
     atomic_write_text(out / "output.txt", table + "\n")
     print(f"results: {out}")
     return 0
@@ -403,12 +402,16 @@ def cmd_ship(args: argparse.Namespace) -> int:
     return 0
 
 
-#: ``cascadekit bench NAME``: each benchmark's module (also runnable as ``python -m MODULE``).
+#: ``cascadekit bench NAME``: each benchmark's module (:mod:`cascadekit.bench`), its ``main(argv, parser_class)``.
 BENCHMARKS = {
-    "grpo": "cascadekit.training.grpo_benchmark",  # kit vs bare TRL per phase, share of the matmul peak
-    "train": "cascadekit.training.benchmark",  # training tokens/s: fp32, bf16 autocast, a plain loop
-    "async-rewards": "cascadekit.training.async_rewards_benchmark",  # blocking vs streamed Code RL rewards
-    "rewards": "cascadekit.training.reward_memo_benchmark",  # every rollout verified vs each distinct one once
+    "world": "cascadekit.bench.world",  # problem generation per style, and rendered lengths per op
+    "judge": "cascadekit.bench.judge",  # the process verifier on gold solutions
+    "sampler": "cascadekit.bench.sampler",  # the evaluation sampler's generated tokens/s
+    "train": "cascadekit.bench.pretrain",  # training tokens/s: fp32, bf16 autocast, a plain loop
+    "grpo": "cascadekit.bench.grpo",  # kit vs bare TRL per phase, share of the matmul peak
+    "async-rewards": "cascadekit.bench.async_rewards",  # blocking vs streamed Code RL rewards
+    "rewards": "cascadekit.bench.reward_memo",  # every rollout verified vs each distinct one once
+    "sandbox": "cascadekit.bench.sandbox",  # sandboxed executions per second vs a bare interpreter
 }
 
 
@@ -416,6 +419,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
     importlib.import_module(BENCHMARKS[args.name]).main(args.options, parser_class=_Parser)
+    return 0
+
+
+def cmd_gpucheck(args: argparse.Namespace) -> int:
+    """Every GPU path once (:mod:`cascadekit.engine.gpucheck`); exit 1 when a row failed, 0 when all passed or were skipped."""
+    from cascadekit.engine.gpucheck import main as gpucheck
+
+    return gpucheck(args.options, parser_class=_Parser)
+
+
+def cmd_structure(args: argparse.Namespace) -> int:
+    """The kit's layout in numbers (:mod:`cascadekit.course.structure`): wings, imports, entry points, caching."""
+    from cascadekit.course.structure import structure_report
+
+    print(structure_report(args.root or None))
     return 0
 
 
@@ -479,132 +497,178 @@ def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> N
                         help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _data_arguments(parser: argparse.ArgumentParser) -> None:
     from cascadekit.world import SPLITS, STYLES
 
-    parser = _Parser(prog="cascadekit")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--ops", type=_ops, default="2-10", help="op counts, e.g. 2-10 or 2,5,9")
+    parser.add_argument("--contexts", type=_contexts, default="A",
+                        help="comma-separated contexts: A (zoo), B (school), C (festival)")
+    parser.add_argument("--split", default="pretrain", choices=SPLITS)
+    parser.add_argument("--count", type=_bounded_int(0, MAX_COUNT), default=100,
+                        help=f"problems to write, at most {MAX_COUNT:,}")
+    parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
+    parser.add_argument("--style", default="full", choices=STYLES, help="rendering")
+    parser.add_argument("--out", required=True)
 
-    data = sub.add_parser("data", help="write generated DAG problems to JSONL")
-    data.add_argument("--ops", type=_ops, default="2-10", help="op counts, e.g. 2-10 or 2,5,9")
-    data.add_argument("--contexts", type=_contexts, default="A",
-                      help="comma-separated contexts: A (zoo), B (school), C (festival)")
-    data.add_argument("--split", default="pretrain", choices=SPLITS)
-    data.add_argument("--count", type=_bounded_int(0, MAX_COUNT), default=100,
-                      help=f"problems to write, at most {MAX_COUNT:,}")
-    data.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
-    data.add_argument("--style", default="full", choices=STYLES, help="rendering")
-    data.add_argument("--out", required=True)
-    data.set_defaults(func=cmd_data)
 
-    verify = sub.add_parser("verify", help="judge model outputs against gold with the process verifier")
-    verify.add_argument("outputs", help="JSONL with one {'gold': problem, 'output': text} per line "
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("outputs", help="JSONL with one {'gold': problem, 'output': text} per line "
                                         f"(at most {MAX_LINE_BYTES:,} bytes a line, {MAX_LINES:,} lines)")
-    verify.add_argument("--out", default="verdicts.jsonl", help="where to write per-item verdicts (not the input)")
-    verify.set_defaults(func=cmd_verify)
+    parser.add_argument("--out", default="verdicts.jsonl", help="where to write per-item verdicts (not the input)")
 
-    run = sub.add_parser("run", help="execute the notebooks headlessly with papermill")
-    run.add_argument("--scale", default="smoke", help="smoke, toy, paper, small or full")
-    run.add_argument("--out", default="runs/smoke")
-    run.add_argument("--only", default="", help="comma-separated chapters, e.g. 01,02")
-    run.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override, repeatable")
-    run.set_defaults(func=cmd_run)
 
-    experiment = sub.add_parser("experiment", help="run one chapter's experiment and write its results")
-    experiment.add_argument("chapter", help="chapter number, e.g. 04")
-    _add_training_arguments(experiment, "the chapter's settings")
-    experiment.add_argument("--out", default="",
-                            help="results root (default: data/results at toy scale, runs/results-<scale> otherwise)")
-    experiment.add_argument("--work", default="", help="scratch folder for trainer files (default: runs/<chapter>)")
-    experiment.add_argument("--rebuild-base", action="store_true",
-                            help="pretrain the chapter's base again instead of using the cached or shipped one "
-                                 "(chapters 03 and 08)")
-    experiment.add_argument("--draft", action="store_true",
-                            help="allow writing data/results from a tree with uncommitted changes")
-    experiment.set_defaults(func=cmd_experiment)
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scale", default="smoke", help="smoke, toy, paper, small or full")
+    parser.add_argument("--out", default="runs/smoke")
+    parser.add_argument("--only", default="", help="comma-separated chapters, e.g. 01,02")
+    parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override, repeatable")
 
-    cascade = sub.add_parser("cascade", help="run the whole cascade from the shipped stages, the stage table after each")
-    _add_training_arguments(cascade, "chapter 14's settings")
-    arms = cascade.add_mutually_exclusive_group()
+
+def _experiment_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("chapter", help="chapter number, e.g. 04")
+    _add_training_arguments(parser, "the chapter's settings")
+    parser.add_argument("--out", default="",
+                        help="results root (default: data/results at toy scale, runs/results-<scale> otherwise)")
+    parser.add_argument("--work", default="", help="scratch folder for trainer files (default: runs/<chapter>)")
+    parser.add_argument("--rebuild-base", action="store_true",
+                        help="pretrain the chapter's base again instead of using the cached or shipped one "
+                             "(chapters 03 and 08)")
+    parser.add_argument("--draft", action="store_true",
+                        help="allow writing data/results from a tree with uncommitted changes")
+
+
+def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_training_arguments(parser, "chapter 14's settings")
+    arms = parser.add_mutually_exclusive_group()
     arms.add_argument("--order", default="RLHF,IF-RL,Math RL,Code RL,SWE RL",
                       help="comma-separated RL stages after SFT, each at most once")
     arms.add_argument("--joint", metavar="DOMAIN=PROMPTS,...",
                       help="instead of a chain, joint RL from SFT over these domains mixed, e.g. swe=192,instructions=512")
-    cascade.add_argument("--harder", action="store_true",
-                         help="also evaluate chapter 14's harder suite (math, code, SWE at their RL difficulty)")
-    cascade.add_argument("--against", metavar="METRICS",
-                         help="compare the last stage with the arms of chapter 14's metrics.json (written to against.md)")
-    cascade.add_argument("--out", default="runs/cascade", help="folder for stage_table.md and rows.json")
-    cascade.add_argument("--work", default="runs/cascade/work", help="scratch folder for trainer files")
-    cascade.set_defaults(func=cmd_cascade)
+    parser.add_argument("--harder", action="store_true",
+                        help="also evaluate chapter 14's harder suite (math, code, SWE at their RL difficulty)")
+    parser.add_argument("--against", metavar="METRICS",
+                        help="compare the last stage with the arms of chapter 14's metrics.json (written to against.md)")
+    parser.add_argument("--out", default="runs/cascade", help="folder for stage_table.md and rows.json")
+    parser.add_argument("--work", default="runs/cascade/work", help="scratch folder for trainer files")
 
-    probe = sub.add_parser("probe", help="run one of chapter 04's probes and write its JSON and text table")
-    probe.add_argument("name", help="edge-heldout, edge-samples, edge-unseen or hard-pass128")
-    _add_training_arguments(probe, "chapter 04's settings")
-    probe.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
-    probe.set_defaults(func=cmd_probe)
 
-    checkpoints = sub.add_parser("evaluate-checkpoints",
-                                 help="the stage table of a list of checkpoints (folders or hub names), e.g. released ones")
-    checkpoints.add_argument("checkpoints", nargs="+", metavar="STAGE=SOURCE",
-                             help="e.g. SFT=nvidia/Nemotron-Cascade-8B-SFT (in stage order)")
-    checkpoints.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"),
-                             help="the profile: suite size, generation length and backend")
-    checkpoints.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
-    checkpoints.add_argument("--records", default="", help="JSONL of chat records to ask instead of the kit's suites")
-    checkpoints.add_argument("--out", default="runs/checkpoints", help="folder for stage_table.md, rows.json, samples")
-    checkpoints.add_argument("--allow-download", action="store_true", help="download hub checkpoints not yet cached")
-    checkpoints.add_argument("--threads", type=_bounded_int(0, 256), default=0)
-    checkpoints.set_defaults(func=cmd_evaluate_checkpoints)
+def _probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="edge-heldout, edge-samples, edge-unseen or hard-pass128")
+    _add_training_arguments(parser, "chapter 04's settings")
+    parser.add_argument("--out", default="", help="folder for result.json and output.txt (default: runs/probes/<name>)")
 
-    launch = sub.add_parser("launch", help="run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server")
-    launch.add_argument("stage", help="sft, rlhf, if-rl, math-rl, code-rl or swe-rl")
-    launch.add_argument("--scale", default="full", choices=("paper", "small", "full"))
-    launch.add_argument("--nodes", type=_bounded_int(1, 1024), default=None, help="training nodes (engine.nodes)")
-    launch.add_argument("--gpus-per-node", type=_bounded_int(1, 64), default=None)
-    launch.add_argument("--vllm-gpus", type=_bounded_int(0, 8192), default=None,
+
+def _evaluate_checkpoints_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoints", nargs="+", metavar="STAGE=SOURCE",
+                        help="e.g. SFT=nvidia/Nemotron-Cascade-8B-SFT (in stage order)")
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"),
+                        help="the profile: suite size, generation length and backend")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
+    parser.add_argument("--records", default="", help="JSONL of chat records to ask instead of the kit's suites")
+    parser.add_argument("--out", default="runs/checkpoints", help="folder for stage_table.md, rows.json, samples")
+    parser.add_argument("--allow-download", action="store_true", help="download hub checkpoints not yet cached")
+    parser.add_argument("--threads", type=_bounded_int(0, 256), default=0)
+
+
+def _launch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stage", help="sft, rlhf, if-rl, math-rl, code-rl or swe-rl")
+    parser.add_argument("--scale", default="full", choices=("paper", "small", "full"))
+    parser.add_argument("--nodes", type=_bounded_int(1, 1024), default=None, help="training nodes (engine.nodes)")
+    parser.add_argument("--gpus-per-node", type=_bounded_int(1, 64), default=None)
+    parser.add_argument("--vllm-gpus", type=_bounded_int(0, 8192), default=None,
                         help="GPUs of the vLLM server (engine.vllm_gpus)")
-    launch.add_argument("--accumulation", type=_bounded_int(1, 4096), default=1, help="gradient accumulation steps")
-    launch.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--accumulation", type=_bounded_int(1, 4096), default=1, help="gradient accumulation steps")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="profile override, repeatable (passed on to the stage's experiment)")
-    launch.add_argument("--dry-run", action="store_true", help="validate and print every command; run nothing")
-    launch.add_argument("--slurm", default="", help="write the Slurm batch script here instead of running")
-    launch.add_argument("--force", action="store_true", help="let --slurm replace an existing file")
-    launch.add_argument("--role", default="train", choices=("train", "serve"))
-    launch.add_argument("--machine-rank", type=_bounded_int(0, 1023), default=0)
-    launch.add_argument("--main-address", default="", help="host name of training node 0")
-    launch.add_argument("--server-address", default="", help="host name of the vLLM server")
-    launch.set_defaults(func=cmd_launch)
+    parser.add_argument("--dry-run", action="store_true", help="validate and print every command; run nothing")
+    parser.add_argument("--slurm", default="", help="write the Slurm batch script here instead of running")
+    parser.add_argument("--force", action="store_true", help="let --slurm replace an existing file")
+    parser.add_argument("--role", default="train", choices=("train", "serve"))
+    parser.add_argument("--machine-rank", type=_bounded_int(0, 1023), default=0)
+    parser.add_argument("--main-address", default="", help="host name of training node 0")
+    parser.add_argument("--server-address", default="", help="host name of the vLLM server")
 
-    book = sub.add_parser("book", help="build the HTML book from notebooks executed by `cascadekit run`")
-    book.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
-    book.add_argument("--out", default="book/_build/html")
-    book.set_defaults(func=cmd_book)
 
-    times = sub.add_parser("times", help="put a course run's chapter times (its summary.md) into the README's table")
-    times.add_argument("summary", help="summary.md written by `cascadekit run`")
-    times.add_argument("--readme", help="the README to rewrite (default: the repository's)")
-    times.add_argument("--timings", help="folder to keep the summary in as <scale>.md (default: the repository's "
-                                         "data/results/timings/ when --readme is the repository's README, else none)")
-    times.set_defaults(func=cmd_times)
+def _book_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executed", default="runs/smoke", help="folder of executed notebooks")
+    parser.add_argument("--out", default="book/_build/html")
 
-    ship = sub.add_parser("ship", help="copy a finished cache entry into data/checkpoints/ to commit it")
-    ship.add_argument("stage", help="the cache stage, e.g. chat-base")
-    ship.add_argument("key", help="the entry's key (the folder name under the stage)")
-    ship.add_argument("--what", required=True, help="one line: what the checkpoint is")
-    ship.add_argument("--built-by", required=True, help="the command that built it (kept in provenance.json)")
-    ship.set_defaults(func=cmd_ship)
 
-    bench = sub.add_parser("bench", help="run a benchmark (grpo, train, async-rewards, rewards); ratios against a baseline "
-                                        "measured in the same run", add_help=False)
-    bench.add_argument("name", choices=list(BENCHMARKS))
-    bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (NAME --help)")
-    bench.set_defaults(func=cmd_bench)
+def _times_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("summary", help="summary.md written by `cascadekit run`")
+    parser.add_argument("--readme", help="the README to rewrite (default: the repository's)")
+    parser.add_argument("--timings", help="folder to keep the summary in as <scale>.md (default: the repository's "
+                                          "data/results/timings/ when --readme is the repository's README, else none)")
 
-    env = sub.add_parser("env", help="stack versions, device, dtype, memory and known problems")
-    env.add_argument("--short", action="store_true")
-    env.set_defaults(func=cmd_env)
+
+def _ship_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stage", help="the cache stage, e.g. chat-base")
+    parser.add_argument("key", help="the entry's key (the folder name under the stage)")
+    parser.add_argument("--what", required=True, help="one line: what the checkpoint is")
+    parser.add_argument("--built-by", required=True, help="the command that built it (kept in provenance.json)")
+
+
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=list(BENCHMARKS))
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (NAME --help)")
+
+
+def _env_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--short", action="store_true")
+
+
+def _gpucheck_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="the check's own options (--work DIR, --help)")
+
+
+def _structure_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", default="", help="the repository to describe (default: this kit's)")
+
+
+class Command(NamedTuple):
+    """One verb of the command line: what runs it, its help line, and what adds its arguments."""
+
+    handler: Callable[[argparse.Namespace], int]
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    add_help: bool = True  # False: the verb passes --help on to what it runs (bench NAME --help)
+
+
+#: Every verb, in the order ``cascadekit --help`` lists them.
+COMMANDS: dict[str, Command] = {
+    "data": Command(cmd_data, "write generated DAG problems to JSONL", _data_arguments),
+    "verify": Command(cmd_verify, "judge model outputs against gold with the process verifier", _verify_arguments),
+    "run": Command(cmd_run, "execute the notebooks headlessly with papermill", _run_arguments),
+    "experiment": Command(cmd_experiment, "run one chapter's experiment and write its results", _experiment_arguments),
+    "cascade": Command(cmd_cascade, "run the whole cascade from the shipped stages, the stage table after each",
+                       _cascade_arguments),
+    "probe": Command(cmd_probe, "run one of chapter 04's probes and write its JSON and text table", _probe_arguments),
+    "evaluate-checkpoints": Command(cmd_evaluate_checkpoints, "the stage table of a list of checkpoints (folders or "
+                                    "hub names), e.g. released ones", _evaluate_checkpoints_arguments),
+    "launch": Command(cmd_launch, "run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server",
+                      _launch_arguments),
+    "book": Command(cmd_book, "build the HTML book from notebooks executed by `cascadekit run`", _book_arguments),
+    "times": Command(cmd_times, "put a course run's chapter times (its summary.md) into the README's table",
+                     _times_arguments),
+    "ship": Command(cmd_ship, "copy a finished cache entry into data/checkpoints/ to commit it", _ship_arguments),
+    "bench": Command(cmd_bench, f"run a benchmark ({', '.join(BENCHMARKS)}); ratios against a baseline measured "
+                     "in the same run", _bench_arguments, add_help=False),
+    "gpucheck": Command(cmd_gpucheck, "run every GPU path once on random Qwen3-0.6B-shaped weights, each row ok, "
+                        "skipped or failed", _gpucheck_arguments, add_help=False),
+    "env": Command(cmd_env, "stack versions, device, dtype, memory and known problems", _env_arguments),
+    "structure": Command(cmd_structure, "the kit's layout: lines per wing, imports between wings, entry points, "
+                         "direct cache calls", _structure_arguments),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cascadekit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        verb = sub.add_parser(name, help=command.help, add_help=command.add_help)
+        command.arguments(verb)
+        verb.set_defaults(func=command.handler)
     parser.description = (f"The cascadekit course kit's command line. Commands: {', '.join(sub.choices)}. "
                           "Run 'cascadekit COMMAND --help' for one command's arguments. Bad input is one line "
                           "on stderr and exit status 2.")
@@ -623,7 +687,3 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:  # ProfileError is a ValueError
         print(f"cascadekit {args.command}: error: {err}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,6 +4,14 @@ Toy-scale runs write under ``data/results/<chapter>/`` so a reader without the
 time to train can still follow a chapter; the book's results page gathers every
 ``paper_vs_run.md``. Each file records the command and the code version that
 produced it, so a number can always be traced back and regenerated.
+
+This module is the kit's one writer of results: every JSON result a command
+writes (a chapter's ``metrics.json``, a probe's ``result.json``, the checkpoint
+table's ``rows.json``, a course run's ``summary.json``) goes through
+:func:`write_result`, which puts its :func:`provenance` under ``produced_by``.
+Rewriting a chapter's files from its committed metrics keeps the run's
+provenance when asked (``keep_provenance``), so the regenerated
+``paper_vs_run.md`` names the command that made the numbers, not the rewrite.
 """
 from __future__ import annotations
 
@@ -56,8 +64,9 @@ class ResultsWriter:
     ``draft`` may write from a dirty tree; its provenance says ``-dirty``.
     """
 
-    def __init__(self, chapter: str, scale: str, command: str, out: Path | None = None, draft: bool = False):
-        self.chapter, self.command = chapter, command
+    def __init__(self, chapter: str, scale: str, command: str, out: Path | None = None, draft: bool = False,
+                 keep_provenance: bool = False):
+        self.chapter, self.command, self.keep_provenance = chapter, command, keep_provenance
         self.root = Path(out) if out else default_root(scale)
         committed = self.root.resolve() == RESULTS_DIR.resolve()
         if committed and scale != "toy":
@@ -73,8 +82,13 @@ class ResultsWriter:
 
     def save(self, metrics: dict[str, Any], figures: Mapping[str, Figure], title: str,
              rows: Sequence[dict[str, Any]], notes: str = "") -> None:
-        """``metrics.json``, each figure as PNG (then closed) and ``paper_vs_run.md``, each written atomically."""
-        save_chapter_results(self.chapter, metrics, figures, title, rows, self.command, notes, self.root)
+        """``metrics.json``, each figure as PNG (then closed) and ``paper_vs_run.md``, each written atomically.
+
+        A writer made with ``keep_provenance`` (a rewrite from committed metrics)
+        keeps the metrics' own ``produced_by`` where they carry one.
+        """
+        save_chapter_results(self.chapter, metrics, figures, title, rows, self.command, notes, self.root,
+                             self.keep_provenance)
 
 
 def results_dir(chapter: str, root: Path | None = None) -> Path:
@@ -93,11 +107,26 @@ def provenance(command: str) -> dict[str, str]:
     }
 
 
-def save_metrics(chapter: str, metrics: dict[str, Any], command: str, root: Path | None = None) -> Path:
-    """Write ``metrics.json`` (atomically) with the provenance under the key ``produced_by``."""
-    path = results_dir(chapter, root) / "metrics.json"
-    atomic_write_text(path, json.dumps({"produced_by": provenance(command), **metrics}, indent=2, default=str))
-    return path
+def stamped(payload: Mapping[str, Any], command: str, keep_provenance: bool = False) -> dict[str, Any]:
+    """``payload`` with its provenance first, under ``produced_by``: this call's (``command``), or with
+    ``keep_provenance`` the payload's own when it carries one."""
+    made = payload.get("produced_by") if keep_provenance else None
+    return {"produced_by": made or provenance(command), **{k: v for k, v in payload.items() if k != "produced_by"}}
+
+
+def write_result(path: str | Path, payload: Mapping[str, Any], command: str, keep_provenance: bool = False) -> Path:
+    """Write one JSON result (atomically) with its provenance under ``produced_by`` (:func:`stamped`)."""
+    atomic_write_text(path, json.dumps(stamped(payload, command, keep_provenance), indent=2, default=str))
+    return Path(path)
+
+
+def save_metrics(chapter: str, metrics: dict[str, Any], command: str, root: Path | None = None,
+                 keep_provenance: bool = False) -> Path:
+    """Write ``metrics.json`` (atomically) with the provenance under the key ``produced_by``.
+
+    The provenance is this call's unless ``keep_provenance`` and the metrics carry their own.
+    """
+    return write_result(results_dir(chapter, root) / "metrics.json", metrics, command, keep_provenance)
 
 
 def load_metrics(chapter: str, root: Path | None = None) -> dict[str, Any] | None:
@@ -152,13 +181,18 @@ def save_paper_vs_run(chapter: str, title: str, rows: Sequence[dict[str, Any]], 
 
 def save_chapter_results(chapter: str, metrics: dict[str, Any], figures: Mapping[str, Figure], title: str,
                          rows: Sequence[dict[str, Any]], command: str, notes: str = "",
-                         root: Path | None = None) -> None:
-    """Everything an experiment commits: ``metrics.json``, each figure as PNG (then closed), the table."""
-    save_metrics(chapter, metrics, command, root)
+                         root: Path | None = None, keep_provenance: bool = False) -> None:
+    """Everything an experiment commits: ``metrics.json``, each figure as PNG (then closed), the table.
+
+    With ``keep_provenance``, metrics that carry a ``produced_by`` (read back from a
+    committed ``metrics.json``) keep it in both files; otherwise both name this call.
+    """
+    record = stamped(metrics, command, keep_provenance)  # one provenance for both files
+    save_metrics(chapter, record, command, root, keep_provenance=True)
     for name, figure in figures.items():
         save_figure(chapter, name, figure, root)
         plt.close(figure)
-    save_paper_vs_run(chapter, title, rows, command, notes, root)
+    save_paper_vs_run(chapter, title, rows, command, notes, root, produced_by=record["produced_by"])
 
 
 def write_sample_spread(folder: Path, samples: Sequence[dict[str, Any]], kept: int) -> None:

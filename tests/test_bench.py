@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cascadekit import cli
-from cascadekit.training.grpo_benchmark import PHASES, PhaseClock, _model, _tokenizer, matmul_flops_per_token, run
+from cascadekit.bench.grpo import PHASES, PhaseClock, _model, _tokenizer, matmul_flops_per_token, run
 from cascadekit.profiles import load_profile
 
 
@@ -44,7 +44,7 @@ def test_phase_clock_refuses_a_trainer_it_cannot_time():
 
 
 def test_the_reward_bench_builds_groups_with_the_asked_share_of_distinct_rollouts():
-    from cascadekit.training.reward_memo_benchmark import _groups
+    from cascadekit.bench.reward_memo import _groups
     for share, distinct in ((0.5, 4), (0.27, 2), (0.01, 1), (1.0, 5)):
         groups = _groups([list("abcde")] * 3, 8, share, 0)
         assert all(len(g) == 8 and len(set(g)) == distinct for g in groups)
@@ -52,7 +52,7 @@ def test_the_reward_bench_builds_groups_with_the_asked_share_of_distinct_rollout
 
 def test_the_reward_bench_scores_a_code_step_alike_both_ways():
     from cascadekit.rewards import reading_markup, verifier_reward
-    from cascadekit.training.reward_memo_benchmark import _every_rollout, _Ids, code_batch, compare
+    from cascadekit.bench.reward_memo import _every_rollout, _Ids, code_batch, compare
     batch = code_batch(load_profile("smoke"), 0.5)
     assert len(set(zip(batch[0], batch[1]))) == 4 and len(batch[1]) == 8  # smoke: 2 prompts x 4 rollouts, 2 distinct each
     out = compare({"every rollout": [_every_rollout(verifier_reward)],

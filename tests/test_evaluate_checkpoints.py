@@ -38,6 +38,9 @@ def test_two_checkpoints_make_one_table(checkpoints, tmp_path):
     assert "paper final (cascade)" in table
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * len(records) and samples[0]["source"] == str(checkpoints[0])
+    written = json.loads((tmp_path / "rows.json").read_text())  # the one results envelope
+    assert written["rows"] == rows and written["produced_by"]["command"] == "cascadekit evaluate-checkpoints"
+    assert [c["stage"] for c in written["checkpoints"]] == ["SFT", "RLHF"]
 
 
 def test_the_command_line(checkpoints, tmp_path, capsys):

@@ -13,7 +13,7 @@ from cascadekit.engine.gpucheck import NAMES, Row, qwen3_0_6b_config, train_flop
 
 def test_without_a_gpu_every_row_is_skipped_and_the_run_passes():
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "cascadekit.engine.gpucheck"], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-m", "cascadekit", "gpucheck"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -1,4 +1,4 @@
-"""The teacher's guide is generated from data: the syllabus file, the exercises and the measured times."""
+"""The teacher's guide is generated from data: the chapters' syllabus entries, the exercises and the measured times."""
 from __future__ import annotations
 
 import json
@@ -9,31 +9,32 @@ import pytest
 
 from cascadekit.course.times import column_title, format_duration
 from cascadekit.course.exercises import exercises
-from cascadekit.course.guide import RESULTS_DIR, load_syllabus, recorded_seconds, syllabus_page
+from cascadekit.chapters import ChapterSpec, specs
+from cascadekit.course.guide import RESULTS_DIR, recorded_seconds, syllabus_page
 
 
 def test_every_syllabus_chapter_has_exercises_and_every_exercise_a_week() -> None:
-    chapters = load_syllabus()
+    chapters = specs()
     assert sorted({e.chapter for e in exercises()}) == sorted(chapters)
     assert all(len(exercises(number)) >= 2 for number in chapters)
 
 
 def test_the_page_lists_goals_exercises_and_times() -> None:
     page = syllabus_page()
-    for number, entry in load_syllabus().items():
-        assert entry["goals"][0] in page
+    for number, spec in specs().items():
+        assert spec.goals[0] in page
         assert all(e.id in page for e in exercises(number))
     assert "**04.1**" in page and "**11.3**" in page  # homework is marked
-    shipped = recorded_seconds(load_syllabus()["06"], "shipped")
+    shipped = recorded_seconds(specs()["06"], "shipped")
     assert f"| 06 |" in page and format_duration(shipped) in page
 
 
 def test_a_key_holding_a_dot_is_read_as_a_list_of_keys(tmp_path: Path) -> None:
     (tmp_path / "12_x").mkdir()
     (tmp_path / "12_x" / "metrics.json").write_text(json.dumps({"timings": {"arm T=0.6_s": 2.5, "start_s": 1.0}}))
-    entry = {"results": "12_x", "shipped": [["timings", "arm T=0.6_s"], "timings.start_s"], "retrain": []}
-    assert recorded_seconds(entry, "shipped", tmp_path) == 3.5
-    assert recorded_seconds(entry, "retrain", tmp_path) == 0.0
+    spec = ChapterSpec("12", "12_x", "x", shipped=(("timings", "arm T=0.6_s"), "timings.start_s"))
+    assert recorded_seconds(spec, "shipped", tmp_path) == 3.5
+    assert recorded_seconds(spec, "retrain", tmp_path) == 0.0
 
 
 def _copy_results(tmp_path: Path) -> Path:

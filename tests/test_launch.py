@@ -29,7 +29,7 @@ def test_one_node_shares_its_gpus_with_the_vllm_server(capsys, tmp_path):
     node = next(line for line in out.splitlines() if line.startswith("node 0:"))
     assert "--num_machines 1 --num_processes 4 --machine_rank 0" in node and "--gpu_ids 4,5,6,7" in node
     assert 'CASCADEKIT_VLLM_SERVER="$VLLM_ADDR:8000"' in node
-    assert node.endswith("-m cascadekit.cli experiment 09 --scale full --set=engine.nodes=1 --set=engine.vllm_gpus=4")
+    assert node.endswith("-m cascadekit experiment 09 --scale full --set=engine.nodes=1 --set=engine.vllm_gpus=4")
     script = slurm_script(out)
     assert "#SBATCH --nodes=1" in script and "CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve" in script
     assert "--overlap" in script.strip().splitlines()[-1]

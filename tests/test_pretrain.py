@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, strategies as st
 from transformers import AutoModelForCausalLM, TrainerCallback
 
+from cascadekit import cli
 from cascadekit.profiles import load_profile
 from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.training.pretrain import (
@@ -127,9 +128,7 @@ def test_the_pretrained_checkpoint_is_cached(tmp_path, monkeypatch):
 
 
 def test_training_benchmark_runs_at_smoke_scale(capsys):
-    from cascadekit.training import benchmark
-
-    benchmark.main(["--scale", "smoke", "--steps", "4", "--warmup", "1", "--rounds", "1"])
+    assert cli.main(["bench", "train", "--scale", "smoke", "--steps", "4", "--warmup", "1", "--rounds", "1"]) == 0
     assert "ratio Trainer/plain" in capsys.readouterr().out
 
 

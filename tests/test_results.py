@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cascadekit.results import RESULTS_DIR, default_root, load_metrics, markdown_table, save_metrics, save_paper_vs_run
@@ -42,3 +43,20 @@ def test_writers_leave_only_their_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == ["curve.png", "metrics.json", "paper_vs_run.md"]
     assert (folder / "curve.png").read_bytes().startswith(b"\x89PNG")
     assert oct((folder / "metrics.json").stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_rewrite_keeps_the_runs_provenance_only_when_asked(tmp_path: Path) -> None:
+    from cascadekit.results import ResultsWriter, write_result
+
+    run = {"command": "cascadekit experiment 99", "code_version": "0.1.0+abc", "git_commit": "abc", "date": "then"}
+    committed = {"produced_by": run, "x": 1}
+    ResultsWriter("99_demo", "smoke", "cascadekit rewrite", tmp_path).save(committed, {}, "Demo", [{"a": 1}])
+    assert load_metrics("99_demo", root=tmp_path)["produced_by"]["command"] == "cascadekit rewrite"  # default: this call
+    assert "`cascadekit rewrite`" in (tmp_path / "99_demo" / "paper_vs_run.md").read_text()
+    ResultsWriter("99_demo", "smoke", "cascadekit rewrite", tmp_path, keep_provenance=True).save(
+        committed, {}, "Demo", [{"a": 1}])
+    assert load_metrics("99_demo", root=tmp_path) == committed
+    assert "`cascadekit experiment 99` (code 0.1.0+abc, commit abc, then)" in (
+        tmp_path / "99_demo" / "paper_vs_run.md").read_text()
+    written = write_result(tmp_path / "result.json", {"probe": "p"}, "cascadekit probe p")
+    assert list(json.loads(written.read_text())) == ["produced_by", "probe"]

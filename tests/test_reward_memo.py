@@ -133,7 +133,7 @@ def test_the_swe_rewards_and_watched_execution_verify_each_distinct_patch_once(m
 def tiny_judge(tmp_path_factory) -> SemanticJudge:
     """A random two-way judge over one-character tokens, saved as a judge stage's checkpoint."""
     from transformers import Qwen3Config, Qwen3ForSequenceClassification
-    from cascadekit.training.grpo_benchmark import _tokenizer
+    from cascadekit.bench.grpo import _tokenizer
     tokenizer = _tokenizer()
     torch.manual_seed(0)
     model = Qwen3ForSequenceClassification(Qwen3Config(

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cascadekit import cli
 from cascadekit.evaluation.sampler import _cut, _decode, sample_completions
 from cascadekit.engine.models import build_model
 from cascadekit.profiles import load_profile
@@ -84,9 +85,7 @@ def test_unknown_backend(model, tokenizer):
 
 
 def test_generation_benchmark_runs_at_smoke_scale(capsys):
-    from cascadekit.evaluation import benchmark
-
-    benchmark.main(["--scale", "smoke", "--prompts", "2", "evaluation.max_new_tokens=4"])
+    assert cli.main(["bench", "sampler", "--scale", "smoke", "--prompts", "2", "evaluation.max_new_tokens=4"]) == 0
     assert "tokens/s" in capsys.readouterr().out
 
 

@@ -56,6 +56,17 @@ class ChapterSpec:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ranges: Mapping[str, str] = field(default_factory=dict)
     budget_units: Mapping[str, int] = field(default_factory=dict)
+    # The syllabus (the teacher's guide, cascadekit.course.guide): learning goals, what to know first, and the
+    # metrics paths whose sum is the committed run's time with the shipped checkpoints and to rebuild them.
+    goals: tuple[str, ...] = ()
+    prerequisites: str = ""
+    shipped: tuple[str | tuple[str, ...], ...] = ()  # a lookup path, or a list of plain keys where a key holds a dot
+    retrain: tuple[str | tuple[str, ...], ...] = ()
+
+    @property
+    def results(self) -> str | None:
+        """The folder of the committed run (``data/results/<folder>/``), or None for a chapter without an experiment."""
+        return self.folder if self.experiment else None
 
 
 @dataclass(frozen=True)
@@ -89,9 +100,16 @@ class ChapterConfig:
 
 @cache
 def specs() -> dict[str, ChapterSpec]:
-    """Every chapter spec in ``chapters.yaml``, by chapter id (``"04"``)."""
+    """Every chapter spec in ``chapters.yaml``, by chapter id (``"04"``); a chapter without goals is an error."""
     raw = yaml.safe_load(resources.files("cascadekit.chapters").joinpath("chapters.yaml").read_text())
-    return {str(key): ChapterSpec(id=str(key), **value) for key, value in raw.items()}
+    found = {}
+    for key, value in raw.items():
+        if not value.get("goals") or not value.get("prerequisites"):
+            raise ProfileError(f"chapters.yaml: chapter {key} needs goals and prerequisites")
+        lists = {name: tuple(p if isinstance(p, str) else tuple(p) for p in value.get(name) or ())
+                 for name in ("goals", "shipped", "retrain")}  # a spec is frozen
+        found[str(key)] = ChapterSpec(id=str(key), **{**value, **lists})
+    return found
 
 
 def spec(chapter: str) -> ChapterSpec:

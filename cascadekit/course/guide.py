@@ -1,7 +1,8 @@
 """The teacher's guide's tables, generated from data: the syllabus, the exercises, the times.
 
-``book/syllabus.yaml`` holds what is written by hand (learning goals, prerequisites)
-and where each chapter's committed run recorded its time; the times themselves
+Each chapter's entry in ``cascadekit/chapters/chapters.yaml`` (its
+:class:`~cascadekit.chapters.ChapterSpec`) holds what is written by hand (learning
+goals, prerequisites) and where its committed run recorded its time; the times themselves
 come from ``data/results/*/metrics.json`` and from course-run summaries kept in
 ``data/results/timings/`` (``cascadekit times``), so the guide is never typed twice.
 :func:`time_columns` is the one time table: the guide shows it, and
@@ -14,25 +15,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from cascadekit.chapters import ChapterSpec, specs
 from cascadekit.codeversion import REPO_DIR
 from cascadekit.course.times import CourseTimes, column_title, format_duration, parse_summary, set_columns
 from cascadekit.course.exercises import exercises
 from cascadekit.course.notebook import lookup
 
-SYLLABUS = REPO_DIR / "book" / "syllabus.yaml"
 NOTEBOOK_DIR = REPO_DIR / "notebooks"
 RESULTS_DIR = REPO_DIR / "data" / "results"
-
-
-def load_syllabus(path: Path = SYLLABUS) -> dict[str, dict[str, Any]]:
-    """Chapter number -> its entry; ValueError naming a chapter without goals."""
-    chapters = yaml.safe_load(path.read_text())["chapters"]
-    for number, entry in chapters.items():
-        if not entry.get("goals") or not entry.get("prerequisites"):
-            raise ValueError(f"{path.name}: chapter {number} needs goals and prerequisites")
-    return chapters
 
 
 def chapter_title(number: str, notebook_dir: Path = NOTEBOOK_DIR) -> str:
@@ -42,7 +32,7 @@ def chapter_title(number: str, notebook_dir: Path = NOTEBOOK_DIR) -> str:
     return "".join(first).splitlines()[0].lstrip("# ").strip()
 
 
-def _seconds(metrics: dict[str, Any], path: str | list[str]) -> float:
+def _seconds(metrics: dict[str, Any], path: str | tuple[str, ...]) -> float:
     """One recorded time: a :func:`~cascadekit.course.notebook.lookup` path, or a list of plain keys.
 
     The list is for keys that hold a dot, which a path would split: chapter 12's
@@ -56,19 +46,19 @@ def _seconds(metrics: dict[str, Any], path: str | list[str]) -> float:
     return float(value)
 
 
-def recorded_seconds(entry: dict[str, Any], which: str, results_dir: Path = RESULTS_DIR) -> float | None:
-    """The sum of the entry's ``which`` paths (``shipped`` or ``retrain``) in its committed metrics."""
-    if "results" not in entry:
+def recorded_seconds(spec: ChapterSpec, which: str, results_dir: Path = RESULTS_DIR) -> float | None:
+    """The sum of the chapter's ``which`` paths (``shipped`` or ``retrain``) in its committed metrics."""
+    if spec.results is None:
         return None
-    metrics = json.loads((results_dir / entry["results"] / "metrics.json").read_text())
-    return float(sum(_seconds(metrics, path) for path in entry[which]))
+    metrics = json.loads((results_dir / spec.results / "metrics.json").read_text())
+    return float(sum(_seconds(metrics, path) for path in getattr(spec, which)))
 
 
-def committed_threads(entry: dict[str, Any], results_dir: Path = RESULTS_DIR) -> str:
+def committed_threads(spec: ChapterSpec, results_dir: Path = RESULTS_DIR) -> str:
     """The CPU threads the committed run used, from the command that produced it."""
-    if "results" not in entry:
+    if spec.results is None:
         return ""
-    metrics = json.loads((results_dir / entry["results"] / "metrics.json").read_text())
+    metrics = json.loads((results_dir / spec.results / "metrics.json").read_text())
     found = re.search(r"--threads (\d+)", metrics.get("produced_by", {}).get("command", ""))
     return found.group(1) if found else "all"
 
@@ -90,14 +80,13 @@ REBUILD_TITLE = "rebuilding what is shipped adds"
 THREADS_TITLE = "threads (committed run)"
 
 
-def time_columns(syllabus: Path = SYLLABUS, results_dir: Path = RESULTS_DIR
-                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def time_columns(results_dir: Path = RESULTS_DIR) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """The chapter time table as columns (title -> chapter -> cell) and their totals, from committed data only.
 
     One meaning per column: a course run's wall time per chapter (``smoke``, ``toy``: the toy
     chapters read their committed runs), then what training a toy chapter again costs.
     """
-    chapters = load_syllabus(syllabus)
+    chapters = specs()
     columns: dict[str, dict[str, str]] = {}
     totals: dict[str, str] = {}
     for scale, run in sorted(course_runs(results_dir / "timings").items(), key=lambda kv: kv[0] != "smoke"):
@@ -118,7 +107,7 @@ def time_columns(syllabus: Path = SYLLABUS, results_dir: Path = RESULTS_DIR
 
 def readme_with_times(readme: str, results_dir: Path | None = None) -> str:
     """``readme`` with its chapter table's time columns set from :func:`time_columns` (default: the committed data)."""
-    return set_columns(readme, *time_columns(SYLLABUS, results_dir or RESULTS_DIR))
+    return set_columns(readme, *time_columns(results_dir or RESULTS_DIR))
 
 
 def _homework(number: str) -> str:
@@ -126,18 +115,17 @@ def _homework(number: str) -> str:
     return ", ".join(f"**{e.id}**" if e.homework else e.id for e in chosen)
 
 
-def syllabus_page(syllabus: Path = SYLLABUS, results_dir: Path = RESULTS_DIR,
-                  notebook_dir: Path = NOTEBOOK_DIR) -> str:
+def syllabus_page(results_dir: Path = RESULTS_DIR, notebook_dir: Path = NOTEBOOK_DIR) -> str:
     """Markdown: the week-by-week syllabus, then the measured-time table."""
-    chapters = load_syllabus(syllabus)
+    chapters = specs()
     runs = course_runs(results_dir / "timings")
     parts = ["## Syllabus: one chapter a week", "",
              "| week | chapter | learning goals | before it | exercises (**homework**) |", "|---|---|---|---|---|"]
-    for week, (number, entry) in enumerate(sorted(chapters.items()), start=1):
-        goals = "; ".join(entry["goals"])
-        parts.append(f"| {week} | {chapter_title(number, notebook_dir)} | {goals} | {entry['prerequisites']} "
+    for week, (number, spec) in enumerate(sorted(chapters.items()), start=1):
+        goals = "; ".join(spec.goals)
+        parts.append(f"| {week} | {chapter_title(number, notebook_dir)} | {goals} | {spec.prerequisites} "
                      f"| {_homework(number)} |")
-    columns, totals = time_columns(syllabus, results_dir)
+    columns, totals = time_columns(results_dir)
     parts += ["", "## Measured time per chapter", "",
               "| chapter | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for number in sorted(chapters):

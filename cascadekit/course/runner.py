@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,10 +28,11 @@ from typing import Callable, Iterable
 
 from filelock import FileLock, Timeout
 
-from cascadekit.atomic import atomic_write_json, atomic_write_text, same_file
+from cascadekit.atomic import atomic_write_text, same_file
 from cascadekit.codeversion import REPO_DIR, code_version
 from cascadekit.profiles import load_profile
 from cascadekit.course.widgets import HEADLESS_ENV
+from cascadekit.results import write_result
 
 NOTEBOOK_DIR = REPO_DIR / "notebooks"
 
@@ -81,11 +83,12 @@ def _load_summary(out: Path) -> dict[str, dict]:
         return {}  # an unreadable summary only costs a re-run
 
 
-def _write_summary(out: Path, results: dict[str, dict], scale: str) -> None:
-    """``summary.json`` and ``summary.md``, each written atomically."""
+def _write_summary(out: Path, results: dict[str, dict], scale: str, command: str | None = None) -> None:
+    """``summary.json`` (its provenance under ``produced_by``: ``command``, by default the plain ``cascadekit run``
+    into ``out``) and ``summary.md``, each written atomically."""
     ordered = [results[k] for k in sorted(results)]
-    payload = {"scale": scale, "code_version": code_version(), "chapters": ordered}
-    atomic_write_json(out / "summary.json", payload, indent=2)
+    command = command or shlex.join(["cascadekit", "run", "--scale", scale, "--out", str(out)])
+    write_result(out / "summary.json", {"scale": scale, "chapters": ordered}, command)
     rows = ["| chapter | status | wall time (s) |", "|---|---|---|"]
     rows += [f"| {r['chapter']} | {r['status']} | {r['wall_s']:.1f} |" for r in ordered]
     atomic_write_text(out / "summary.md", f"# Course run at scale `{scale}` (code {code_version()})\n\n" + "\n".join(rows) + "\n")
@@ -164,10 +167,12 @@ def run_course(
     overrides: dict | None = None,
     notebook_dir: Path = NOTEBOOK_DIR,
     log: Callable[[str], None] | None = None,
+    command: str | None = None,
 ) -> list[ChapterResult]:
     """Run the chosen chapters in order; stop at the first failure (after recording it).
 
-    ``log`` gets a line when a chapter starts and when it ends. A chapter another
+    ``log`` gets a line when a chapter starts and when it ends; ``command`` is
+    what ``summary.json`` records as having produced it. A chapter another
     run into the same ``out`` is executing is taken up last, once that run lets go of it.
     """
     load_profile(scale, overrides)  # fail fast on an unknown scale or override ...
@@ -175,11 +180,11 @@ def run_course(
     out = Path(out)
     if same_file(out, notebook_dir):
         raise ValueError(f"--out {str(out)!r} is the notebooks folder: refusing to overwrite the chapters")
-    return run_notebooks(todo, out, scale, seed, overrides, log)
+    return run_notebooks(todo, out, scale, seed, overrides, log, command)
 
 
 def run_notebooks(todo: list[Path], out: Path, scale: str, seed: int = 0, overrides: dict | None = None,
-                  log: Callable[[str], None] | None = None) -> list[ChapterResult]:
+                  log: Callable[[str], None] | None = None, command: str | None = None) -> list[ChapterResult]:
     """Execute ``todo`` in order into ``out`` (see :func:`run_course`), sharing the work with other runs into ``out``."""
     from tqdm.auto import tqdm
 
@@ -198,11 +203,11 @@ def run_notebooks(todo: list[Path], out: Path, scale: str, seed: int = 0, overri
                 deferred.append(path)
                 continue
             with lock:  # already held: released on leaving
-                results[path.stem] = _run_chapter(path, out, scale, seed, overrides, log)
+                results[path.stem] = _run_chapter(path, out, scale, seed, overrides, log, command)
             bar.update()
         for path in deferred:
             with FileLock(out / f".{path.stem}.lock"):  # waits for the other run
-                results[path.stem] = _run_chapter(path, out, scale, seed, overrides, log)
+                results[path.stem] = _run_chapter(path, out, scale, seed, overrides, log, command)
             bar.update()
     finally:
         bar.close()
@@ -210,7 +215,7 @@ def run_notebooks(todo: list[Path], out: Path, scale: str, seed: int = 0, overri
 
 
 def _run_chapter(path: Path, out: Path, scale: str, seed: int, overrides: dict | None,
-                 log: Callable[[str], None] | None) -> ChapterResult:
+                 log: Callable[[str], None] | None, command: str | None) -> ChapterResult:
     """One chapter, under its lock: skipped if this code already ran it at this scale, else executed.
 
     Raises ChapterFailed (after recording the failure in the summary).
@@ -232,7 +237,7 @@ def _run_chapter(path: Path, out: Path, scale: str, seed: int, overrides: dict |
     with FileLock(out / ".summary.lock"):  # another run may have recorded chapters meanwhile
         done = _load_summary(out)
         done[path.stem] = asdict(result)
-        _write_summary(out, done, scale)
+        _write_summary(out, done, scale, command)
     if log:
         log(f"{path.stem} ({scale}): {result.status} in {result.wall_s:.0f} s")
     if result.status == "failed":

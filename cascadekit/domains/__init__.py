@@ -28,11 +28,12 @@ import json
 import random
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from cascadekit.chat import render, with_flag
 from cascadekit.domains import code, general, instructions, math, swe, tools
 from cascadekit.domains.task import Judgement, Task
+from cascadekit.stages import digest
 from cascadekit.verify.tools import transcript
 
 SPLITS = ("pretrain", "sft", "rl", "eval")
@@ -218,3 +219,8 @@ __all__ = [
     "SPLITS", "Task", "Judgement", "Domain", "split_of", "draw_tasks", "chat_record", "chat_records",
     "prompt_of", "gold_answer", "check_record", "raw_text", "surfaces_fingerprint", "domains", "stage_domains",
 ]
+
+
+def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
+    """A short hash of a chat prompt set (messages and gold, in order)."""
+    return digest([r["messages"], r["gold"]] for r in records)

@@ -1,4 +1,4 @@
-"""``python -m cascadekit.engine.gpucheck``: every GPU path of the kit, run once on random weights of a real shape.
+"""``cascadekit gpucheck``: every GPU path of the kit, run once on random weights of a real shape.
 
 The model is Qwen3-0.6B's shape (28 layers, hidden 1024, 16 query and 8 key-value
 heads of 128, vocabulary 151,936, tied embeddings) with random weights, so
@@ -267,8 +267,10 @@ def run_checks(work: Path) -> list[Row]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cascadekit.engine.gpucheck", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
+    """Run every check; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit gpucheck``."""
+    parser = parser_class(prog="cascadekit gpucheck", description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="", help="scratch folder (default: a temporary one)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -278,7 +280,3 @@ def main(argv: list[str] | None = None) -> int:
         print(row)
     print(f"{'total':<22} {time.perf_counter() - started:.0f} s")
     return 1 if any(r.status == "failed" for r in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

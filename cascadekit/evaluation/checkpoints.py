@@ -24,13 +24,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from cascadekit.atomic import atomic_write_json, atomic_write_text
+from cascadekit.atomic import atomic_write_text
 from cascadekit.chat import stop_token_ids
 from cascadekit.domains import check_record
 from cascadekit.evaluation.stage_table import (
     Generator, aggregate, judge_records, paper_vs_run, rollout, stage_markdown, suite_records,
 )
 from cascadekit.profiles import Profile
+from cascadekit.results import write_result
 from cascadekit.engine.runtime import (
     DownloadNotAllowed, checkpoint_folder, choose_device, load_chat_tokenizer, load_model, require,
 )
@@ -125,8 +126,12 @@ def _use_vllm(profile: Profile) -> bool:
 
 def evaluate_checkpoints(checkpoints: Sequence[tuple[str, str]], profile: Profile, out: Path,
                          records: Sequence[dict[str, Any]] | None = None,
-                         allow_download: bool | None = None) -> list[dict[str, Any]]:
+                         allow_download: bool | None = None,
+                         command: str = "cascadekit evaluate-checkpoints") -> list[dict[str, Any]]:
     """Every checkpoint on the same records; writes ``stage_table.md``, ``rows.json`` and ``samples.jsonl`` to ``out``.
+
+    ``rows.json`` is ``{"produced_by": ..., "checkpoints": ..., "rows": ...}`` (:func:`cascadekit.results.write_result`),
+    ``command`` the one recorded there.
 
     Records and sources (:func:`check_sources`) are checked before any model loads, so a malformed one
     costs no GPU time.
@@ -155,6 +160,6 @@ def evaluate_checkpoints(checkpoints: Sequence[tuple[str, str]], profile: Profil
                          f"{len(records)} records; generation: {backend} (greedy).", stage_markdown(rows),
                          paper_vs_run(rows, checkpoints[-1][0])])
     atomic_write_text(out / "stage_table.md", table + "\n")
-    atomic_write_json(out / "rows.json", rows)
+    write_result(out / "rows.json", {"checkpoints": [{"stage": s, "source": src} for s, src in checkpoints], "rows": rows}, command)
     atomic_write_text(out / "samples.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
     return rows

@@ -36,12 +36,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
-from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of
+from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of, records_digest
 from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
 from cascadekit.stages import Stage, StageOutput, run_stage
-from cascadekit.training.pipeline import records_digest
 from cascadekit.profiles import Profile
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 

@@ -28,7 +28,7 @@ itself, inside TRL's own HF generation path:
 Sampling is untouched (same batch, same random draws): a run with streaming
 gives the same rollouts and rewards as one without, only the time differs.
 ``stream=False`` keeps the same pool but sends everything when the reward is
-called: the blocking baseline of :mod:`cascadekit.training.async_rewards_benchmark`.
+called: the blocking baseline of :mod:`cascadekit.bench.async_rewards` (``cascadekit bench async-rewards``).
 
 What is hidden depends on how spread the rollouts' end times are: verification
 can only start when a rollout ends, and at toy scale most rollouts of a batch end

@@ -19,7 +19,7 @@ from datasets import Dataset
 
 from cascadekit.bands import MIDTRAIN_MIXTURE, Bands
 from cascadekit.chat import END_OF_TURN, stop_token_ids
-from cascadekit.domains import check_record, prompt_text
+from cascadekit.domains import check_record, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.profiles import Profile, precision_inputs
@@ -124,11 +124,6 @@ def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
         prompts.append(prompt_text(record))
     return Dataset.from_dict({"prompt": prompts, "domain": [r["domain"] for r in records],
                               "gold": [json.dumps(r["gold"]) for r in records]})
-
-
-def records_digest(records: Sequence[Mapping[str, Any]]) -> str:
-    """A short hash of a chat prompt set (messages and gold, in order)."""
-    return digest([r["messages"], r["gold"]] for r in records)
 
 
 def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: RewardFn | Sequence[RewardFn],

@@ -29,7 +29,7 @@ def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
         resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_LIMIT, _MEMORY_LIMIT))
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.run([sys.executable, "-m", "cascadekit.cli", *argv], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cascadekit", *argv], cwd=cwd, capture_output=True,
                           text=True, timeout=60, preexec_fn=limit, env=env)
 
 

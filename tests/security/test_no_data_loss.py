@@ -46,7 +46,7 @@ def test_kill_9_during_data_leaves_the_previous_file_whole(tmp_path: Path) -> No
     out.write_text('{"previous": "corpus"}\n')
     before = out.read_bytes()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-m", "cascadekit.cli", "data", "--ops", "2-20", "--count", "1000000",
+    child = subprocess.Popen([sys.executable, "-m", "cascadekit", "data", "--ops", "2-20", "--count", "1000000",
                               "--out", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def a_good_part_written() -> bool:  # the temporary file holds a good part of a corpus

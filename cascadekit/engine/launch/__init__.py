@@ -199,7 +199,7 @@ def plan(profile: Profile, stage: str, *, accumulation: int = 1, main_address: s
     server = None
     if engine.vllm == "server" and stage in RL_STAGES:
         server = _server_command(profile, engine.vllm_gpus)
-    experiment = ["-m", "cascadekit.cli", "experiment", chapter, "--scale", profile.name, *(extra or [])]
+    experiment = ["-m", "cascadekit", "experiment", chapter, "--scale", profile.name, *(extra or [])]
     commands = []
     for rank in range(engine.nodes):
         launch = ["accelerate", "launch"]

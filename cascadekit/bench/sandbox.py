@@ -1,7 +1,7 @@
 """How many sandboxed executions per second this machine gives, against a bare interpreter.
 
 Code RL scores every completion by running it, so this number bounds reward
-throughput: ``python -m cascadekit.sandbox_benchmark [-n 40] [--workers 2]``.
+throughput: ``cascadekit bench sandbox [-n 40] [--workers 2]``.
 The baseline, measured in the same run, starts the same program in a plain
 ``python -S`` subprocess with no isolation at all; the ratio is what the box costs.
 """
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Sequence
 
 from cascadekit.sandbox import isolation, run_python
 
@@ -40,8 +40,10 @@ def executions_per_second(run: Callable[[], bool], n: int = 40, workers: int = 1
     return n / elapsed
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench sandbox", description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=40, help="executions per measurement")
     parser.add_argument("--workers", type=int, default=2, help="parallel threads to try")
     args = parser.parse_args(argv)
@@ -52,6 +54,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{workers} worker(s): sandboxed {boxed:.1f}/s, bare interpreter {bare:.1f}/s, "
               f"ratio {boxed / bare:.2f}")
 
-
-if __name__ == "__main__":
-    main()

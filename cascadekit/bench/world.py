@@ -1,4 +1,4 @@
-"""How long the world takes to generate: ``python -m cascadekit.world.benchmark``.
+"""How long the world takes to generate: ``cascadekit bench world``.
 
 Prints the time to generate 10,000 deduplicated problems over ops 2-20 (target:
 under 30 s on a 2-core laptop) and the mean rendered length per op and style.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from typing import Sequence
 
 from cascadekit.world import CONTEXTS, STYLES, generate_problem, generate_problems
 
@@ -33,10 +34,12 @@ def lengths(ops: range, per_op: int = 30) -> dict[tuple[str, int], tuple[float, 
     return {key: (a, b, c) for key, (a, b, c) in sums.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench world", description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=10_000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for style in STYLES:
         seconds = time_generation(args.n, style)
         print(f"generate {args.n} problems, ops 2-20, contexts A/B/C, {style}: {seconds:.1f} s "
@@ -48,6 +51,3 @@ def main() -> None:
         cells = [f"{table[s, op][0]:6.0f} {table[s, op][1]:6.0f} {table[s, op][2]:8.0f}" for s in STYLES]
         print(f"{op:<3} " + "  ".join(cells))
 
-
-if __name__ == "__main__":
-    main()

@@ -153,7 +153,8 @@ def compare(ways: dict[str, Sequence[RewardFn]], batch: Batch, repeats: int) -> 
                for name, t in times.items()}}
 
 
-def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
     """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
     parser = parser_class(prog="cascadekit bench rewards", description=__doc__.splitlines()[0])
     add_scale_arguments(parser)
@@ -187,6 +188,3 @@ def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentPars
         print(f"  distinct once   {w1:7.2f} s wall  {c1:7.2f} CPU-s   ratio {w1 / w0:.2f}x wall, {c1 / c0:.2f}x CPU"
               f"   same rewards: {out['same']}")
 
-
-if __name__ == "__main__":
-    main()

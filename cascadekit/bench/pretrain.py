@@ -4,9 +4,9 @@ All three train the same freshly initialised model on the same packed blocks wit
 the same optimizer settings (AdamW, cosine-with-floor schedule, gradient
 clipping); the first steps are excluded from the timing. Run::
 
-    python -m cascadekit.training.benchmark --scale toy --steps 40 --threads 1
+    cascadekit bench train --scale toy --steps 40 --threads 1
 
-(or ``cascadekit bench train``). It prints tokens per CPU second for each (one torch thread: ``--threads 1``), and each one's ratio
+It prints tokens per CPU second for each (one torch thread: ``--threads 1``), and each one's ratio
 to the fp32 Trainer (the kit's path today), measured in the same run: the paths
 alternate round by round, so background load hits them alike. The bf16-autocast
 path is the same Trainer with ``engine.precision: bf16-autocast``
@@ -121,6 +121,3 @@ def main(argv: Sequence[str] | None = None,
     print(f"ratio Trainer/plain = {base / max(runs['plain loop fp32']):.3f} (fp32), "
           f"bf16-autocast/fp32 = {max(runs['HF Trainer bf16-autocast']) / base:.3f} (target: at least 1.5)")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """How much verification do streamed rewards hide behind generation? One run prints sync and async steps.
 
-``python -m cascadekit.training.async_rewards_benchmark [--scale toy] [--steps 6] [--repeats 2] [--delay-ms 0] [--workers N]``
+``cascadekit bench async-rewards [--scale toy] [--steps 6] [--repeats 2] [--delay-ms 0] [--workers N]``
 
 Two GRPO runs per repeat from the same checkpoint, data and seed (the cascade's
 Code RL start and chapter 12's code prompts, ``/think``), with the same pool of
@@ -32,7 +32,7 @@ import tempfile
 import time
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -92,7 +92,8 @@ def run(profile: Profile, steps: int, repeats: int, delay_s: float) -> dict[str,
     return out
 
 
-def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
     """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
     parser = parser_class(prog="cascadekit bench async-rewards", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="toy")
@@ -121,6 +122,3 @@ def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentPars
           f"{out['early']} of {out['completions']} rollouts verified while the batch was still generating")
     print(f"same rollouts and rewards in both: {out['same_rewards']}")
 
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ of the profile's shape, which never stops early (every sample runs to
 exact for well-formed text, an overcount for an untrained model's byte soup.
 Run::
 
-    python -m cascadekit.evaluation.benchmark --scale toy --threads 1
+    cascadekit bench sampler --scale toy --threads 1
 """
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ from cascadekit.evaluation.sampler import sample_completions
 from cascadekit.engine.models import build_model
 from cascadekit.profiles import add_scale_arguments, profile_from_arguments
 from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
+from cascadekit.world import generate_problems
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from cascadekit.world import generate_problems
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench sampler", description=__doc__.splitlines()[0])
     add_scale_arguments(parser)
     parser.add_argument("--checkpoint", type=Path, help="a trained checkpoint folder (default: untrained model)")
     parser.add_argument("--op", type=int, default=0, help="op of the prompts (default: the last in-distribution op)")
@@ -55,6 +56,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{tokens:,} generated tokens in {seconds:.1f} s: {tokens / seconds:,.0f} tokens/s, "
           f"{len(texts) / seconds:.1f} samples/s, {tokens / len(texts):.0f} tokens/sample")
 
-
-if __name__ == "__main__":
-    main()

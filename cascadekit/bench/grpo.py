@@ -1,7 +1,6 @@
 """How fast is the kit's GRPO step, where does its time go, and how near the machine does it run?
 
 ``cascadekit bench grpo [--profile toy] [--steps 8] [--repeats 3] [--threads 1]``
-(also ``python -m cascadekit.training.grpo_benchmark``)
 
 Three measurements in one process, on the same model shape, data and settings:
 
@@ -47,7 +46,7 @@ import statistics
 import tempfile
 import time
 from functools import wraps
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 import torch
@@ -277,7 +276,8 @@ def run(profile: Profile, steps: int, repeats: int) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
     """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
     parser = parser_class(prog="cascadekit bench grpo", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="toy")
@@ -316,6 +316,3 @@ def main(argv: list[str] | None = None, parser_class: type[argparse.ArgumentPars
     for phase, share in out["shares"].items():
         print(f"  {phase:<9} {share:6.1%}")
 
-
-if __name__ == "__main__":
-    main()
