@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import matplotlib.pyplot as plt
 from transformers import PreTrainedTokenizerBase
 
-from cascadekit.artifacts import cache_root, get_or_build
+from cascadekit.artifacts import cache_root
 from cascadekit.atomic import atomic_write_json, atomic_write_jsonl_gz
 from cascadekit.chapters import ChapterConfig
 from cascadekit.evaluation.report import eval_problems
@@ -46,7 +46,7 @@ from cascadekit.exercises.answers import Choice, Number
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import RL_REWARD, change_row, passk_rows, per_problem, rl_problems
 from cascadekit.engine.models import build_model
-from cascadekit.stages import StageOutput
+from cascadekit.stages import Stage, StageOutput, run_stage
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo
 from cascadekit.profiles import Profile
@@ -188,7 +188,13 @@ def cached_variant(profile: Profile, b_share: float) -> Path:
     tokenizer = cached_tokenizer(profile)
     key = variant_key(profile, b_share)
     run_dir = cache_root() / "runs" / f"pretrain-transfer-{key}"
-    return get_or_build("pretrain-transfer", key, lambda d: pretrain_variant(profile, tokenizer, b_share, d, run_dir))
+
+    def build(folder: Path) -> dict[str, Any]:
+        pretrain_variant(profile, tokenizer, b_share, folder, run_dir)  # its corpus stats are a file of the checkpoint
+        return {}
+
+    inputs = {"recipe": "pretrain-transfer", "b_share": b_share, "sources": list(SOURCES), "target": TARGET}
+    return run_stage(Stage("pretrain-transfer", inputs, build, fixed_key=key)).checkpoint
 
 
 # ---------------------------------------------------------------------------
