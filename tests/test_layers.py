@@ -81,13 +81,7 @@ RULES: dict[str, Callable[[Import], bool]] = {
 PENDING = {
     ("core_imports_no_chapter", "cascadekit/exercises/cascade.py"):
         "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
-    ("core_imports_no_chapter", "cascadekit/exercises/domain_rl.py"):
-        "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
     ("no_late_imports", "cascadekit/exercises/cascade.py"):
-        "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
-    ("no_late_imports", "cascadekit/exercises/domain_rl.py"):
-        "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
-    ("no_late_imports", "cascadekit/exercises/part2.py"):
         "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
 }
 

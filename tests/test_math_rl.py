@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from cascadekit.chapters import ch11_math_rl as chapter
+from cascadekit.chapters.ch11_math_rl import ratio_change, tokens_per_correct
+from cascadekit.plots import back_to_back
 from cascadekit.profiles import ProfileError, load_profile
 from cascadekit.training import math_rl as mrl
 from cascadekit.training.cascade import sft_checkpoint
@@ -79,7 +82,6 @@ def _samples(scores, ops=(2, 3), tokens=10):
 
 
 def _metrics(trained: bool = True) -> dict:
-    from cascadekit.chapters import ch11_math_rl as chapter
     curve = [{"step": 1, "reward": 0.5, "frac_reward_zero_std": 0.25, "clipped_ratio": 0.5, "completion_length": 9}]
     stage = lambda length, screen: {"length": length, "screen": screen, "steps": len(curve) * trained,  # noqa: E731
                                     "prompts": 8, "curves": curve if trained else [], "rollouts": 64,
@@ -96,7 +98,6 @@ def _metrics(trained: bool = True) -> dict:
 
 
 def test_the_claims_compare_arms_prompt_by_prompt_and_skip_what_a_run_did_not_produce() -> None:
-    from cascadekit.chapters import ch11_math_rl as chapter
     rows = {r["claim"].split(":")[0]: r for r in chapter.claims(_metrics())}
     gain = next(r for c, r in rows.items() if c.startswith("Math RL raises"))
     assert gain["this run"] == pytest.approx(0.5)  # 1/4 -> 3/4 correct at each op
@@ -108,7 +109,6 @@ def test_the_claims_compare_arms_prompt_by_prompt_and_skip_what_a_run_did_not_pr
 
 
 def test_tokens_per_correct_and_its_paired_change() -> None:
-    from cascadekit.chapters.ch11_math_rl import ratio_change, tokens_per_correct
     before = [{"tokens": 10, "score": 1.0}, {"tokens": 30, "score": 0.0}] * 10
     after = [{"tokens": 10, "score": 1.0}, {"tokens": 10, "score": 1.0}] * 10
     assert tokens_per_correct(before) == 40 and tokens_per_correct(after) == 10
@@ -118,9 +118,7 @@ def test_tokens_per_correct_and_its_paired_change() -> None:
 
 
 def test_an_arm_reads_as_one_run_and_each_stage_as_a_row() -> None:
-    from cascadekit.chapters import ch11_math_rl as chapter
     metrics = _metrics()
-    from cascadekit.plots import back_to_back
     joined = back_to_back(metrics["runs"][chapter.CASCADE])
     assert [c["step"] for c in joined["curves"]] == [1, 2]
     rows = chapter.stage_rows(metrics["runs"], metrics["profile"])

@@ -18,8 +18,11 @@ from matplotlib.figure import Figure
 
 from cascadekit.training.chat_base import chat_base
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises.committed import committed_metrics, stage_row
 from cascadekit.evaluation.stage_table import stage_markdown, paper_vs_run, stage_table, suite_records
-from cascadekit.results import ResultsWriter, write_sample_spread
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Choice, Number
+from cascadekit.results import write_sample_spread
 from cascadekit.training.pretrain import ProgressCallback
 from cascadekit.training.sft import STAGES, sft_stages
 
@@ -31,6 +34,10 @@ TARGETS = {"think": 0.2, "no_think": 0.1, "mode_following": 0.95}
 
 def stage_name(stage: int) -> str:
     return f"SFT stage {stage}"
+
+
+#: The stage the targets and the paper's numbers are compared after: the last SFT stage.
+LAST_STAGE = stage_name(STAGES[-1])
 
 
 def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
@@ -55,8 +62,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
             "base": {"key": base.key, **{k: v for k, v in base.metrics.items() if k != "loss_log"},
                      "loss_log": base.metrics.get("loss_log", [])[-20:]},
             "stages": [{"key": s.key, **s.metrics} for s in stages],
-            "targets": TARGETS, "profile": profile.to_dict(), "chapter_settings": dict(config.settings),
-            "overrides": dict(config.overrides)}
+            "targets": TARGETS, "profile": profile.to_dict()}
 
 
 def target_rows(rows: Sequence[dict[str, Any]], stage: str) -> list[dict[str, Any]]:
@@ -96,17 +102,62 @@ def plot_stage_table(rows: Sequence[dict[str, Any]]) -> Figure:
     return fig
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json``, a spread of per-sample records, the stage figure and the paper-vs-run tables."""
-    write_sample_spread(writer.folder, metrics["samples"], KEPT_SAMPLES)
-    last = stage_name(STAGES[-1])
-    profile = metrics["profile"]
-    notes = (f"### Paper (Nemotron-Cascade-8B unified) vs this run after {last}\n\n"
-             f"{paper_vs_run(metrics['rows'], last)}\n\n"
-             f"Paper numbers are percent on the real benchmarks; this run's are percent of the toy suite that "
-             f"stands in for each ({profile['sft']['eval_tasks']} prompts per domain and mode, greedy, "
-             f"no pre-filled think block), with exact 95% intervals.\n\n"
-             f"### Stage table after each SFT stage\n\n{stage_markdown(metrics['rows'])}\n\n"
-             f"Timings (s): {json.dumps(metrics['timings'])}")
-    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"sft_stages": plot_stage_table(metrics["rows"])},
-                f"Chapter 08: a unified thinking model, targets after {last}", target_rows(metrics["rows"], last), notes)
+RESULTS_TITLE = f"Chapter 08: a unified thinking model, targets after {LAST_STAGE}"
+
+
+def claims(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets after the last SFT stage beside the measured values (:func:`target_rows`)."""
+    return target_rows(metrics["rows"], LAST_STAGE)
+
+
+def notes(metrics: dict[str, Any]) -> str:
+    """The paper's numbers beside this run's after the last stage, the stage table after each, the timings."""
+    return (f"### Paper (Nemotron-Cascade-8B unified) vs this run after {LAST_STAGE}\n\n"
+            f"{paper_vs_run(metrics['rows'], LAST_STAGE)}\n\n"
+            f"Paper numbers are percent on the real benchmarks; this run's are percent of the toy suite that "
+            f"stands in for each ({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy, "
+            f"no pre-filled think block), with exact 95% intervals.\n\n"
+            f"### Stage table after each SFT stage\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Timings (s): {json.dumps(metrics['timings'])}")
+
+
+def figures(metrics: dict[str, Any]) -> dict[str, Figure]:
+    """Score and mode following per domain after each SFT stage."""
+    return {"sft_stages": plot_stage_table(metrics["rows"])}
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the per-sample records, of which ``samples.jsonl`` in ``folder`` keeps a spread."""
+    write_sample_spread(folder, metrics["samples"], KEPT_SAMPLES)
+    return {k: v for k, v in metrics.items() if k != "samples"}
+
+
+# Exercises ------------------------------------------------------------------
+
+DOMAINS = ("math", "code", "tools", "swe", "instructions", "general")
+
+
+def _weakest_think_domain() -> str:
+    rows = [r for r in committed_metrics("08_unified_thinking_model")["rows"]
+            if r["stage"] == "SFT stage 2" and r["mode"] == "think"]
+    return min(rows, key=lambda r: r["score"])["domain"]
+
+
+def _math_length_ratio() -> float:
+    think = stage_row("08_unified_thinking_model", "SFT stage 2", "math", "think")
+    no_think = stage_row("08_unified_thinking_model", "SFT stage 2", "math", "no_think")
+    return think["mean_tokens"] / no_think["mean_tokens"]
+
+
+EXERCISES = [
+    Exercise("08.1", "The weakest domain after SFT",
+             "In the committed stage table (`load_metrics(\"08_unified_thinking_model\")[\"rows\"]`), which domain "
+             "has the lowest think-mode score after SFT stage 2? One of " + ", ".join(repr(d) for d in DOMAINS) + ".",
+             Choice(DOMAINS, _weakest_think_domain), "keep the rows with `stage == \"SFT stage 2\"` and "
+             "`mode == \"think\"`, then compare `score`.", "answer = None  # a domain"),
+    Exercise("08.2", "How much longer is thinking?",
+             "In the same table, how many times longer (mean tokens) are math answers after `/think` than after "
+             "`/no_think`, after SFT stage 2? Within 2%. Is that the gap you expected from the chat format?",
+             Number(_math_length_ratio, rel=0.02), "divide the think row's `mean_tokens` by the no_think row's, "
+             "both for math after SFT stage 2.", "answer = None  # a ratio"),
+]

@@ -29,16 +29,20 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import torch
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.domains import prompt_text
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Function, Number
 from cascadekit.stages import StageOutput
 from cascadekit.plots import rl_curves
-from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.results import markdown_table, write_sample_spread
 from cascadekit.training.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
 from cascadekit.training.reward_model import RewardModelScore
 
@@ -103,9 +107,11 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "largest": largest,
         "runs": {name: {"key": out.key, "reward_model_layers": layers, **out.metrics}
                  for name, (out, layers) in runs.items()},
-        "reward_model_views": views, "sft_key": sft.key, "timings": timings,
-        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+        "reward_model_views": views, "sft_key": sft.key, "timings": timings, "profile": profile.to_dict(),
     }
+
+
+RESULTS_TITLE = "Chapter 09: reward model and half-half RLHF"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -160,13 +166,50 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
                             "completion_length": "mean completion length (tokens)"})
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (per-sample results thinned), the curves, the stage table and the claims."""
-    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
-    notes = (f"### Reward models' view of their policies' general answers\n\n{markdown_table(gap_rows(metrics))}\n\n"
-             f"### Stage table after SFT and after each RLHF arm\n\n{stage_markdown(metrics['rows'])}\n\n"
-             f"Paper numbers are percent on the real benchmarks; this run's are changes on the toy suite "
-             f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt.\n\n"
-             f"Timings (s): {json.dumps(metrics['timings'])}")
-    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"rlhf_curves": plot_curves(metrics["runs"])},
-                "Chapter 09: reward model and half-half RLHF", claims(metrics), notes)
+def notes(metrics: Mapping[str, Any]) -> str:
+    """The reward models' view of their policies, the stage table after SFT and each arm, the timings."""
+    return (f"### Reward models' view of their policies' general answers\n\n{markdown_table(gap_rows(metrics))}\n\n"
+            f"### Stage table after SFT and after each RLHF arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Paper numbers are percent on the real benchmarks; this run's are changes on the toy suite "
+            f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt.\n\n"
+            f"Timings (s): {json.dumps(metrics['timings'])}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """The GRPO curves of every RLHF arm."""
+    return {"rlhf_curves": plot_curves(metrics["runs"])}
+
+
+def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread."""
+    write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    return {k: v for k, v in metrics.items() if k != "samples"}
+
+
+# Exercises ------------------------------------------------------------------
+
+def _bt_loss(chosen: float, rejected: float) -> float:
+    return float(-torch.nn.functional.logsigmoid(torch.tensor(chosen - rejected, dtype=torch.float64)))
+
+
+def _accuracy_gain() -> float:
+    models = committed_metrics("09_rlhf")["reward_models"]
+    return models["4"]["held_out"]["accuracy"] - models["1"]["held_out"]["accuracy"]
+
+
+EXERCISES = [
+    Exercise("09.1", "Implement the Bradley-Terry loss",
+             "Write `bt_loss(chosen, rejected)`: the reward model's loss on one preference pair whose rewards are "
+             "`chosen` and `rejected` (floats). It must not overflow when the two rewards are hundreds apart.",
+             Function(lambda: [(1.0, 0.0), (0.0, 1.0), (2.5, 2.5), (-3.0, 4.0), (40.0, -40.0), (-400.0, 400.0)],
+                      _bt_loss, rel=1e-6, abs_=1e-9),
+             "-log σ(chosen - rejected). Written as softplus(rejected - chosen) = log(1 + e^x), compute it as "
+             "max(x, 0) + log1p(e^-|x|) so that e^x never overflows.",
+             "import math\n\ndef bt_loss(chosen, rejected):\n    ...\n\nanswer = bt_loss", homework=True),
+    Exercise("09.2", "Does a larger reward model rank better?",
+             "In the committed run (`reward_models`), by how much is the 4-layer reward model's held-out pairwise "
+             "accuracy above the 1-layer one's (4-layer minus 1-layer)? Within 0.005. Does its interval overlap "
+             "the smaller model's?",
+             Number(_accuracy_gain, abs_=0.005), "each reward model's `held_out` record has its `accuracy`; the "
+             "keys of `reward_models` are the layer counts as strings.", "answer = None  # a difference"),
+]

@@ -31,13 +31,17 @@ from typing import Any, Mapping, Sequence
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises.committed import stage_row
 from cascadekit.domains import prompt_text
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.evaluation.stage_claims import compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.plots import rl_curves
-from cascadekit.results import ResultsWriter, write_sample_spread
+from cascadekit.results import write_sample_spread
 from cascadekit.rewards import verifier_reward
+from cascadekit.verify.instructions import MaxWords
 from cascadekit.training.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
 from cascadekit.training.reward_model import RewardModelScore
 
@@ -79,7 +83,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "per_sample": compact(tables),
         "predicted_general_quality": predicted, "start_key": start.key, "reward_model": scorer.__name__,
         "runs": {name: {"key": out.key, **out.metrics} for name, out in runs.items()}, "timings": timings,
-        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+        "profile": profile.to_dict(),
     }
 
 
@@ -88,6 +92,9 @@ def entropy_change(curves: Sequence[Mapping[str, Any]], window: float = ENTROPY_
     values = [float(c["entropy"]) for c in curves]
     n = max(1, int(len(values) * window))
     return bootstrap_interval(values[-n:], values[:n], paired=False)
+
+
+RESULTS_TITLE = "Chapter 10: IF-RL"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -123,11 +130,54 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
                             "entropy": "mean token entropy"})
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (per-sample results thinned), the curves, the stage table and the claims."""
-    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
-    notes = (f"### Stage table after RLHF and after each IF-RL arm\n\n{stage_markdown(metrics['rows'])}\n\n"
-             f"Changes are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
-             f"per domain and mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
-    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"if_rl_curves": plot_curves(metrics["runs"])},
-                "Chapter 10: IF-RL", claims(metrics), notes)
+def notes(metrics: Mapping[str, Any]) -> str:
+    """The stage table after RLHF and after each arm, and the timings."""
+    return (f"### Stage table after RLHF and after each IF-RL arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Changes are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
+            f"per domain and mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """The GRPO curves of every IF-RL arm."""
+    return {"if_rl_curves": plot_curves(metrics["runs"])}
+
+
+def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread."""
+    write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    return {k: v for k, v in metrics.items() if k != "samples"}
+
+
+# Exercises ------------------------------------------------------------------
+
+def _max_words_cases() -> list[Case]:
+    texts = ("", "one", "Two words.", "it's a don't-stop e-mail", "snake_case counts as one", "3 + 4 = 7",
+             "Ünïcödé wörds ça va", "\n\n  spaced   out \t words \n", "a, b, c, d, e, f", "word " * 21)
+    return [(t, n) for t in texts for n in (3, 5)]
+
+
+def _max_words(text: str, n: int) -> bool:
+    return MaxWords(n).check(text)
+
+
+def _if_rl_gain() -> float:
+    before = stage_row("10_if_rl", START, "instructions", "no_think")
+    after = stage_row("10_if_rl", UNIFIED, "instructions", "no_think")
+    return after["score"] - before["score"]
+
+
+EXERCISES = [
+    Exercise("10.1", "A verifier rule: at most n words",
+             "Write `max_words_ok(text, n)`: True when `text` obeys \"Use at most n words.\" exactly as the kit's "
+             "strict instruction verifier counts words.",
+             Function(_max_words_cases, _max_words,
+                      describe_case=lambda case: f"{case[0][:30]!r}, n={case[1]}"),
+             "the verifier counts runs of word characters (the regular expression `\\w+`), so punctuation splits "
+             "words and underscores do not.", "def max_words_ok(text, n):\n    ...\n\nanswer = max_words_ok"),
+    Exercise("10.2", "What IF-RL bought",
+             "In the committed run, by how much did the instruction-following score in `/no_think` change from the "
+             "RLHF checkpoint to the `IF-RL no_think, verifier` arm (after minus before)? Within 0.005.",
+             Number(_if_rl_gain, abs_=0.005), "two rows of `load_metrics(\"10_if_rl\")[\"rows\"]`: domain "
+             "instructions, mode no_think, stages `RLHF half-half` and `IF-RL no_think, verifier`.",
+             "answer = None  # a change in score", homework=True),
+]

@@ -28,18 +28,25 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
 from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import bootstrap_interval, claim_row
-from cascadekit.domains import chat_record, domains, draw_tasks
+from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
 from cascadekit.evaluation.stage_claims import compact, paired_change
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.plots import back_to_back, rl_curves
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.results import markdown_table, write_sample_spread
+from cascadekit.rewards import math_rl_reward
 from cascadekit.training.cascade import sft_checkpoint, unified_if_rl
+from cascadekit.training.dynamic_sampling import classify_groups
+from cascadekit.training.grpo import grpo_advantages
 from cascadekit.training.math_rl import LengthStage, math_rl
 from cascadekit.verify.format_switch import format_switches
 
@@ -108,7 +115,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "math_completions": {name: [s["completion"] for s in samples] for name, samples in math.items()},
         "runs": {name: [stage_metrics(s, profile) for s in stages] for name, stages in arms.items()},
         "start_keys": {name: out.key for name, out in starts.items()}, "timings": timings,
-        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+        "profile": profile.to_dict(),
     }
 
 
@@ -145,6 +152,9 @@ def ratio_change(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[st
 def curve_values(stages: Sequence[Mapping[str, Any]], column: str) -> list[float]:
     """``column`` of every GRPO step of an arm, stage after stage."""
     return [float(c[column]) for s in stages for c in s["curves"]]
+
+
+RESULTS_TITLE = "Chapter 11: Math RL"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -253,16 +263,88 @@ def plot_by_op(math: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
     return fig
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (completions thinned), the figures, the tables and the claims."""
-    write_sample_spread(writer.folder, [{"checkpoint": name, **s, "completion": c}
-                                        for name, samples in metrics["math"].items()
-                                        for s, c in zip(samples, metrics["math_completions"][name])], KEPT_SAMPLES)
-    notes = (f"### Math accuracy by op after every checkpoint (think, greedy)\n\n"
-             f"{markdown_table(accuracy_by_op(metrics['math']))}\n\n"
-             f"### Length stages\n\n{markdown_table(stage_rows(metrics['runs'], metrics['profile']))}\n\n"
-             f"### Stage table before and after the cascade's Math RL\n\n{stage_markdown(metrics['rows'])}\n\n"
-             f"Timings (s): {json.dumps(metrics['timings'])}")
-    writer.save({k: v for k, v in metrics.items() if k != "math_completions"},
-                {"math_rl_curves": plot_curves(metrics["runs"]), "math_by_op": plot_by_op(metrics["math"])},
-                "Chapter 11: Math RL", claims(metrics), notes)
+def notes(metrics: Mapping[str, Any]) -> str:
+    """Math accuracy by op after every checkpoint, the length stages, the stage table before and after, timings."""
+    return (f"### Math accuracy by op after every checkpoint (think, greedy)\n\n"
+            f"{markdown_table(accuracy_by_op(metrics['math']))}\n\n"
+            f"### Length stages\n\n{markdown_table(stage_rows(metrics['runs'], metrics['profile']))}\n\n"
+            f"### Stage table before and after the cascade's Math RL\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Timings (s): {json.dumps(metrics['timings'])}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """The GRPO curves of every arm (length stages back to back), and math accuracy by op."""
+    return {"math_rl_curves": plot_curves(metrics["runs"]), "math_by_op": plot_by_op(metrics["math"])}
+
+
+def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the math completions, of which ``samples.jsonl`` in ``folder`` keeps a spread."""
+    write_sample_spread(folder, [{"checkpoint": name, **s, "completion": c}
+                                 for name, samples in metrics["math"].items()
+                                 for s, c in zip(samples, metrics["math_completions"][name])], KEPT_SAMPLES)
+    return {k: v for k, v in metrics.items() if k != "math_completions"}
+
+
+# Exercises ------------------------------------------------------------------
+
+VERDICTS = ("mixed", "too_easy", "too_hard", "no_signal")
+
+
+def _math_groups() -> list[Case]:
+    """Groups of Math RL rewards: right 1, wrong 0, right but switching 0.5, wrong and switching -0.5."""
+    return [([1.0] * 8,), ([0.0] * 8,), ([1.0] + [0.0] * 7,), ([0.5] * 8,), ([-0.5] * 8,), ([1.0] * 6 + [0.5] * 2,),
+            ([0.0] * 7 + [-0.5],), ([0.5, 0.5, 0.5, 1.0],), ([1.0, 1.0 + 1e-9, 1.0, 1.0],), ([0.3] * 4,),
+            ([-0.5, 0.5],)]
+
+
+def _screen_verdict(rewards: Sequence[float]) -> str:
+    return classify_groups(torch.tensor([list(rewards)], dtype=torch.float64))[0]
+
+
+#: The format switch of the notebook's "gold + code" answer: a fenced code block after the boxed answer.
+CODE_BLOCK = "\n```python\nx = 1\n```"
+
+
+def _switching_advantage() -> float:
+    """GRPO's advantage of a switching rollout in a group of 8 right answers, 2 of which switch format."""
+    record = chat_record(draw_tasks(domains()["math"], 1, 0, "rl", range(3, 4))[0], True)
+    gold = gold_answer(record)
+    answers = [gold] * 6 + [gold + CODE_BLOCK] * 2
+    rewards = math_rl_reward(0.5)([None] * 8, answers, gold=[record["gold"]] * 8)
+    return float(grpo_advantages(torch.tensor(rewards), 8)[-1])
+
+
+def _screen_share() -> float:
+    stages = committed_metrics("11_math_rl")["runs"][CASCADE]
+    return sum(s["screen"]["rollouts"] for s in stages) / sum(s["rollouts"] for s in stages)
+
+
+EXERCISES = [
+    Exercise("11.1", "The screen's verdict on a group",
+             "Write `verdict(rewards)`: `rewards` is one prompt's group of Math RL rewards (1 right, 0 wrong, "
+             "minus the penalty 0.5 when the answer switches format). Return the dynamic filter's verdict on the "
+             "group, one of " + ", ".join(repr(v) for v in VERDICTS) + ", as `classify_groups` "
+             "(`cascadekit.training.dynamic_sampling`) gives it with its defaults (only `mixed` keeps the prompt).",
+             Function(_math_groups, _screen_verdict, describe_case=lambda case: f"rewards {case[0]}"),
+             "rewards that differ by more than 1e-6 are mixed; an equal group at 1 or above is too easy, at 0 or "
+             "below too hard, and anything in between (every answer right but switching) has no signal.",
+             "def verdict(rewards):\n    ...\n\nanswer = verdict"),
+    Exercise("11.2", "Change the reward, predict the advantage",
+             "A group of 8 rollouts of one math prompt, all with the right boxed answer: without the format-switch "
+             "penalty it is too easy and teaches nothing. Now 2 of the 8 add a fenced code block after the answer "
+             "(the notebook's `gold + code` answer) and the penalty is λ = 0.5. What GRPO advantage does each of "
+             "those 2 rollouts get? Predict, then compute with `math_rl_reward(0.5)` (`cascadekit.rewards`) and "
+             "`grpo_advantages` (`cascadekit.training.grpo`). Within 0.1%.",
+             Number(_switching_advantage, rel=1e-3), "the rewards are six 1.0 and two 1 - λ; the advantage is "
+             "(r - mean) / (std + 1e-4) with the sample standard deviation (divide by G - 1).",
+             "answer = None  # an advantage"),
+    Exercise("11.3", "What the screens cost",
+             "Dynamic filtering is not free: before every length stage the screen samples a group for every "
+             "pooled prompt. In the committed run, what share of all the rollouts the cascade's arm "
+             "(`IF-RL start, filtered`) sampled went into its screens rather than into GRPO? Within 0.005. Then "
+             "weigh it against what filtering bought: the claims on zero-variance groups and on final accuracy.",
+             Number(_screen_share, abs_=0.005), "`load_metrics(\"11_math_rl\")[\"runs\"][\"IF-RL start, "
+             "filtered\"]` holds one record per length stage: its `rollouts` counts the screen's and GRPO's "
+             "together, its `screen` record the screen's own; sum over the stages before dividing.",
+             "answer = None  # a share of rollouts", homework=True),
+]

@@ -32,6 +32,7 @@ As in the paper, Code RL starts from the cascade's Math RL checkpoint
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -39,13 +40,17 @@ from typing import Any, Mapping, Sequence
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.domains import chat_records, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.plots import rl_curves
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.results import markdown_table, write_sample_spread
+from cascadekit.training.async_rewards import StreamingRewards
 from cascadekit.training.cascade import code_rl_stage
 from cascadekit.training.math_rl import unified_math_rl
 
@@ -104,8 +109,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "start_key": start.key, "cascade_arm": arm_name(cascade_temperature(profile)),
         "runs": {name: {"key": out.key, "temperature": t, **out.metrics}
                  for (name, out), t in zip(runs.items(), profile.code_rl.temperatures)},
-        "timings": timings, "profile": profile.to_dict(), "chapter_settings": dict(config.settings),
-        "overrides": dict(config.overrides),
+        "timings": timings, "profile": profile.to_dict(),
     }
 
 
@@ -138,6 +142,9 @@ def arm_table(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
         row["verification hidden (estimate)"] = arm.get("streaming_rewards", {}).get("hidden_share_estimate")
         rows.append(row)
     return rows
+
+
+RESULTS_TITLE = "Chapter 12: Code RL"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -187,13 +194,62 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
                             "frac_reward_zero_std": "share of groups with no signal"})
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (per-sample results thinned), the curves, the tables and the claims."""
-    write_sample_spread(writer.folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
-    notes = (f"### Arms\n\n{markdown_table(arm_table(metrics))}\n\n"
-             f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}\n\n{stage_markdown(metrics['code_rows'])}"
-             f"\n\n### Stage table before and after each arm\n\n{stage_markdown(metrics['rows'])}\n\n"
-             f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
-             f"mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
-    writer.save({k: v for k, v in metrics.items() if k != "samples"}, {"code_rl_curves": plot_curves(metrics["runs"])},
-                "Chapter 12: Code RL", claims(metrics), notes)
+def notes(metrics: Mapping[str, Any]) -> str:
+    """The arms, held-out code by op, the stage table before and after each arm, the timings."""
+    return (f"### Arms\n\n{markdown_table(arm_table(metrics))}\n\n"
+            f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}\n\n{stage_markdown(metrics['code_rows'])}"
+            f"\n\n### Stage table before and after each arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
+            f"mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """The GRPO curves of every temperature arm."""
+    return {"code_rl_curves": plot_curves(metrics["runs"])}
+
+
+def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread."""
+    write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    return {k: v for k, v in metrics.items() if k != "samples"}
+
+
+# Exercises ------------------------------------------------------------------
+
+def _verification_timings() -> list[Case]:
+    """(verify_s, wait_s, workers): two committed arms, all hidden, none hidden, a wait past blocking, none verified."""
+    return [(296.237, 104.275, 2), (237.407, 35.132, 2), (10.0, 0.0, 1), (10.0, 10.0, 1), (10.0, 8.0, 2),
+            (100.0, 20.0, 4), (0.0, 0.0, 4), (60.0, 1.5, 8)]
+
+
+def _hidden_share(verify_s: float, wait_s: float, workers: int) -> float:
+    streaming = StreamingRewards(lambda prompts, completions, **kwargs: [], None, workers)  # only its summary is used
+    streaming.stats.update(verify_s=verify_s, wait_s=wait_s)
+    return streaming.summary()["hidden_share_estimate"]
+
+
+def _signal_gain() -> float:
+    """Mean per-step share of groups with a learning signal, the hottest arm minus the coldest."""
+    runs = sorted(committed_metrics("12_code_rl")["runs"].values(), key=lambda arm: arm["temperature"])
+    return statistics.mean(signal_share(runs[-1]["curves"])) - statistics.mean(signal_share(runs[0]["curves"]))
+
+
+EXERCISES = [
+    Exercise("12.1", "How much verification was hidden?",
+             "Write `hidden_share(verify_s, wait_s, workers)`: the kit's estimate of the share of verification "
+             "hidden behind generation (`hidden_share_estimate` in each arm's `streaming_rewards`), from the summed "
+             "verification seconds of every rollout, the seconds the steps waited for their rewards, and the "
+             "number of sandbox workers.",
+             Function(_verification_timings, _hidden_share, abs_=1e-3),
+             "a blocking pool of the same workers would hold the steps for at least verify_s / workers; the "
+             "estimate is 1 minus the share of that the steps still waited, never below 0, and 0 when nothing was "
+             "verified.", "def hidden_share(verify_s, wait_s, workers):\n    ...\n\nanswer = hidden_share"),
+    Exercise("12.2", "What temperature does to the signal",
+             "In the committed run, by how much is the mean per-step share of groups with a learning signal "
+             "higher in the hottest arm than in the coldest (hottest minus coldest)? Within 0.005. Did the hot "
+             "arm's extra signal turn into a higher score on the hardest op?",
+             Number(_signal_gain, abs_=0.005), "a step's share of groups with a signal is 1 - "
+             "`frac_reward_zero_std` in the arm's `curves`; average it over the steps of each arm in "
+             "`load_metrics(\"12_code_rl\")[\"runs\"]` (each arm has its `temperature`).",
+             "answer = None  # a difference of shares"),
+]

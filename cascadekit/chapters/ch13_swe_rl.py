@@ -23,6 +23,7 @@ inputs); the stage table runs before and after the cascade's SWE RL.
 from __future__ import annotations
 
 import json
+import random
 import re
 import time
 from pathlib import Path
@@ -33,14 +34,17 @@ from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
+from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.domains import chat_record, prompt_text
 from cascadekit.evaluation.stage_claims import compact, paired_change
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Choice, Function, Number
 from cascadekit.stages import StageOutput
 from cascadekit.plots import back_to_back, rl_curves
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
+from cascadekit.results import markdown_table, write_sample_spread
 from cascadekit.training.reward_model import policy_samples
 from cascadekit.training.swe_judge import SemanticJudge, executed
 from cascadekit.training.swe_rl import (
@@ -154,8 +158,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "by_context_completions": {name: [s["completion"] for s in samples] for name, samples in by_context.items()},
         "rollouts": rollouts, "judge": {"key": judged.key, **judged.metrics},
         "runs": {arm: [stage_metrics(s) for s in stages] for arm, stages in arms.items()},
-        "start_key": start.key, "trained_context": trained, "timings": timings,
-        "profile": profile.to_dict(), "chapter_settings": dict(config.settings), "overrides": dict(config.overrides),
+        "start_key": start.key, "trained_context": trained, "timings": timings, "profile": profile.to_dict(),
     }
 
 
@@ -214,6 +217,9 @@ def prompt_bootstrap(statistic: Callable[..., float], *runs: Sequence[Mapping[st
         return estimate, estimate, estimate
     low, high = np.percentile(finite, [2.5, 97.5])
     return float(estimate), float(min(low, estimate)), float(max(high, estimate))
+
+
+RESULTS_TITLE = "Chapter 13: SWE RL"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -349,26 +355,93 @@ def plot_reward_vs_truth(rollouts: Mapping[str, Sequence[Mapping[str, Any]]]) ->
     return fig
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (completions and rollout answers thinned), the figures, the tables and the claims."""
-    write_sample_spread(writer.folder, [{"checkpoint": name, **s, "completion": c}
-                                        for name, samples in metrics["by_context"].items()
-                                        for s, c in zip(samples, metrics["by_context_completions"][name])],
+def notes(metrics: Mapping[str, Any]) -> str:
+    """Resolve rates by context, the rewards against execution, the judge, the stage table, the timings."""
+    judge_check = metrics["judge"]["held_out"]
+    return (f"### Resolve rate by input context (think, greedy)\n\n"
+            f"{markdown_table(context_rows(metrics['by_context']))}"
+            f"\n\n### Rewards against execution truth on sampled rollouts\n\n"
+            f"{markdown_table(reward_rows(metrics['rollouts']))}\n\n"
+            f"### The semantic judge (held out)\n\naccuracy {judge_check['accuracy']:.3f} "
+            f"[{judge_check['low']:.3f}, {judge_check['high']:.3f}] on {judge_check['n']} candidates, "
+            f"AUC {judge_check['auc']:.3f}, Brier {judge_check['brier']:.3f}\n\n"
+            f"### Stage table before and after the cascade's SWE RL\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Timings (s): {json.dumps(metrics['timings'])}")
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """The GRPO curves of both arms, resolve rate by context, and each reward against execution truth."""
+    return {"swe_rl_curves": plot_curves(metrics["runs"]),
+            "swe_by_context": plot_by_context(metrics["by_context"], metrics["trained_context"]),
+            "swe_reward_vs_truth": plot_reward_vs_truth(metrics["rollouts"])}
+
+
+def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the completions and rollout answers; ``samples.jsonl`` in ``folder`` keeps a spread."""
+    write_sample_spread(folder, [{"checkpoint": name, **s, "completion": c}
+                                 for name, samples in metrics["by_context"].items()
+                                 for s, c in zip(samples, metrics["by_context_completions"][name])],
                         KEPT_SAMPLES)
     kept = dict(metrics, rollouts={name: [{k: v for k, v in r.items() if k != "answer"} for r in run]
                                    for name, run in metrics["rollouts"].items()})
     kept.pop("by_context_completions")
-    judge_check = metrics["judge"]["held_out"]
-    notes = (f"### Resolve rate by input context (think, greedy)\n\n"
-             f"{markdown_table(context_rows(metrics['by_context']))}"
-             f"\n\n### Rewards against execution truth on sampled rollouts\n\n"
-             f"{markdown_table(reward_rows(metrics['rollouts']))}\n\n"
-             f"### The semantic judge (held out)\n\naccuracy {judge_check['accuracy']:.3f} "
-             f"[{judge_check['low']:.3f}, {judge_check['high']:.3f}] on {judge_check['n']} candidates, "
-             f"AUC {judge_check['auc']:.3f}, Brier {judge_check['brier']:.3f}\n\n"
-             f"### Stage table before and after the cascade's SWE RL\n\n{stage_markdown(metrics['rows'])}\n\n"
-             f"Timings (s): {json.dumps(metrics['timings'])}")
-    writer.save(kept, {"swe_rl_curves": plot_curves(metrics["runs"]),
-                       "swe_by_context": plot_by_context(metrics["by_context"], metrics["trained_context"]),
-                       "swe_reward_vs_truth": plot_reward_vs_truth(metrics["rollouts"])},
-                "Chapter 13: SWE RL", claims(metrics), notes)
+    return kept
+
+
+# Exercises ------------------------------------------------------------------
+
+def _reward_truth_cases() -> list[Case]:
+    """(rewards, executed) pairs, each with at least one high reward (the rate is undefined without one)."""
+    rng = random.Random(13)
+    cases: list[Case] = [([0.8, 0.79, 0.95], [0, 0, 1]), ([0.95, 0.9, 0.2], [1, 0, 0]), ([1.0], [1]),
+                         ([0.81, 0.99], [0, 0])]
+    for _ in range(6):
+        rewards = [round(rng.uniform(0.3, 1.0), 2) for _ in range(8)] + [0.9]
+        cases.append((rewards, [int(rng.random() < 0.5) for _ in rewards]))
+    return cases
+
+
+def _hacking_rate(rewards: Sequence[float], executed: Sequence[int]) -> float:
+    return hacking_rate([{"execution-free": r, "execution": e} for r, e in zip(rewards, executed)])
+
+
+def _lexical_hacking() -> float:
+    return hacking_rate(committed_metrics("13_swe_rl")["rollouts"][START], "lexical")
+
+
+FIELDS = ("lexical", "semantic", "execution-free")
+
+
+def _best_tracking_field() -> str:
+    metrics = committed_metrics("13_swe_rl")
+    rollouts = metrics["rollouts"][final_name(CASCADE, metrics["trained_context"])]
+    return max(FIELDS, key=lambda field: correlation(rollouts, field))
+
+
+EXERCISES = [
+    Exercise("13.1", "Measure reward hacking",
+             "Write `hacking_rate(rewards, executed)`: `rewards` are some rollouts' execution-free rewards and "
+             "`executed` their execution truth (1: the patch passes the hidden tests, 0: it fails). Return the "
+             "share of the high-reward rollouts (reward at least the chapter's `HIGH_REWARD`, 0.8) whose patch "
+             "fails, as the chapter measures reward hacking.",
+             Function(_reward_truth_cases, _hacking_rate,
+                      describe_case=lambda case: f"{len(case[0])} rollouts, rewards {case[0][:3]}..."),
+             "the denominator is the high-reward rollouts only, not all of them; a reward of exactly 0.8 counts "
+             "as high.", "def hacking_rate(rewards, executed):\n    ...\n\nanswer = hacking_rate"),
+    Exercise("13.2", "Change the reward: lexical similarity alone",
+             "Set `swe_rl.lexical_weight` to 1, so that the reward is lexical similarity alone. Over the start "
+             "policy's committed rollouts (`load_metrics(\"13_swe_rl\")[\"rollouts\"][\"start\"]`), what share of "
+             "the high-reward rollouts (at least 0.8) would fail execution? Within 0.005. Compare it with the "
+             "`high-reward failing` column of the reward table: what did the judge's half of the reward buy?",
+             Number(_lexical_hacking, abs_=0.005), "with the weight at 1 a rollout's reward is its `lexical` "
+             "field; keep the rollouts where it is at least 0.8 and count the share whose `execution` is 0.",
+             "answer = None  # a share of rollouts"),
+    Exercise("13.3", "Which reward still tracks the truth after training?",
+             "Over the rollouts of the execution-free arm's final policy (`rollouts` in the committed run, the "
+             "arm's last context), which reward correlates best with execution truth (Pearson r)? One of "
+             + ", ".join(repr(f) for f in FIELDS) + ". Then compare with the start policy's rollouts: "
+             "which half of the reward lost the most of its grip on the truth as the policy trained on it?",
+             Choice(FIELDS, _best_tracking_field), "the final policy's key is the arm's name, `, context ` and "
+             "the run's `trained_context`; correlate each field with the `execution` field over its rollouts "
+             "(`numpy.corrcoef`).", "answer = None  # a reward's field name", homework=True),
+]

@@ -17,3 +17,9 @@ def committed_metrics(folder: str) -> dict[str, Any]:
     if metrics is None:
         raise FileNotFoundError(f"data/results/{folder}/metrics.json")
     return metrics
+
+
+def stage_row(folder: str, stage: str, domain: str, mode: str) -> dict[str, Any]:
+    """The committed stage-table row of one stage, domain and mode (stage names may hold commas)."""
+    return next(r for r in committed_metrics(folder)["rows"]
+                if (r["stage"], r["domain"], r["mode"]) == (stage, domain, mode))
