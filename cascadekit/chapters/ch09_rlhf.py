@@ -39,7 +39,7 @@ from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite
 from cascadekit.stages import StageOutput
 from cascadekit.plots import rl_curves
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
-from cascadekit.training.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
+from cascadekit.chapters.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
 from cascadekit.training.reward_model import RewardModelScore
 
 #: How many per-sample records the results keep (an even spread over all of them).

@@ -38,7 +38,7 @@ from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite
 from cascadekit.plots import rl_curves
 from cascadekit.results import ResultsWriter, write_sample_spread
 from cascadekit.rewards import verifier_reward
-from cascadekit.training.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
+from cascadekit.chapters.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
 from cascadekit.training.reward_model import RewardModelScore
 
 START = "RLHF half-half"

@@ -39,8 +39,8 @@ from cascadekit.evaluation.stage_table import stage_markdown, stage_table
 from cascadekit.plots import back_to_back, rl_curves
 from cascadekit.profiles import Profile
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
-from cascadekit.training.cascade import sft_checkpoint, unified_if_rl
-from cascadekit.training.math_rl import LengthStage, math_rl
+from cascadekit.chapters.cascade import math_rl, sft_checkpoint, unified_if_rl
+from cascadekit.training.math_rl import LengthStage
 from cascadekit.verify.format_switch import format_switches
 
 #: The arms: name -> (start, filtering).

@@ -46,8 +46,7 @@ from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite
 from cascadekit.plots import rl_curves
 from cascadekit.profiles import Profile
 from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
-from cascadekit.training.cascade import code_rl_stage
-from cascadekit.training.math_rl import unified_math_rl
+from cascadekit.chapters.cascade import code_rl_stage, unified_math_rl
 
 START = "before Code RL"
 KEPT_SAMPLES = 120

@@ -20,8 +20,7 @@ from cascadekit.chapters import chapter_module, specs
 from cascadekit.exercises import Exercise, Mark, Result
 
 #: Exercise modules not yet folded into their chapter's module.
-_MODULES = ("cascadekit.exercises.part1", "cascadekit.exercises.part2", "cascadekit.exercises.domain_rl",
-            "cascadekit.exercises.cascade")
+_MODULES = ("cascadekit.exercises.part1", "cascadekit.exercises.part2", "cascadekit.exercises.domain_rl")
 
 
 @lru_cache(maxsize=1)
