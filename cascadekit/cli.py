@@ -212,78 +212,18 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def cmd_cascade(args: argparse.Namespace) -> int:
-    """The whole cascade (:func:`cascadekit.training.whole_cascade.run_cascade`), the stage table after each stage.
-
-    Every stage is cached (shipped at toy), so the run resumes from the last
-    stage it finds and trains the rest. ``stage_table.md`` and ``rows.json`` in
-    ``--out`` are rewritten after every stage, so an interrupted run keeps what it
-    evaluated. ``--harder`` adds chapter 14's harder suite after every stage;
-    ``--against`` compares the last stage with the arms of a chapter 14
-    ``metrics.json`` (:func:`cascadekit.chapters.ch14_whole_cascade.against_arms`).
-    ``--joint`` trains joint RL over some of the domains instead of a chain
-    (:func:`cascadekit.training.whole_cascade.parse_joint`): SFT, then "joint RL".
-    """
-    from cascadekit.atomic import atomic_write_json, atomic_write_text
-    from cascadekit.chapters import resolve
-    from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
-    from cascadekit.chapters.ch14_whole_cascade import against_arms, check_against, harder_suite
+    """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
+    from cascadekit.chapters.ch14_whole_cascade import lever
     from cascadekit.profiles import parse_overrides, set_threads
-    from cascadekit.results import markdown_table, provenance
-    from cascadekit.training.cascade import sft_checkpoint
-    from cascadekit.training.whole_cascade import CascadeStage, check_order, joint_rl, parse_joint, run_cascade
 
-    order = check_order([name.strip() for name in args.order.split(",") if name.strip()])
-    joint_prompts = None if args.joint is None else parse_joint(args.joint)  # before anything trains; '' is an error
-    profile = resolve("14", args.scale, parse_overrides(args.set), args.seed).profile
-    try:
-        against = None if args.against is None else json.loads(Path(args.against).read_text())
-    except RecursionError:
-        raise ValueError(f"{args.against}: not JSON (nested too deeply)") from None
-    suites = {"per_sample": suite_records(profile), **({"harder": harder_suite(profile)} if args.harder else {})}
-    if against is not None:
-        check_against(against, suites)  # its shape, and that it asked the same prompts, before anything trains
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     set_threads(args.threads)
-    rows: dict[str, list[dict]] = {suite: [] for suite in suites}
-    stages: list[dict] = []
-    last: dict[str, list[dict]] = {}
-    made = provenance(_command(args))
-
-    def evaluated(stage: CascadeStage) -> None:
-        for suite, records in suites.items():
-            table = cached_stage_table(stage.checkpoint, profile, stage.name, records)
-            rows[suite].extend(table["rows"])
-            last[suite] = table["samples"]
-        stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": str(stage.checkpoint.checkpoint),
-                       "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
-        atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
-                                              **({"harder_rows": rows["harder"]} if args.harder else {})})
-        atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
-        if args.harder:
-            atomic_write_text(out / "harder_table.md", stage_markdown(rows["harder"]) + "\n")
-        print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
-
-    if joint_prompts:
-        sft = sft_checkpoint(profile)
-        evaluated(CascadeStage("SFT", (), sft))
-        joint = joint_rl(profile, joint_prompts, Path(args.work) / "joint")
-        evaluated(CascadeStage("joint RL", (joint,), joint))
-    else:
-        run_cascade(profile, Path(args.work), order, evaluated)
-    print((out / "stage_table.md").read_text())
-    if against is not None:
-        compared = against_arms(against, last)
-        atomic_write_json(out / "rows.json", {**json.loads((out / "rows.json").read_text()), "against": compared})
-        table = markdown_table(compared)
-        atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {args.against}, "
-                                              f"made by `{made['command']}` (commit {made['git_commit']})\n\n{table}\n")
-        print(table)
+    lever(args.scale, args.seed, parse_overrides(args.set), args.order, args.joint, args.against, args.harder,
+          Path(args.out), Path(args.work), _command(args))
     return 0
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    """A Part II stage on GPUs (:mod:`cascadekit.engine.launch`): print the validated plan, write its Slurm script, or run one role.
+    """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
 
     ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
     ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
@@ -293,7 +233,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     """
     import os
 
-    from cascadekit.engine.launch import plan
+    from cascadekit.launch import plan
     from cascadekit.profiles import load_profile, parse_overrides
 
     flags = {key: value for key, value in (("engine.nodes", args.nodes), ("engine.gpus_per_node", args.gpus_per_node),
@@ -541,8 +481,8 @@ def _experiment_arguments(parser: argparse.ArgumentParser) -> None:
 def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
     _add_training_arguments(parser, "chapter 14's settings")
     arms = parser.add_mutually_exclusive_group()
-    arms.add_argument("--order", default="RLHF,IF-RL,Math RL,Code RL,SWE RL",
-                      help="comma-separated RL stages after SFT, each at most once")
+    arms.add_argument("--order", help="comma-separated RL stages after SFT, each at most once (default: the paper's "
+                                      "order, RLHF first)")
     arms.add_argument("--joint", metavar="DOMAIN=PROMPTS,...",
                       help="instead of a chain, joint RL from SFT over these domains mixed, e.g. swe=192,instructions=512")
     parser.add_argument("--harder", action="store_true",
@@ -572,7 +512,7 @@ def _evaluate_checkpoints_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stage", help="sft, rlhf, if-rl, math-rl, code-rl or swe-rl")
+    parser.add_argument("stage", help="a Part II stage by its command-line name, e.g. if-rl (an unknown one lists them)")
     parser.add_argument("--scale", default="full", choices=("paper", "small", "full"))
     parser.add_argument("--nodes", type=_bounded_int(1, 1024), default=None, help="training nodes (engine.nodes)")
     parser.add_argument("--gpus-per-node", type=_bounded_int(1, 64), default=None)

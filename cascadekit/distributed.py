@@ -1,7 +1,7 @@
 """Which process this is in a multi-process launch, and the few collectives the kit's stages need.
 
 Under ``torchrun`` (or ``accelerate launch``, or the Slurm script of
-:mod:`cascadekit.engine.launch`) every process runs the same notebook code and so
+:mod:`cascadekit.launch`) every process runs the same notebook code and so
 calls the same stages. A stage must then be decided once, trained by all and
 written once (see :func:`cascadekit.artifacts.get_or_build`). These helpers are
 what that needs: the process's global rank, whether it is the main process (the

@@ -223,7 +223,7 @@ class EngineConfig:
     a change here never invalidates a cached or shipped checkpoint of the smoke or
     toy scale. ``nodes`` x ``gpus_per_node`` train; ``distributed`` is ``none`` (one process, or plain DDP),
     ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
-    (:mod:`cascadekit.engine.launch`). ``vllm`` is ``none`` (generation by transformers),
+    (:mod:`cascadekit.launch`). ``vllm`` is ``none`` (generation by transformers),
     ``colocate`` (vLLM in the training processes, TRL's ``vllm_mode="colocate"``)
     or ``server`` (TRL's ``vllm-serve`` on ``vllm_gpus`` GPUs of its own: the first
     GPUs of a one-node job, else whole extra nodes beside the ``nodes`` that train).
@@ -366,7 +366,7 @@ DTYPES = ("float32", "bfloat16")
 BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
 ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.engine.models._ARCHITECTURES
 QUANTIZATIONS = ("none", "4bit")  # cascadekit.engine.runtime.load_model
-DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.engine.launch
+DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.launch
 VLLM_MODES = ("none", "colocate", "server")  # none, or TRL's GRPOConfig.vllm_mode
 DATA_SOURCES = ("world", "released")  # cascadekit.released_data
 PRECISIONS = ("fp32", "bf16-autocast")  # CPU training (training_precision)

@@ -198,7 +198,7 @@ def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypa
     """Chapter 12 starts from Math RL's last checkpoint: every stage on the way is shipped under its toy key."""
     from cascadekit import stages as pipeline
     from cascadekit.chapters import resolve
-    from cascadekit.training.math_rl import unified_math_rl
+    from cascadekit.chapters.cascade import unified_math_rl
 
     real = pipeline.get_or_build
 

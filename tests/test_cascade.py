@@ -11,7 +11,7 @@ from cascadekit.chat import parse_assistant
 from cascadekit.evaluation.stage_claims import mean_of, paired_change
 from cascadekit.profiles import ProfileError, load_profile
 from cascadekit.rewards import reading_markup
-from cascadekit.training.cascade import (IF_RM_WEIGHT, RLHF_ARMS, rl_records, rlhf_records,
+from cascadekit.chapters.cascade import (IF_RM_WEIGHT, RLHF_ARMS, rl_records, rlhf_records,
                                          verifier_plus_reward_model)
 from cascadekit.training.reward_model import (RewardModelScore, fit_calibration, load_reward_model,
                                               pairwise_accuracy, preference_records, reward_model_stage)
@@ -62,7 +62,7 @@ def test_reward_model_layers_are_validated() -> None:
 
 @pytest.fixture(scope="module")
 def reward_model():
-    from cascadekit.training.cascade import sft_checkpoint
+    from cascadekit.chapters.cascade import sft_checkpoint
     return sft_checkpoint(PROFILE), reward_model_stage(sft_checkpoint(PROFILE), PROFILE, 1)
 
 

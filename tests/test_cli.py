@@ -156,14 +156,13 @@ def _placeholder_metrics(records: list, arms: tuple = ("cascade", "joint")) -> d
 ])
 def test_cascade_against_a_metrics_file_of_the_wrong_shape_fails_before_anything_trains(
         metrics, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from cascadekit.chapters import resolve
+    from cascadekit.chapters import ch14_whole_cascade, resolve
     from cascadekit.evaluation.stage_table import suite_records
-    from cascadekit.training import whole_cascade
 
     def trains(*args, **kwargs):
         raise AssertionError("the cascade trained before the metrics file was checked")
 
-    monkeypatch.setattr(whole_cascade, "run_cascade", trains)
+    monkeypatch.setattr(ch14_whole_cascade, "run_cascade", trains)
     if metrics == "toy":  # the right shape, for another scale's prompts
         metrics = _placeholder_metrics(suite_records(resolve("14", "toy").profile))
     against = tmp_path / "metrics.json"

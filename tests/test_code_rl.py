@@ -13,7 +13,7 @@ from cascadekit.chapters.ch12_code_rl import (START, arm_name, arm_table, cascad
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import reading_markup, verifier_reward
 from cascadekit.training.async_rewards import StreamingRewards, _FinishedRows
-from cascadekit.training.cascade import code_rl_records
+from cascadekit.chapters.cascade import code_rl_records
 
 PROFILE = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "code_rl.prompts": 6})
 HANGS = "<think>\n</think>\n\n```python\ndef {name}(*args):\n    while True:\n        pass\n```"
@@ -22,7 +22,7 @@ HANGS = "<think>\n</think>\n\n```python\ndef {name}(*args):\n    while True:\n  
 @pytest.fixture(scope="module")
 def tokenizer():
     from cascadekit.engine.runtime import load_tokenizer
-    from cascadekit.training.cascade import sft_checkpoint
+    from cascadekit.chapters.cascade import sft_checkpoint
     return load_tokenizer(sft_checkpoint(PROFILE).checkpoint)
 
 
@@ -113,7 +113,7 @@ def test_streaming_inside_grpo_gives_the_blocking_runs_rewards(tokenizer, tmp_pa
     from cascadekit.chat import stop_token_ids
     from cascadekit.training.pipeline import chat_rl_dataset
     from cascadekit.engine.runtime import load_model
-    from cascadekit.training.cascade import sft_checkpoint
+    from cascadekit.chapters.cascade import sft_checkpoint
     from cascadekit.training.grpo import train_grpo
     curves, stats = {}, {}
     for stream in (False, True):

@@ -8,7 +8,7 @@ import transformers.training_args as training_args
 
 from cascadekit.engine import runtime
 from cascadekit.cli import main
-from cascadekit.engine.launch import CONFIGS, LaunchError, accelerate_config, plan, validate_config
+from cascadekit.launch import CONFIGS, LaunchError, accelerate_config, plan, validate_config
 from cascadekit.profiles import load_profile
 from cascadekit.training import grpo
 

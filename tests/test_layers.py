@@ -28,12 +28,12 @@ CORE_SIDE = ("cascadekit.engine", "cascadekit.training", "cascadekit.evaluation"
 #: Function-level imports of ``cascadekit.*`` allowed beside cli.py and the course wing, each with its reason.
 LATE_ALLOWED = {
     "cascadekit/engine/gpucheck.py": "GPU only: each check imports its stack (TRL, the trainable paths) when it runs",
-    "cascadekit/engine/launch/__init__.py": "GPU only: the launch plan of a multi-GPU stage",
+    "cascadekit/launch/__init__.py": "GPU only: the launch plan of a multi-GPU stage",
 }
 
 
 def _is_core(module: str) -> bool:
-    return not _in(module, "cascadekit.cli", "cascadekit.__main__", "cascadekit.bench", "cascadekit.chapters",
+    return not _in(module, "cascadekit.cli", "cascadekit.__main__", "cascadekit.bench", "cascadekit.launch", "cascadekit.chapters",
                    "cascadekit.course", *CORE_SIDE)
 
 

@@ -8,7 +8,7 @@ from cascadekit.chapters.ch11_math_rl import ratio_change, tokens_per_correct
 from cascadekit.plots import back_to_back
 from cascadekit.profiles import ProfileError, load_profile
 from cascadekit.training import math_rl as mrl
-from cascadekit.training.cascade import sft_checkpoint
+from cascadekit.chapters.cascade import math_records, math_rl, sft_checkpoint
 
 PROFILE = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "math_rl.pool": 4,
                                  "math_rl.lengths": [8, 12]})
@@ -20,8 +20,8 @@ def sft():
 
 
 def test_the_pool_is_seeded_think_math_prompts() -> None:
-    records = mrl.math_records(PROFILE)
-    assert len(records) == 4 and records == mrl.math_records(PROFILE)
+    records = math_records(PROFILE)
+    assert len(records) == 4 and records == math_records(PROFILE)
     assert {r["domain"] for r in records} == {"math"} and all(r["think"] for r in records)
 
 
@@ -34,7 +34,7 @@ def test_math_rl_settings_are_validated() -> None:
 
 
 def test_the_screen_keeps_mixed_prompts_counts_every_group_and_is_cached(sft) -> None:
-    records = mrl.math_records(PROFILE)
+    records = math_records(PROFILE)
     staged = mrl.at_length(PROFILE, 12)
     screen = mrl.filter_stage(sft, records, staged, 0)
     m = screen.metrics
@@ -46,7 +46,7 @@ def test_the_screen_keeps_mixed_prompts_counts_every_group_and_is_cached(sft) ->
 
 
 def test_length_stages_chain_and_the_unfiltered_arm_trains_every_prompt(sft, tmp_path) -> None:
-    stages = mrl.math_rl(sft, PROFILE, tmp_path, filtering=False)
+    stages = math_rl(sft, PROFILE, tmp_path, filtering=False)
     assert [s.length for s in stages] == [8, 12] and all(s.screen is None for s in stages)
     first, second = stages
     assert first.grpo.metrics["prompts"] == 4 and second.grpo.metrics["prompts"] == 4
@@ -61,13 +61,13 @@ def test_a_stage_whose_screen_keeps_nothing_trains_nothing(sft, tmp_path, monkey
         metrics = {"kept": [], "verdicts": {"too_hard": 4}, "readmitted": 0, "rollouts": 16, "screen_s": 0.0}
 
     monkeypatch.setattr(mrl, "filter_stage", lambda *args: Empty())
-    stages = mrl.math_rl(sft, PROFILE, tmp_path)
+    stages = math_rl(sft, PROFILE, tmp_path)
     assert all(s.grpo is None and s.checkpoint == sft for s in stages)
     assert [s.rollouts(PROFILE) for s in stages] == [16, 16]
 
 
 def test_the_filtered_arm_trains_only_what_its_screen_kept(sft, tmp_path) -> None:
-    stages = mrl.math_rl(sft, PROFILE, tmp_path)
+    stages = math_rl(sft, PROFILE, tmp_path)
     for stage in stages:
         assert stage.screen is not None
         kept = len(stage.screen["kept"])

@@ -71,11 +71,11 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.results import RESULTS_DIR
     from cascadekit.rewards import verifier_reward
     from cascadekit.training import reward_model, swe_judge
-    from cascadekit.training.cascade import if_rl_stage, reward_models, sft_checkpoint, unified_if_rl, unified_rlhf
-    from cascadekit.training.math_rl import unified_math_rl
+    from cascadekit.chapters.cascade import (
+        ORDER, TARGETS, if_rl_stage, joint_rl, judge, reward_models, run_cascade, sft_checkpoint, swe_rl_start,
+        unified_if_rl, unified_math_rl, unified_rlhf, unified_swe_rl,
+    )
     from cascadekit.training.sft import sft_stages
-    from cascadekit.training.swe_rl import judge, swe_rl_start, unified_swe_rl
-    from cascadekit.training.whole_cascade import ORDER, TARGETS, joint_rl, run_cascade
 
     return SimpleNamespace(
         artifacts=artifacts,  # artifacts._get_or_build_locked(stage, key, builder, target, folder, use_shipped)

@@ -15,7 +15,7 @@ from cascadekit.stages import StageOutput
 from cascadekit.training.pipeline import _grpo_stage, chat_rl_dataset, records_digest
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import verifier_reward
-from cascadekit.training.whole_cascade import (
+from cascadekit.chapters.cascade import (
     ORDER, DomainReward, at_joint, check_order, domain_pools, joint_records, parse_joint, run_cascade,
 )
 
@@ -247,3 +247,22 @@ def test_the_cascade_command_trains_joint_rl_over_some_domains(tmp_path, capsys)
     assert main(["cascade", "--scale", "smoke", "--joint", "dpo=2", "--out", str(tmp_path / "bad")]) == 2
     assert "no domain 'dpo'" in capsys.readouterr().err
     assert not (tmp_path / "bad" / "rows.json").exists()
+
+
+def test_the_committed_paper_vs_run_regenerates_from_the_committed_metrics(tmp_path):
+    """Chapter 14 on the protocol: its claims and notes of the committed metrics are the committed file, byte for
+    byte, and its figures draw from them."""
+    from matplotlib import pyplot as plt
+
+    from cascadekit.chapters import ch14_whole_cascade as chapter
+    from cascadekit.results import RESULTS_DIR, load_metrics, save_paper_vs_run
+
+    metrics = load_metrics(chapter.FOLDER)
+    save_paper_vs_run(chapter.FOLDER, chapter.RESULTS_TITLE, chapter.claims(metrics), "", chapter.notes(metrics),
+                      tmp_path, metrics["produced_by"])
+    written = (tmp_path / chapter.FOLDER / "paper_vs_run.md").read_text()
+    assert written == (RESULTS_DIR / chapter.FOLDER / "paper_vs_run.md").read_text()
+    figures = chapter.figures(metrics)
+    assert set(figures) == {"stage_table", "forgetting", "joint_curves", "forgetting_rlhf_last"}
+    for figure in figures.values():
+        plt.close(figure)

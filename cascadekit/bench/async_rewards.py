@@ -37,13 +37,13 @@ from typing import Any, Sequence
 import torch
 
 from cascadekit.chapters import resolve
+from cascadekit.chapters.cascade import code_rl_records, unified_if_rl
 from cascadekit.chat import END_OF_TURN, stop_token_ids
 from cascadekit.training.pipeline import chat_rl_dataset
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.async_rewards import StreamingRewards
-from cascadekit.training.cascade import code_rl_records, unified_if_rl
 from cascadekit.training.grpo import train_grpo
 
 

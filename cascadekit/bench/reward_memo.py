@@ -33,14 +33,14 @@ import statistics
 import time
 from typing import Any, Sequence
 
+from cascadekit.chapters.cascade import code_rl_records, judge
 from cascadekit.chat import END_OF_TURN
 from cascadekit.domains import chat_record, gold_answer, prompt_text
 from cascadekit.profiles import Profile, add_scale_arguments, profile_from_arguments
 from cascadekit.rewards import RewardFn, completion_text, reading_markup, verifier_reward
-from cascadekit.training.cascade import code_rl_records
 from cascadekit.training.reward_model import scored_text
 from cascadekit.training.swe_judge import SemanticJudge, constructed, yes_probabilities
-from cascadekit.training.swe_rl import execution_free_reward, execution_reward, judge, lexical_reward, swe_tasks
+from cascadekit.training.swe_rl import execution_free_reward, execution_reward, lexical_reward, swe_tasks
 
 Batch = tuple[list[str], list[str], dict[str, list[Any]]]
 

@@ -43,7 +43,7 @@ from cascadekit.exercises.answers import Function, Number
 from cascadekit.stages import StageOutput
 from cascadekit.plots import rl_curves
 from cascadekit.results import markdown_table, write_sample_spread
-from cascadekit.training.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
+from cascadekit.chapters.cascade import RLHF_ARMS, reward_models, rlhf_stage, sft_checkpoint
 from cascadekit.training.reward_model import RewardModelScore
 
 #: How many per-sample records the results keep (an even spread over all of them).

@@ -5,13 +5,13 @@ Regenerate the committed toy results (``data/results/10_if_rl``) with::
     cascadekit experiment 10 --scale toy --threads 2
 
 Three arms, each strict on-policy GRPO on the same instruction-following prompts
-(:func:`cascadekit.training.cascade.if_rl_stage`):
+(:func:`cascadekit.chapters.cascade.if_rl_stage`):
 
 * **no_think, verifier** — the unified model's IF-RL (the paper's choice): the
   strict instruction verifier's 0/1 score, ``/no_think`` prompts only. Its
   checkpoint is the cascade's next stage.
 * **no_think, verifier + RM** — the same prompts and mode, with the reward model's
-  predicted quality added (:func:`cascadekit.training.cascade.verifier_plus_reward_model`):
+  predicted quality added (:func:`cascadekit.chapters.cascade.verifier_plus_reward_model`):
   does the reward model limit what the verifier costs general quality?
 * **think, verifier + RM** — the paper's reward for its dedicated thinking model,
   here run on the unified model in ``/think`` mode (the kit has no separate
@@ -42,7 +42,7 @@ from cascadekit.plots import rl_curves
 from cascadekit.results import write_sample_spread
 from cascadekit.rewards import verifier_reward
 from cascadekit.verify.instructions import MaxWords
-from cascadekit.training.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
+from cascadekit.chapters.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
 from cascadekit.training.reward_model import RewardModelScore
 
 START = "RLHF half-half"

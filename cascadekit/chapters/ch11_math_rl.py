@@ -44,10 +44,10 @@ from cascadekit.plots import back_to_back, rl_curves
 from cascadekit.profiles import Profile
 from cascadekit.results import markdown_table, write_sample_spread
 from cascadekit.rewards import math_rl_reward
-from cascadekit.training.cascade import sft_checkpoint, unified_if_rl
+from cascadekit.chapters.cascade import math_rl, sft_checkpoint, unified_if_rl
 from cascadekit.training.dynamic_sampling import classify_groups
 from cascadekit.training.grpo import grpo_advantages
-from cascadekit.training.math_rl import LengthStage, math_rl
+from cascadekit.training.math_rl import LengthStage
 from cascadekit.verify.format_switch import format_switches
 
 #: The arms: name -> (start, filtering).

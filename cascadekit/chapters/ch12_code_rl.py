@@ -4,7 +4,7 @@ Regenerate the toy results (``data/results/12_code_rl``) with::
 
     cascadekit experiment 12 --scale toy --threads 1
 
-Every arm is :func:`cascadekit.training.cascade.code_rl_stage`: strict on-policy
+Every arm is :func:`cascadekit.chapters.cascade.code_rl_stage`: strict on-policy
 GRPO on the same ``code_rl.prompts`` code prompts (ops ``code_rl.ops``, ``/think``),
 rewarded 1 only when every hidden test passes in the sandbox, at one of
 ``code_rl.temperatures``. The arm at the profile's ``rl.temperature`` is the
@@ -51,8 +51,7 @@ from cascadekit.plots import rl_curves
 from cascadekit.profiles import Profile
 from cascadekit.results import markdown_table, write_sample_spread
 from cascadekit.training.async_rewards import StreamingRewards
-from cascadekit.training.cascade import code_rl_stage
-from cascadekit.training.math_rl import unified_math_rl
+from cascadekit.chapters.cascade import code_rl_stage, unified_math_rl
 
 START = "before Code RL"
 KEPT_SAMPLES = 120

@@ -47,9 +47,8 @@ from cascadekit.profiles import Profile
 from cascadekit.results import markdown_table, write_sample_spread
 from cascadekit.training.reward_model import policy_samples
 from cascadekit.training.swe_judge import SemanticJudge, executed
-from cascadekit.training.swe_rl import (
-    ContextStage, arm_rewards, judge, lexical_reward, swe_rl, swe_rl_start, swe_tasks,
-)
+from cascadekit.chapters.cascade import judge, swe_rl_start
+from cascadekit.training.swe_rl import ContextStage, arm_rewards, lexical_reward, swe_rl, swe_tasks
 
 ARMS = ("execution-free", "execution")
 CASCADE = "execution-free"

@@ -4,7 +4,7 @@ Regenerate the toy results (``data/results/14_whole_cascade``) with::
 
     cascadekit experiment 14 --scale toy --threads 2
 
-Three arms, every step a cached stage (:mod:`cascadekit.training.whole_cascade`):
+Three arms, every step a cached stage (:mod:`cascadekit.chapters.cascade`, the stage table as data):
 
 * **cascade** — SFT → RLHF → IF-RL → Math RL → Code RL → SWE RL, each stage the
   one its own chapter built (shipped at toy, so this arm trains nothing);
@@ -20,6 +20,10 @@ stage, so a reader's rerun reads it). The chapter reports the stage table, the
 forgetting matrix (each domain's change in each stage), each stage's lift of
 its own domain, the cascade against joint RL (scores and the cost of mixed
 verifiers in one batch) and the two orders.
+
+``cascadekit cascade`` runs one more arm as a lever (:func:`lever`): another
+order, another setting or joint RL over some domains, with the stage table after
+each stage and, with ``--against``, its last stage against the committed arms.
 """
 from __future__ import annotations
 
@@ -32,24 +36,28 @@ import numpy as np
 from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
 
-from cascadekit.training.chat_base import chat_base
-from cascadekit.chapters import ChapterConfig
+from cascadekit.atomic import atomic_write_json, atomic_write_text
+from cascadekit.chapters import ChapterConfig, resolve
+from cascadekit.chapters.cascade import (ORDER, TARGETS, CascadeStage, DomainReward, check_order, joint_rl, judge,
+                                         largest_reward_model, parse_joint, run_cascade, sft_checkpoint)
 from cascadekit.claims import bootstrap_interval, claim_row
 from cascadekit.domains import chat_records, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import compact, paired_change, picked
 from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
-from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
-from cascadekit.stages import StageOutput
+from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Choice, Function, Number
 from cascadekit.profiles import Profile
-from cascadekit.results import ResultsWriter, markdown_table, write_sample_spread
-from cascadekit.training.cascade import largest_reward_model
+from cascadekit.results import load_metrics, markdown_table, provenance, write_sample_spread
+from cascadekit.stages import StageOutput
+from cascadekit.training.chat_base import chat_base
 from cascadekit.training.sft import sft_stages
-from cascadekit.training.swe_rl import judge, swe_tasks
-from cascadekit.training.whole_cascade import ORDER, TARGETS, CascadeStage, joint_rl, run_cascade
+from cascadekit.training.swe_rl import swe_tasks
 
+FOLDER = "14_whole_cascade"
 CASCADE, RLHF_LAST, JOINT = "cascade", "RLHF last", "joint"
 #: The order ablation: RLHF moved from first to last.
-RLHF_LAST_ORDER = ("IF-RL", "Math RL", "Code RL", "SWE RL", "RLHF")
+RLHF_LAST_ORDER = (*ORDER[1:], ORDER[0])
 DOMAINS = ("general", "instructions", "math", "code", "tools", "swe")
 REASONING = ("math", "code", "swe")
 KEPT_SAMPLES = 120
@@ -518,31 +526,171 @@ def plot_joint_curves(metrics: Mapping[str, Any]) -> Figure:
     return fig
 
 
-def write(metrics: dict[str, Any], writer: ResultsWriter) -> None:
-    """``metrics.json`` (completions thinned), the figures, the tables and the claims."""
+RESULTS_TITLE = "Chapter 14: the whole cascade"
+
+
+def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The metrics without the cascade's completions; a spread of its per-sample results in ``samples.jsonl``."""
     names = stage_names(metrics, CASCADE)
-    write_sample_spread(writer.folder, [{"stage": name, **s, "completion": c}
-                                        for name in names
-                                        for s, c in zip(metrics["per_sample"][CASCADE][name],
-                                                        metrics["completions"][name])], KEPT_SAMPLES)
-    kept = {k: v for k, v in metrics.items() if k != "completions"}
+    write_sample_spread(folder, [{"stage": name, **s, "completion": c}
+                                 for name in names
+                                 for s, c in zip(metrics["per_sample"][CASCADE][name],
+                                                 metrics["completions"][name])], KEPT_SAMPLES)
+    return {k: v for k, v in metrics.items() if k != "completions"}
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """The stage table, the forgetting matrix of both orders and joint RL's curves beside the cascade's."""
+    return {"stage_table": plot_stage_table(metrics), "forgetting": plot_forgetting(metrics),
+            "joint_curves": plot_joint_curves(metrics), "forgetting_rlhf_last": plot_forgetting(metrics, RLHF_LAST)}
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """The paper's checkpoints beside the stages, the stage tables, the forgetting matrix, the costs and timings."""
     build = [{"what": k, "seconds": v} for k, v in metrics["before_rl_s"].items()]
     build += [{"what": s["name"], "seconds": s["build_s"]} for s in metrics["stages"][CASCADE][1:]]
     build.append({"what": "total", "seconds": sum(b["seconds"] for b in build)})
-    notes = (f"### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
-             f"{paper_vs_stages(metrics)}\n\n"
-             f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
-             f"### Forgetting matrix (change over each stage, both modes)\n\n"
-             f"{markdown_table(forgetting_rows(metrics))}\n\n"
-             f"### Final scores: cascade, RLHF last, joint RL\n\n{markdown_table(joint_rows(metrics))}\n\n"
-             f"### The {harder_label(metrics)} (think / no_think)\n\n{markdown_table(harder_rows(metrics))}\n\n"
-             f"### The cost of one mixed batch\n\n{markdown_table(cost_rows(metrics))}\n\n"
-             f"{markdown_table(reward_time_rows(metrics))}\n\n"
-             f"### Building the cascade from the shipped base (each stage's own measured time)\n\n"
-             f"{markdown_table(build)}\n\n"
-             f"### Stage table of the RLHF-last order\n\n{stage_markdown(metrics['rows'][RLHF_LAST])}\n\n"
-             f"Timings (s): {json.dumps(metrics['timings'])}")
-    writer.save(kept, {"stage_table": plot_stage_table(metrics), "forgetting": plot_forgetting(metrics),
-                       "joint_curves": plot_joint_curves(metrics),
-                       "forgetting_rlhf_last": plot_forgetting(metrics, RLHF_LAST)},
-                "Chapter 14: the whole cascade", claims(metrics), notes)
+    return (f"### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
+            f"{paper_vs_stages(metrics)}\n\n"
+            f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
+            f"### Forgetting matrix (change over each stage, both modes)\n\n"
+            f"{markdown_table(forgetting_rows(metrics))}\n\n"
+            f"### Final scores: cascade, RLHF last, joint RL\n\n{markdown_table(joint_rows(metrics))}\n\n"
+            f"### The {harder_label(metrics)} (think / no_think)\n\n{markdown_table(harder_rows(metrics))}\n\n"
+            f"### The cost of one mixed batch\n\n{markdown_table(cost_rows(metrics))}\n\n"
+            f"{markdown_table(reward_time_rows(metrics))}\n\n"
+            f"### Building the cascade from the shipped base (each stage's own measured time)\n\n"
+            f"{markdown_table(build)}\n\n"
+            f"### Stage table of the RLHF-last order\n\n{stage_markdown(metrics['rows'][RLHF_LAST])}\n\n"
+            f"Timings (s): {json.dumps(metrics['timings'])}")
+
+
+# ---------------------------------------------------------------------------
+# A lever: one more arm, measured against the committed ones (``cascadekit cascade``)
+# ---------------------------------------------------------------------------
+
+
+def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None, joint: str | None,
+          against: str | None, harder: bool, out: Path, work: Path, command: str) -> None:
+    """One more arm of chapter 14 at ``scale``: the cascade in ``order`` (default the paper's), or joint RL.
+
+    Every stage is cached (shipped at toy), so the run resumes from the last
+    stage it finds and trains the rest. ``stage_table.md`` and ``rows.json`` in
+    ``out`` are rewritten after every stage, so an interrupted run keeps what it
+    evaluated. ``harder`` adds the harder suite (:func:`harder_suite`) after
+    every stage; ``against`` (a chapter 14 ``metrics.json``) compares the last
+    stage with its arms (:func:`against_arms`, in ``against.md``). ``joint``
+    (``"swe=192,instructions=512"``, :func:`cascadekit.chapters.cascade.parse_joint`)
+    trains joint RL over those domains instead of a chain: SFT, then "joint RL".
+    Every argument is checked before anything trains; a bad one is a ValueError.
+    """
+    stages_order = ORDER if order is None else check_order([n.strip() for n in order.split(",") if n.strip()])
+    joint_prompts = None if joint is None else parse_joint(joint)  # before anything trains; '' is an error
+    profile = resolve("14", scale, overrides, seed).profile
+    try:
+        arms = None if against is None else json.loads(Path(against).read_text())
+    except RecursionError:
+        raise ValueError(f"{against}: not JSON (nested too deeply)") from None
+    suites = {"per_sample": suite_records(profile), **({"harder": harder_suite(profile)} if harder else {})}
+    if arms is not None:
+        check_against(arms, suites)  # its shape, and that it asked the same prompts, before anything trains
+    out.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, list[dict]] = {suite: [] for suite in suites}
+    stages: list[dict] = []
+    last: dict[str, list[dict]] = {}
+    made = provenance(command)
+
+    def evaluated(stage: CascadeStage) -> None:
+        for suite, records in suites.items():
+            table = cached_stage_table(stage.checkpoint, profile, stage.name, records)
+            rows[suite].extend(table["rows"])
+            last[suite] = table["samples"]
+        stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": str(stage.checkpoint.checkpoint),
+                       "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
+        atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
+                                              **({"harder_rows": rows["harder"]} if harder else {})})
+        atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
+        if harder:
+            atomic_write_text(out / "harder_table.md", stage_markdown(rows["harder"]) + "\n")
+        print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
+
+    if joint_prompts:
+        sft = sft_checkpoint(profile)
+        evaluated(CascadeStage("SFT", (), sft))
+        trained = joint_rl(profile, joint_prompts, work / "joint")
+        evaluated(CascadeStage("joint RL", (trained,), trained))
+    else:
+        run_cascade(profile, work, stages_order, evaluated)
+    print((out / "stage_table.md").read_text())
+    if arms is not None:
+        compared = against_arms(arms, last)
+        atomic_write_json(out / "rows.json", {**json.loads((out / "rows.json").read_text()), "against": compared})
+        table = markdown_table(compared)
+        atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {against}, "
+                                              f"made by `{made['command']}` (commit {made['git_commit']})\n\n{table}\n")
+        print(table)
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _committed_run() -> dict[str, Any]:
+    """The committed toy run's metrics; FileNotFoundError (reported by ``check``) when absent."""
+    metrics = load_metrics(FOLDER)
+    if metrics is None:
+        raise FileNotFoundError(f"data/results/{FOLDER}/metrics.json")
+    return metrics
+
+
+def _batches() -> list[Case]:
+    """(domain, the batch's domains, that domain's scores of its own rollouts in order)."""
+    return [("math", ["math", "code", "math"], [1.0, 0.0]), ("code", ["math", "code", "math"], [0.5]),
+            ("swe", ["math", "code"], []), ("general", [], []), ("general", ["general"] * 4, [0.1, 0.2, 0.3, 0.4]),
+            ("tools", ["swe", "tools", "tools", "swe", "tools"], [-1.0, 0.0, 2.5])]
+
+
+def _routed(domain: str, batch: Sequence[str], scores: Sequence[float]) -> list[float | None]:
+    def own(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        assert len(completions) == len(scores)
+        return list(scores)
+
+    own.__name__ = "own"
+    return DomainReward(domain, own)([""] * len(batch), [""] * len(batch), domain=list(batch))
+
+
+def _most_disruptive_stage() -> str:
+    cells = [c for c in forgetting(_committed_run()) if not c["own"]]
+    return max(ORDER, key=lambda s: abs(sum(c["change"] for c in cells if c["stage"] == s)))
+
+
+def _cascade_minus_joint() -> float:
+    metrics = _committed_run()
+    return paired_change(final(metrics, JOINT), final(metrics, CASCADE))[0]
+
+
+EXERCISES = [
+    Exercise("14.1", "Give every rollout its own domain's reward",
+             "A joint-RL batch mixes domains. Write `route(domain, batch, scores)`: `batch` lists the domain of "
+             "every rollout in the batch, `scores` are `domain`'s reward for its own rollouts (in batch order). "
+             "Return one entry per rollout: the score for `domain`'s rollouts and `None` for every other, as "
+             "`DomainReward` hands TRL (which then skips the `None`s when it sums a rollout's rewards).",
+             Function(_batches, _routed, describe_case=lambda case: f"{case[0]!r} in {case[1]}"),
+             "walk the batch once, taking the next score each time the rollout's domain is `domain`; "
+             "an empty batch gives an empty list.", "def route(domain, batch, scores):\n    ...\n\nanswer = route"),
+    Exercise("14.2", "Which stage disturbed the others most?",
+             "In the committed forgetting matrix (`forgetting(load_metrics(\"14_whole_cascade\"))` from "
+             "`cascadekit.chapters.ch14_whole_cascade`), which RL stage moved the *other* domains most: the largest "
+             "absolute value of the sum of its off-diagonal changes? One of " + ", ".join(map(repr, ORDER))
+             + ". Is that change inside the ±0.05 the forgetting claims allow?",
+             Choice(ORDER, _most_disruptive_stage), "keep the cells whose `own` is False, sum `change` per "
+             "`stage`, compare absolute values.", "answer = None  # a stage name"),
+    Exercise("14.3", "Cascade or joint?",
+             "In the committed run, by how much does the cascade's final model beat joint RL over the whole suite "
+             "(every domain, both modes; the paired change, cascade minus joint)? Within 0.005. Which domains "
+             "carry the difference, and what did joint RL's mixed batches cost per step?",
+             Number(_cascade_minus_joint, abs_=0.005), "`paired_change(final(m, JOINT), final(m, CASCADE))` "
+             "(`cascadekit.evaluation.stage_claims`, `cascadekit.chapters.ch14_whole_cascade`); its first value is "
+             "the estimate.", "answer = None  # a change in score", homework=True),
+]

@@ -12,22 +12,17 @@ from every chapter of ``cascadekit/chapters/chapters.yaml`` that has some.
 """
 from __future__ import annotations
 
-import importlib
 from functools import lru_cache
 from typing import Any
 
 from cascadekit.chapters import chapter_module, specs
 from cascadekit.exercises import Exercise, Mark, Result
 
-#: Exercise modules not yet folded into their chapter's module.
-_MODULES = ("cascadekit.exercises.cascade",)
-
 
 @lru_cache(maxsize=1)
 def _registry() -> dict[str, Exercise]:
     found: dict[str, Exercise] = {}
-    modules = [importlib.import_module(name) for name in _MODULES]
-    for module in [chapter_module(s.id) for s in specs().values()] + modules:
+    for module in (chapter_module(s.id) for s in specs().values()):
         for exercise in getattr(module, "EXERCISES", ()):
             if exercise.id in found:
                 raise ValueError(f"exercise {exercise.id} is defined twice")

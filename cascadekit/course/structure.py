@@ -20,7 +20,7 @@ from cascadekit.codeversion import REPO_DIR
 
 #: The wings from the bottom up: a module may import its own wing and the wings before it.
 #: Wings of one rank are siblings and import each other neither (training and evaluation).
-WING_RANK = {"core": 0, "engine": 1, "training": 2, "evaluation": 2, "chapters": 3, "course": 4, "bench": 4,
+WING_RANK = {"core": 0, "engine": 1, "training": 2, "evaluation": 2, "chapters": 3, "course": 4, "bench": 4, "launch": 4,
              "cli": 5}
 
 

@@ -45,7 +45,7 @@ from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoin
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
-#: ``host:port`` of a running ``trl vllm-serve`` (set by :mod:`cascadekit.engine.launch` for server mode).
+#: ``host:port`` of a running ``trl vllm-serve`` (set by :mod:`cascadekit.launch` for server mode).
 VLLM_SERVER_ENV = "CASCADEKIT_VLLM_SERVER"
 
 
@@ -127,7 +127,7 @@ def build_grpo_config(
     )
     if use_vllm:  # a server across nodes, or where the profile puts vLLM on GPUs of its own
         kwargs["vllm_mode"] = "server" if num_nodes > 1 or profile.engine.vllm == "server" else "colocate"
-        if kwargs["vllm_mode"] == "server" and os.environ.get(VLLM_SERVER_ENV):  # set by cascadekit.engine.launch
+        if kwargs["vllm_mode"] == "server" and os.environ.get(VLLM_SERVER_ENV):  # set by cascadekit.launch
             kwargs["vllm_server_base_url"] = f"http://{os.environ[VLLM_SERVER_ENV]}"
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)

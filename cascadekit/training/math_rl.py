@@ -3,7 +3,8 @@
 The cascade's third RL stage, as the paper runs it:
 
 * **prompts**: ``math_rl.pool`` math prompts over ``math_rl.ops``, asked in
-  ``/think``; the toy's ops reach one past SFT's range, the "hard" band;
+  ``/think`` (:func:`cascadekit.chapters.cascade.math_records`, passed in); the
+  toy's ops reach one past SFT's range, the "hard" band;
 * **reward**: the boxed answer after the think block, verified exactly, minus a
   penalty for a format switch (:func:`cascadekit.rewards.math_rl_reward`);
 * **length extension**: one GRPO stage per maximum completion length in
@@ -34,7 +35,6 @@ from cascadekit.training.pipeline import chat_grpo, chat_rl_dataset, records_dig
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
-from cascadekit.training.cascade import rl_records, unified_if_rl
 from cascadekit.training.dynamic_sampling import screen_prompts
 
 #: Screen this many prompts per generate call.
@@ -59,11 +59,6 @@ class LengthStage:
         screened = self.screen["rollouts"] if self.screen else 0
         trained = self.grpo.metrics["steps"] * profile.rl.prompts_per_step * profile.rl.group_size if self.grpo else 0
         return screened + trained
-
-
-def math_records(profile: Profile) -> list[dict[str, Any]]:
-    """The Math RL pool: ``math_rl.pool`` RL-split math prompts over ``math_rl.ops``, in ``/think``."""
-    return rl_records(profile, "math", True, 3, profile.math_rl.pool, profile.math_rl.ops)
 
 
 def math_reward(profile: Profile) -> RewardFn:
@@ -106,12 +101,14 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
     return run_stage(Stage("dynamic-filter", inputs, build))
 
 
-def math_rl(start: StageOutput, profile: Profile, work_dir: Path, filtering: bool = True) -> list[LengthStage]:
-    """Math RL from ``start``: ``math_rl.epochs`` epochs per ``math_rl.lengths``, each filtered first when ``filtering``.
+def length_extension(start: StageOutput, records: list[dict[str, Any]], profile: Profile, work_dir: Path,
+                     filtering: bool = True) -> list[LengthStage]:
+    """Math RL from ``start`` on ``records``: ``math_rl.epochs`` epochs per ``math_rl.lengths``, each filtered first
+    when ``filtering``.
 
     One :class:`LengthStage` per epoch, in order.
     """
-    records, reward = math_records(profile), math_reward(profile)
+    reward = math_reward(profile)
     stages = []
     for length in profile.math_rl.lengths:
         staged = at_length(profile, length)
@@ -124,8 +121,3 @@ def math_rl(start: StageOutput, profile: Profile, work_dir: Path, filtering: boo
             start = trained or start
             stages.append(LengthStage(length, screen, trained, start))
     return stages
-
-
-def unified_math_rl(profile: Profile, work_dir: Path) -> StageOutput:
-    """The cascade's Math RL checkpoint: filtered length extension from the cascade's IF-RL checkpoint."""
-    return math_rl(unified_if_rl(profile, work_dir), profile, work_dir / "math-rl")[-1].checkpoint

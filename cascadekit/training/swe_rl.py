@@ -35,8 +35,6 @@ from cascadekit.stages import StageOutput
 from cascadekit.training.pipeline import chat_grpo
 from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, completion_text
-from cascadekit.training.cascade import code_rl_stage, sft_checkpoint
-from cascadekit.training.math_rl import unified_math_rl
 from cascadekit.training.swe_judge import SemanticJudge, executed, judge_stage
 from cascadekit.verify.patch import patch_similarity
 
@@ -74,12 +72,12 @@ def stage_records(profile: Profile, context: int) -> list[dict[str, Any]]:
     return [chat_record(task, True) for task in tasks]
 
 
-def judge(profile: Profile) -> StageOutput:
-    """The semantic judge, trained from the SFT checkpoint on prompts over every context SWE RL trains on."""
+def judge_from(start: StageOutput, profile: Profile) -> StageOutput:
+    """The semantic judge, trained from ``start`` (the SFT checkpoint) on prompts over every context SWE RL trains."""
     contexts = range(max(profile.swe_rl.contexts) + 1)
     train = swe_tasks(profile, profile.swe_rl.judge_tasks, "rl", profile.seed + JUDGE_SEED, contexts)
     held_out = swe_tasks(profile, profile.swe_rl.judge_eval_tasks, "eval", profile.seed + JUDGE_EVAL_SEED, contexts)
-    return judge_stage(sft_checkpoint(profile), train, held_out, profile)
+    return judge_stage(start, train, held_out, profile)
 
 
 def _golds(completions: list[Any], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -144,14 +142,3 @@ def swe_rl(start: StageOutput, profile: Profile, work_dir: Path, reward: RewardF
         stages.append(ContextStage(context, start))
     return stages
 
-
-def swe_rl_start(profile: Profile, work_dir: Path) -> StageOutput:
-    """Where SWE RL starts: the cascade's Code RL checkpoint (chapter 12's arm at ``rl.temperature``, shipped at toy)."""
-    return code_rl_stage(unified_math_rl(profile, work_dir), profile, profile.rl.temperature, work_dir / "code-rl")
-
-
-def unified_swe_rl(profile: Profile, work_dir: Path) -> StageOutput:
-    """The cascade's SWE RL checkpoint: the execution-free reward, every context stage, from :func:`swe_rl_start`."""
-    reward, watched = arm_rewards(profile, SemanticJudge(judge(profile)))["execution-free"]
-    return swe_rl(swe_rl_start(profile, work_dir), profile, work_dir / "swe-rl-execution-free", reward,
-                  watched)[-1].grpo

@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from cascadekit.chapters.cascade import TABLE
 from cascadekit.profiles import Profile
 from cascadekit.training.grpo import VLLM_SERVER_ENV as SERVER_ENV
 
@@ -47,11 +48,13 @@ __all__ = ["CONFIGS", "LaunchError", "Plan", "STAGES", "VLLM_PORT", "accelerate_
 
 #: The accelerate config of each ``engine.distributed`` mode that shards (``none`` launches plain DDP).
 CONFIGS = {"zero3": "zero3.yaml", "fsdp": "fsdp.yaml"}
-#: The Part II stages and the chapter experiment that builds each (None: no runner yet).
-STAGES: dict[str, str | None] = {"sft": "08", "rlhf": "09", "if-rl": "10", "math-rl": None, "code-rl": None,
-                                 "swe-rl": None}
+#: The chapters whose experiment a launch runs (the later RL stages' chapters are not launched yet).
+LAUNCHED = ("08", "09", "10")
+#: The Part II stages by their command-line name (``if-rl``), and the chapter experiment that builds each
+#: (None: no runner yet).
+STAGES: dict[str, str | None] = {spec.slug: spec.chapter if spec.chapter in LAUNCHED else None for spec in TABLE}
 #: Stages that train with GRPO and so need rollouts (vLLM) and an evenly split rollout batch.
-RL_STAGES = ("rlhf", "if-rl", "math-rl", "code-rl", "swe-rl")
+RL_STAGES = tuple(spec.slug for spec in TABLE if spec.after)
 VLLM_PORT = 8000
 MAIN_PORT = 29500
 
@@ -104,7 +107,7 @@ def accelerate_config(distributed: str) -> Path:
     """The shipped accelerate config file of ``distributed`` (``zero3`` or ``fsdp``)."""
     if distributed not in CONFIGS:
         raise LaunchError(f"no accelerate config for distributed={distributed!r}; choose one of {', '.join(CONFIGS)}")
-    return Path(str(resources.files("cascadekit.engine.launch").joinpath(CONFIGS[distributed])))
+    return Path(str(resources.files("cascadekit.launch").joinpath(CONFIGS[distributed])))
 
 
 def _launch_arguments() -> set[str]:
