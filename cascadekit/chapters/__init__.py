@@ -143,9 +143,6 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
 def write(chapter: str, metrics: dict[str, Any], writer: ResultsWriter) -> None:
     """``metrics.json``, the figures and ``paper_vs_run.md`` of a finished (or committed) run, through ``writer``."""
     module = chapter_module(chapter)
-    if not hasattr(module, "RESULTS_TITLE"):  # TRANSITION: a chapter not yet on the protocol writes itself
-        module.write(metrics, writer)
-        return
     kept = module.committed(metrics, writer.folder) if hasattr(module, "committed") else metrics
     rows = module.claims(metrics)
     writer.save(kept, module.figures(metrics), module.RESULTS_TITLE, rows, module.notes(metrics))
