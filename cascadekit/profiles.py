@@ -454,6 +454,10 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+#: Settings under this prefix belong to a chapter's own ``Options``, not to the profile (:mod:`cascadekit.chapters`).
+CHAPTER_PREFIX = "chapter."
+
+
 def _field_type(key: str) -> Any:
     """The declared type of a dotted key (``model.hidden`` -> int); ProfileError for unknown keys."""
     section, _, fname = key.partition(".")
@@ -501,15 +505,21 @@ def _typed(value: Any, hint: Any) -> tuple[Any, str]:
     raise TypeError(f"no validation for fields of type {hint!r}")  # pragma: no cover - a new field type
 
 
+def check_typed(key: str, value: Any, hint: Any) -> Any:
+    """``value`` as a field of type ``hint`` stores it (a list becomes a tuple); ProfileError naming ``key`` otherwise."""
+    typed, expected = _typed(value, hint)
+    if expected:
+        raise ProfileError(f"{key}={_short(value)}: expected {expected}")
+    return typed
+
+
 def check_value(key: str, value: Any) -> Any:
     """``value`` for the dotted ``key`` as the profile stores it; ProfileError naming the key otherwise.
 
     >>> check_value("world.ops_edge", [4, 6])
     (4, 6)
     """
-    typed, expected = _typed(value, _field_type(key))
-    if expected:
-        raise ProfileError(f"{key}={_short(value)}: expected {expected}")
+    typed = check_typed(key, value, _field_type(key))
     rule, what = _RULES.get(key, (None, ""))
     if rule is not None and not rule(typed):
         raise ProfileError(f"{key}={_short(value)}: must be {what}")
@@ -619,16 +629,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise ProfileError(f"override {_short(pair)} is not of the form section.field=value")
         if len(text) > MAX_TEXT:
             raise ProfileError(f"{key}: value longer than {MAX_TEXT} characters")
+        if key.startswith(CHAPTER_PREFIX):  # a chapter's own setting, checked by its Options (cascadekit.chapters)
+            out[key] = _literal(text)
+            continue
         if _field_type(key) is str:
             out[key] = text
             continue
-        try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):  # not JSON; ValueError also for > 4300-digit integers
-            value = text  # reported by check_value as the wrong type
+        value = _literal(text)
         check_value(key, value)
         out[key] = value
     return out
+
+
+def _literal(text: str) -> Any:
+    """``text`` as a JSON literal, or as it is when it is none (then a non-string field reports the wrong type)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON; ValueError also for > 4300-digit integers
+        return text
 
 
 def add_scale_arguments(parser: argparse.ArgumentParser, default: str = "toy") -> None:

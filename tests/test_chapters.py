@@ -48,3 +48,37 @@ def test_unknown_chapter_or_bad_setting_is_one_clear_error():
         resolve("99", "toy")
     with pytest.raises(ProfileError, match="rl.lr"):
         resolve("04", "toy", {"rl.lr": float("nan")})
+
+
+def test_a_chapters_own_settings_go_to_its_options_and_never_to_the_profile(monkeypatch):
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    import cascadekit.chapters as chapters
+
+    @dataclass(frozen=True)
+    class Options:
+        steps: int = 30
+        teachers: tuple[str, ...] = ("last",)
+
+    monkeypatch.setattr(chapters, "chapter_module", lambda chapter: SimpleNamespace(Options=Options))
+    config = resolve("04", "toy", {"chapter.steps": 40, "chapter.teachers": ["a", "b"], "rl.lr": 3e-4})
+    assert config.options == Options(40, ("a", "b")) and config.profile.rl.lr == 3e-4
+    assert config.record()["options"] == {"steps": 40, "teachers": ("a", "b")}
+    assert resolve("04", "toy").options == Options()
+    with pytest.raises(ProfileError, match="chapter.steps=1.5: expected an integer"):
+        resolve("04", "toy", {"chapter.steps": 1.5})
+    with pytest.raises(ProfileError, match="unknown chapter 04 setting chapter.beta; known: chapter.steps"):
+        resolve("04", "toy", {"chapter.beta": 1})
+
+
+def test_a_chapter_without_options_rejects_a_chapter_setting():
+    with pytest.raises(ProfileError, match="chapter 04 has no settings of its own; chapter.steps is unknown"):
+        resolve("04", "toy", {"chapter.steps": 40})
+    assert resolve("04", "toy").options is None
+
+
+def test_a_chapter_setting_parses_from_the_command_line():
+    from cascadekit.profiles import parse_overrides
+
+    assert parse_overrides(["chapter.steps=40", "chapter.name=mopd"]) == {"chapter.steps": 40, "chapter.name": "mopd"}

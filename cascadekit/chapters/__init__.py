@@ -12,7 +12,11 @@ module follows; :func:`run` and :func:`write` are the only callers):
   results folder and the book show beside the claims;
 * ``committed(metrics, folder) -> metrics`` (optional): what ``metrics.json``
   keeps (a chapter with many samples thins them and writes a spread beside it);
-* ``RESULTS_TITLE``: the heading of ``paper_vs_run.md``; ``EXERCISES``: its tasks.
+* ``RESULTS_TITLE``: the heading of ``paper_vs_run.md``; ``EXERCISES``: its tasks;
+* ``Options`` (optional): a dataclass of the chapter's own settings, which no
+  other chapter reads and no scale profile holds. ``chapters.yaml`` and the
+  caller set them as ``chapter.<field>`` (``--set chapter.steps=30``); the
+  resolved instance is ``config.options``.
 
 A chapter module imports the core and at most one shared wing
 (:mod:`cascadekit.chapters.interplay` for Part I, :mod:`cascadekit.chapters.cascade`
@@ -26,8 +30,10 @@ to the arms as a separate value (:class:`cascadekit.bands.Bands`).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
+import typing
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -37,7 +43,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from cascadekit.profiles import Profile, ProfileError, load_profile, overrides_mapping
+from cascadekit.profiles import CHAPTER_PREFIX, Profile, ProfileError, check_typed, load_profile, overrides_mapping
 from cascadekit.results import ResultsWriter
 
 
@@ -77,6 +83,7 @@ class ChapterConfig:
     profile: Profile
     overrides: Mapping[str, Any]  # the caller's, recorded with the results
     rebuild_base: bool = False  # pretrain the chapter's base again even if it is cached or shipped
+    options: Any = None  # the chapter's own settings (its module's ``Options``), or None when it has none
 
     @property
     def scale(self) -> str:
@@ -89,8 +96,11 @@ class ChapterConfig:
 
     def record(self) -> dict[str, Any]:
         """What a result keeps of its config: scale, seed, the chapter's settings and the caller's overrides."""
-        return {"chapter": self.spec.id, "scale": self.scale, "seed": self.profile.seed,
-                "chapter_settings": dict(self.settings), "overrides": dict(self.overrides)}
+        record = {"chapter": self.spec.id, "scale": self.scale, "seed": self.profile.seed,
+                  "chapter_settings": dict(self.settings), "overrides": dict(self.overrides)}
+        if self.options is not None:
+            record["options"] = dataclasses.asdict(self.options)
+        return record
 
     @property
     def range_source(self) -> str:
@@ -161,4 +171,26 @@ def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None
                          f"not {found.id}")
     overrides = overrides_mapping(overrides)
     settings = {"seed": seed, **found.settings.get(scale, {}), **overrides}
-    return ChapterConfig(found, load_profile(scale, settings), overrides, rebuild_base)
+    own = {k.removeprefix(CHAPTER_PREFIX): v for k, v in settings.items() if k.startswith(CHAPTER_PREFIX)}
+    profile = load_profile(scale, {k: v for k, v in settings.items() if not k.startswith(CHAPTER_PREFIX)})
+    return ChapterConfig(found, profile, overrides, rebuild_base, chapter_options(found, own))
+
+
+def chapter_options(found: ChapterSpec, values: Mapping[str, Any]) -> Any:
+    """The chapter's ``Options`` with ``values`` applied (each checked against its field's type), or None.
+
+    A chapter without ``Options`` takes no ``chapter.*`` setting: one clear error names it.
+    """
+    module = chapter_module(found.id) if found.experiment else None
+    options = getattr(module, "Options", None)
+    if options is None:
+        if values:
+            raise ProfileError(f"chapter {found.id} has no settings of its own; {CHAPTER_PREFIX}{next(iter(values))} "
+                               f"is unknown")
+        return None
+    hints = typing.get_type_hints(options)
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise ProfileError(f"unknown chapter {found.id} setting {CHAPTER_PREFIX}{unknown[0]}; known: "
+                           f"{', '.join(CHAPTER_PREFIX + name for name in hints)}")
+    return options(**{k: check_typed(CHAPTER_PREFIX + k, v, hints[k]) for k, v in values.items()})

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 from cascadekit import chapters
 from cascadekit.chapters import ChapterConfig
 from cascadekit.engine.envinfo import describe_environment
-from cascadekit.profiles import Profile, ProfileError, load_profile, overrides_mapping
+from cascadekit.profiles import CHAPTER_PREFIX, Profile, ProfileError, load_profile, overrides_mapping
 from cascadekit.results import load_metrics
 
 
@@ -47,7 +47,8 @@ class ChapterSettingsError(ProfileError):
 def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Profile:
     """Resolve and print the profile, the environment's short form, and create ``out_dir``."""
     try:
-        profile = load_profile(scale, {"seed": seed, **overrides_mapping(overrides)})
+        settings = {k: v for k, v in overrides_mapping(overrides).items() if not k.startswith(CHAPTER_PREFIX)}
+        profile = load_profile(scale, {"seed": seed, **settings})
     except ProfileError as err:
         raise ChapterSettingsError(str(err)) from None
     Path(out_dir).mkdir(parents=True, exist_ok=True)
