@@ -363,8 +363,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_gpucheck(args: argparse.Namespace) -> int:
-    """Every GPU path once (:mod:`cascadekit.engine.gpucheck`); exit 1 when a row failed, 0 when all passed or were skipped."""
-    from cascadekit.engine.gpucheck import main as gpucheck
+    """Every GPU path once (:mod:`cascadekit.launch.gpucheck`); exit 1 when a row failed, 0 when all passed or were skipped."""
+    from cascadekit.launch.gpucheck import main as gpucheck
 
     return gpucheck(args.options, parser_class=_Parser)
 

@@ -239,7 +239,7 @@ class EngineConfig:
     reward-model keys), so the shipped fp32 keys stay as they are.
     ``quantization`` ``4bit`` loads the frozen base in NF4 through bitsandbytes for
     QLoRA (one GPU only). ``data`` is ``world`` (the kit's synthetic six domains)
-    or ``released`` (the papers' released data sets, :mod:`cascadekit.released_data`).
+    or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
     """
 
     allow_download: bool
@@ -368,7 +368,7 @@ ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.engine.models._ARCHITECTURES
 QUANTIZATIONS = ("none", "4bit")  # cascadekit.engine.runtime.load_model
 DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.launch
 VLLM_MODES = ("none", "colocate", "server")  # none, or TRL's GRPOConfig.vllm_mode
-DATA_SOURCES = ("world", "released")  # cascadekit.released_data
+DATA_SOURCES = ("world", "released")  # cascadekit.training.released_data
 PRECISIONS = ("fp32", "bf16-autocast")  # CPU training (training_precision)
 
 

@@ -8,7 +8,7 @@ import sys
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from cascadekit.engine.gpucheck import NAMES, Row, qwen3_0_6b_config, train_flops_per_token
+from cascadekit.launch.gpucheck import NAMES, Row, qwen3_0_6b_config, train_flops_per_token
 
 
 def test_without_a_gpu_every_row_is_skipped_and_the_run_passes():

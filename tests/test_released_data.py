@@ -9,7 +9,7 @@ import pytest
 
 from cascadekit.engine import runtime
 from cascadekit.chat import render
-from cascadekit.released_data import MissingField, released_sets, stream_records, to_record
+from cascadekit.training.released_data import MissingField, released_sets, stream_records, to_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "released"
 

@@ -139,7 +139,7 @@ def check_record(record: Any, check_gold: bool = True) -> dict[str, Any]:
     """``record`` if it is a well-formed chat record of a known domain, else one ValueError naming the field.
 
     ``check_gold=False`` checks everything but the toy domain's gold fields (a
-    released data set's record carries its own gold: :mod:`cascadekit.released_data`).
+    released data set's record carries its own gold: :mod:`cascadekit.training.released_data`).
     """
     if not isinstance(record, dict):
         raise ValueError(f"task record must be a JSON object, got {type(record).__name__}")

@@ -48,7 +48,7 @@ from cascadekit.profiles import Profile, precision_inputs
 from cascadekit.engine.runtime import (
     choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
 )
-from cascadekit.released_data import released_sets, stream_records
+from cascadekit.training.released_data import released_sets, stream_records
 from cascadekit.engine.trainable import engine_settings, load_trainable
 
 STAGES = (1, 2)
