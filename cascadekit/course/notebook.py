@@ -74,9 +74,10 @@ class Chapter:
         """The chapter's library module (``cascadekit.chapters.chNN_<name>``)."""
         return chapters.chapter_module(self.config.spec.id)
 
-    def committed(self) -> dict[str, Any] | None:
-        """The committed toy run's metrics (what the book shows), or None when there are none."""
-        return load_metrics(self.config.spec.folder)
+    def committed(self, arm: str = "") -> dict[str, Any] | None:
+        """The committed toy run's metrics (what the book shows), or an ``arm`` kept beside it
+        (``data/results/<folder>/<arm>``); None when there are none."""
+        return load_metrics(f"{self.config.spec.folder}/{arm}" if arm else self.config.spec.folder)
 
     def results(self, retrain: bool = False) -> dict[str, Any]:
         """The committed toy run, or the chapter's experiment run here (:func:`committed_or_run`)."""
