@@ -35,14 +35,14 @@ def test_math_rl_settings_are_validated() -> None:
 
 def test_the_screen_keeps_mixed_prompts_counts_every_group_and_is_cached(sft) -> None:
     records = math_records(PROFILE)
-    staged = mrl.at_length(PROFILE, 12)
-    screen = mrl.filter_stage(sft, records, staged, 0)
+    rl = mrl.math_rl_settings(PROFILE, 12)
+    screen = mrl.filter_stage(sft, records, PROFILE, 0, rl)
     m = screen.metrics
     assert sum(m["verdicts"].values()) == len(records) and m["rollouts"] == len(records) * PROFILE.rl.group_size
     assert set(m["kept"]) <= set(range(len(records))) and m["readmitted"] <= len(m["kept"])
-    assert mrl.filter_stage(sft, records, staged, 0).key == screen.key
-    assert mrl.filter_stage(sft, records, staged, 1).key != screen.key  # a new epoch screens again
-    assert mrl.filter_stage(sft, records, mrl.at_length(PROFILE, 8), 0).key != screen.key
+    assert mrl.filter_stage(sft, records, PROFILE, 0, rl).key == screen.key
+    assert mrl.filter_stage(sft, records, PROFILE, 1, rl).key != screen.key  # a new epoch screens again
+    assert mrl.filter_stage(sft, records, PROFILE, 0, mrl.math_rl_settings(PROFILE, 8)).key != screen.key
 
 
 def test_length_stages_chain_and_the_unfiltered_arm_trains_every_prompt(sft, tmp_path) -> None:

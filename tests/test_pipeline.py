@@ -1,7 +1,9 @@
 """The stage runner: stages are cached by exactly their inputs, and a finished stage is never rebuilt."""
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +65,19 @@ def test_grpo_stage_is_cached_and_its_key_follows_its_inputs(tmp_path, monkeypat
     monkeypatch.undo()
     faster = load_profile("smoke", {"rl.samples": 4, "rl.prompts_per_step": 2, "rl.lr": 0.002})
     assert pipeline.grpo(base, prompts, strict_reward, faster, tmp_path).key != trained.key
+
+
+def test_a_stages_own_rl_settings_train_it_and_key_it_as_the_profile_section_would(monkeypatch):
+    seen = []
+    monkeypatch.setattr(pipeline, "run_stage", lambda stage: seen.append(stage) or None)
+    start = stages.StageOutput(Path("unused"), "start")
+    prompts = generate_problems(ops=[2, 3], contexts=("A",), n=4, seed=0, split="rl", style=SMOKE.world.rendering)
+    rl = dataclasses.replace(SMOKE.rl, lr=0.002, prompts_per_step=4)
+    pipeline.grpo(start, prompts, strict_reward, SMOKE, Path("w"), rl=rl)
+    pipeline.grpo(start, prompts, strict_reward, dataclasses.replace(SMOKE, rl=rl), Path("w"))
+    pipeline.grpo(start, prompts, strict_reward, SMOKE, Path("w"))
+    assert seen[0].inputs == seen[1].inputs and seen[0].inputs["rl"] == dataclasses.asdict(rl)
+    assert seen[0].inputs["steps"] == 1 and seen[2].inputs["rl"] == SMOKE.to_dict()["rl"] != seen[0].inputs["rl"]
 
 
 def test_evaluation_labels_samples_with_the_bands_it_is_given():

@@ -17,7 +17,7 @@ from cascadekit.stages import StageOutput
 from cascadekit.profiles import ProfileError, load_profile, profile_names
 from cascadekit.training.swe_judge import auc, constructed, executed, held_out_check
 from cascadekit.training.swe_rl import (
-    at_swe, execution_free_reward, execution_reward, lexical_reward, stage_records, swe_domain, swe_tasks,
+    execution_free_reward, execution_reward, lexical_reward, stage_records, swe_domain, swe_rl_settings, swe_tasks,
 )
 
 GARBAGE = ["", "no patch here", "calc.py\n<<<<<<< SEARCH\n", "<<<<<<< SEARCH\n=======\n>>>>>>> REPLACE",
@@ -99,8 +99,8 @@ def test_every_profile_has_swe_rl_and_bad_values_are_refused():
     for name in profile_names():
         profile = load_profile(name)
         assert profile.swe_rl.contexts == tuple(sorted(set(profile.swe_rl.contexts)))
-        assert at_swe(profile).rl.lr == profile.swe_rl.lr
-        assert at_swe(profile).rl.max_completion_length == profile.swe_rl.length
+        assert swe_rl_settings(profile).lr == profile.swe_rl.lr
+        assert swe_rl_settings(profile).max_completion_length == profile.swe_rl.length
     for key, value in [("swe_rl.contexts", [2, 1]), ("swe_rl.contexts", []), ("swe_rl.lexical_weight", 1.5),
                        ("swe_rl.judge_layers", 0), ("swe_rl.ops", [3, 2]), ("swe_rl.workers", 0)]:
         with pytest.raises(ProfileError, match=key.split(".")[1]):

@@ -16,7 +16,7 @@ from cascadekit.training.pipeline import _grpo_stage, chat_rl_dataset, records_d
 from cascadekit.profiles import load_profile
 from cascadekit.rewards import verifier_reward
 from cascadekit.chapters.cascade import (
-    ORDER, DomainReward, at_joint, check_order, domain_pools, joint_records, parse_joint, run_cascade,
+    ORDER, DomainReward, joint_rl_settings, check_order, domain_pools, joint_records, parse_joint, run_cascade,
 )
 
 
@@ -65,7 +65,7 @@ def test_joint_prompts_come_from_each_stages_pool_in_the_counts_asked():
 def test_joint_rl_takes_the_longest_length_limit():
     profile = load_profile("toy")
     longest = max(profile.rl.max_completion_length, profile.swe_rl.length, *profile.math_rl.lengths)
-    assert at_joint(profile).rl.max_completion_length == longest
+    assert joint_rl_settings(profile).max_completion_length == longest
 
 
 def test_the_cascade_resumes_from_the_shipped_stages_without_training():

@@ -59,7 +59,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from cascadekit.artifacts import cache_root
 from cascadekit.domains import chat_record, domains, draw_tasks
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.stages import StageOutput
 from cascadekit.training.chat_base import chat_base
@@ -158,6 +158,11 @@ def math_rl(start: StageOutput, profile: Profile, work_dir: Path, filtering: boo
     return length_extension(start, math_records(profile), profile, work_dir, filtering)
 
 
+def code_rl_settings(profile: Profile, temperature: float) -> RLConfig:
+    """A Code RL arm's RL settings: RL's, sampling at ``temperature``."""
+    return dataclasses.replace(profile.rl, temperature=temperature)
+
+
 def code_rl_stage(start: StageOutput, profile: Profile, temperature: float, work_dir: Path) -> StageOutput:
     """Code RL from ``start`` at one sampling ``temperature``: pass-all-tests reward, streamed verification.
 
@@ -165,9 +170,8 @@ def code_rl_stage(start: StageOutput, profile: Profile, temperature: float, work
     passes, else 0, never raising), through :func:`verifier_reward`; ``code_rl.workers``
     threads verify each rollout as soon as it ends.
     """
-    staged = dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, temperature=temperature))
-    return chat_grpo(start, code_rl_records(profile), staged, work_dir, reward=verifier_reward,
-                     workers=profile.code_rl.workers)
+    return chat_grpo(start, code_rl_records(profile), profile, work_dir, reward=verifier_reward,
+                     workers=profile.code_rl.workers, rl=code_rl_settings(profile, temperature))
 
 
 # ---------------------------------------------------------------------------
@@ -493,13 +497,14 @@ def joint_records(profile: Profile, prompts: Mapping[str, int]) -> list[dict[str
     return records
 
 
-def at_joint(profile: Profile) -> Profile:
-    """``profile`` with RL's maximum completion length the longest of every stage's (one limit for the mixed batch)."""
+def joint_rl_settings(profile: Profile) -> RLConfig:
+    """Joint RL's RL settings: RL's, with the longest maximum completion length of every stage's (one limit for
+    the mixed batch)."""
     longest = max(profile.rl.max_completion_length, profile.swe_rl.length, *profile.math_rl.lengths)
-    return dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, max_completion_length=longest))
+    return dataclasses.replace(profile.rl, max_completion_length=longest)
 
 
 def joint_rl(profile: Profile, prompts: Mapping[str, int], work_dir: Path) -> StageOutput:
     """Joint RL from the SFT checkpoint: every domain's prompts mixed in one GRPO run, each with its own reward."""
-    return chat_grpo(sft_checkpoint(profile), joint_records(profile, prompts), at_joint(profile), work_dir,
-                     reward=joint_rewards(profile), in_order=True)
+    return chat_grpo(sft_checkpoint(profile), joint_records(profile, prompts), profile, work_dir,
+                     reward=joint_rewards(profile), in_order=True, rl=joint_rl_settings(profile))

@@ -13,7 +13,7 @@ The recipe shared by the Interplay paper and the cascade's RL stages:
 - **Token-level loss.** The loss is averaged over all completion tokens of the
   batch (TRL's ``loss_type="dapo"``), not per sequence first, so long and short
   completions weigh by their tokens.
-- **KL off by default.** ``beta = profile.rl.kl_beta``: the cascade uses no KL;
+- **KL off by default.** ``beta = rl.kl_beta`` (the stage's RL settings): the cascade uses no KL;
   the Interplay paper used 1e-3 (its ``paper`` profile sets it), which also runs
   a reference model (``g = 1`` in :mod:`cascadekit.engine.compute`).
 - Rollout temperature from the profile (1.0 in both papers), group size from the
@@ -40,7 +40,7 @@ from accelerate import PartialState
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, RLConfig
 from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint, training_precision
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
@@ -53,6 +53,7 @@ def build_grpo_config(
     profile: Profile,
     output_dir: str,
     *,
+    rl: RLConfig | None = None,
     max_steps: int | None = None,
     num_processes: int | None = None,
     num_nodes: int | None = None,
@@ -60,6 +61,9 @@ def build_grpo_config(
     **overrides: Any,
 ) -> GRPOConfig:
     """The strict on-policy GRPO configuration for ``profile``; ``overrides`` go to ``GRPOConfig`` last.
+
+    ``rl`` is the stage's RL settings, the profile's ``rl`` when not given (a
+    stage with its own length limit, learning rate or temperature passes its own).
 
     One optimizer step sees ``prompts_per_step * group_size`` completions, split
     over ``num_processes`` devices and ``gradient_accumulation_steps``
@@ -80,7 +84,7 @@ def build_grpo_config(
     sampled tokens to correct vLLM's numerical mismatch (its
     ``vllm_importance_sampling_correction``); the policy ratio stays 1.
     """
-    rl = profile.rl
+    rl = rl or profile.rl
     if num_processes is None:  # the launcher's processes (torchrun/accelerate set WORLD_SIZE), else one
         num_processes = int(os.environ.get("WORLD_SIZE", 1))
     if num_nodes is None:
@@ -432,26 +436,28 @@ def train_grpo(
     profile: Profile,
     output_dir: str,
     *,
+    rl: RLConfig | None = None,
     max_steps: int | None = None,
     reward_weights: Sequence[float] | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     hooks: Sequence[Callable[[GRPOTrainer], None]] = (),
     **config_overrides: Any,
 ) -> GRPOResult:
-    """Run strict on-policy GRPO on ``prompts_dataset`` with the profile's RL settings.
+    """Run strict on-policy GRPO on ``prompts_dataset`` with ``rl``, the stage's RL settings (the profile's by default).
 
     Progress bars come from the Trainer. ``reward_weights`` weighs several
     reward functions (TRL sums them); ``config_overrides`` go to
     :func:`build_grpo_config`. Each of ``hooks`` is called with the trainer before
     training (e.g. :meth:`cascadekit.training.async_rewards.StreamingRewards.attach`).
-    The model is trained in place (with LoRA when ``profile.rl.use_lora``, in which
+    The model is trained in place (with LoRA when ``rl.use_lora``, in which
     case ``result.model`` is the PEFT model).
     """
+    rl = rl or profile.rl
     if reward_weights is not None:
         config_overrides["reward_weights"] = list(reward_weights)
-    config = build_grpo_config(profile, output_dir, max_steps=max_steps, **config_overrides)
+    config = build_grpo_config(profile, output_dir, rl=rl, max_steps=max_steps, **config_overrides)
     trainer = make_grpo_trainer(
-        model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=profile.rl.use_lora, callbacks=callbacks
+        model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks
     )
     timer = PhaseTimer()
     timer.attach(trainer)

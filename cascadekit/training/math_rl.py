@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from cascadekit.stages import Stage, StageOutput, run_stage
 
 from cascadekit.training.pipeline import chat_grpo, chat_rl_dataset, records_digest
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.dynamic_sampling import screen_prompts
@@ -66,19 +66,22 @@ def math_reward(profile: Profile) -> RewardFn:
     return math_rl_reward(profile.math_rl.penalty)
 
 
-def at_length(profile: Profile, length: int) -> Profile:
-    """``profile`` with RL's learning rate set to ``math_rl.lr`` and its maximum completion length to ``length``."""
-    return dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, lr=profile.math_rl.lr,
-                                                               max_completion_length=length))
+def math_rl_settings(profile: Profile, length: int) -> RLConfig:
+    """A length stage's RL settings: RL's, with ``math_rl.lr`` as learning rate and ``length`` as completion limit."""
+    return dataclasses.replace(profile.rl, lr=profile.math_rl.lr, max_completion_length=length)
 
 
-def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Profile, epoch: int) -> StageOutput:
+def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Profile, epoch: int,
+                 rl: RLConfig | None = None) -> StageOutput:
     """Screen ``records`` with ``start``'s policy at ``rl.max_completion_length``: which prompts to keep.
 
+    ``rl`` is the length stage's RL settings (:func:`math_rl_settings`; the
+    profile's ``rl`` when not given): its group size, temperature and length
+    limit sample the screen, and it enters the screen's key.
     Metrics: ``kept`` (indices into ``records``), ``verdicts`` (counts of mixed /
     too easy / too hard), ``rollouts`` sampled and ``screen_s``.
     """
-    reward, rl = math_reward(profile), profile.rl
+    reward, rl = math_reward(profile), rl or profile.rl
 
     def build(folder: Path) -> Mapping[str, Any]:
         started = time.perf_counter()
@@ -96,7 +99,7 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
                 "rollouts": len(report) * rl.group_size, "screen_s": round(time.perf_counter() - started, 1)}
 
     inputs = {"start": start.key, "prompts": records_digest(records), "n_prompts": len(records),
-              "reward": reward.__name__, "rl": profile.to_dict()["rl"], "readmit": profile.math_rl.readmit,
+              "reward": reward.__name__, "rl": dataclasses.asdict(rl), "readmit": profile.math_rl.readmit,
               "epoch": epoch, "seed": profile.seed}
     return run_stage(Stage("dynamic-filter", inputs, build))
 
@@ -111,13 +114,13 @@ def length_extension(start: StageOutput, records: list[dict[str, Any]], profile:
     reward = math_reward(profile)
     stages = []
     for length in profile.math_rl.lengths:
-        staged = at_length(profile, length)
+        rl = math_rl_settings(profile, length)
         for _ in range(profile.math_rl.epochs):
             epoch = len(stages)
-            screen = filter_stage(start, records, staged, epoch).metrics if filtering else None
+            screen = filter_stage(start, records, profile, epoch, rl).metrics if filtering else None
             kept = [records[i] for i in screen["kept"]] if screen else records
             name = f"{'filtered' if filtering else 'unfiltered'}-{length}-{epoch}"
-            trained = chat_grpo(start, kept, staged, work_dir / name, reward=reward) if kept else None
+            trained = chat_grpo(start, kept, profile, work_dir / name, reward=reward, rl=rl) if kept else None
             start = trained or start
             stages.append(LengthStage(length, screen, trained, start))
     return stages

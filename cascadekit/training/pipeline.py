@@ -10,6 +10,7 @@ bases already cached on a machine stay valid.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from cascadekit.chat import END_OF_TURN, stop_token_ids
 from cascadekit.domains import check_record, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.engine.tokenizer import load_tokenizer
-from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.profiles import Profile, RLConfig, precision_inputs
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.stages import Stage, StageOutput, digest, run_folder, run_stage
 from cascadekit.training.async_rewards import StreamingRewards
@@ -75,20 +76,22 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
 
 
 def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, profile: Profile,
-         work_dir: Path) -> StageOutput:
+         work_dir: Path, rl: RLConfig | None = None) -> StageOutput:
     """GRPO from ``start`` over ``problems`` with ``reward``: one pass of ``len(problems) / prompts_per_step`` steps.
 
     The metrics hold the training curves (one row per step), the step count and
     the wall time; TRL's own files go to ``work_dir``, the checkpoint to the cache.
     A reward enters the key by its ``__name__`` (the kit's rewards name their
     settings, e.g. ``mixed_reward_0.2``): give a reward of your own a name of its own.
+    ``rl`` is the stage's RL settings (the profile's ``rl`` when not given); it
+    trains the stage and enters its key.
     """
-    return _grpo_stage(start, rl_dataset(problems), problems_digest(problems), reward, profile, work_dir)
+    return _grpo_stage(start, rl_dataset(problems), problems_digest(problems), reward, profile, work_dir, rl=rl)
 
 
 def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile: Profile, work_dir: Path,
               reward: RewardFn | Sequence[RewardFn] = verifier_reward, in_order: bool = False, workers: int = 0,
-              watched: Sequence[RewardFn] = ()) -> StageOutput:
+              watched: Sequence[RewardFn] = (), rl: RLConfig | None = None) -> StageOutput:
     """GRPO on Part II chat records (single-turn domains), rewarded by each domain's verifier by default.
 
     The prompt is the chat up to the assistant turn, rendered without a
@@ -109,9 +112,11 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
     ``None`` a reward returns for a completion it does not score (chapter 14's
     joint RL gives each domain its own reward this way, and each logs its own
     curve). A reward with a ``seconds`` attribute reports it in the metrics.
+    ``rl`` is the stage's RL settings (the profile's ``rl`` when not given: a
+    stage with settings of its own, such as Math RL's length limit, passes them).
     """
     return _grpo_stage(start, chat_rl_dataset(records), records_digest(records), reward, profile, work_dir,
-                       chat=True, in_order=in_order, workers=workers, watched=watched)
+                       chat=True, in_order=in_order, workers=workers, watched=watched, rl=rl)
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
@@ -128,13 +133,15 @@ def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
 
 def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: RewardFn | Sequence[RewardFn],
                 profile: Profile, work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0,
-                watched: Sequence[RewardFn] = ()) -> StageOutput:
+                watched: Sequence[RewardFn] = (), rl: RLConfig | None = None) -> StageOutput:
     """The one GRPO stage: one pass over ``dataset``, keyed by the start, the prompts, the reward and ``rl``.
 
+    ``rl`` (the profile's when not given) is what trains and what the key holds.
     ``chat`` (Part II): rollouts stop at ``<|im_end|>`` as well as the tokenizer's
     end of text, and the reward reads the chat markers TRL's decoding drops.
     """
-    steps = max(1, len(dataset) // profile.rl.prompts_per_step)
+    rl = rl or profile.rl
+    steps = max(1, len(dataset) // rl.prompts_per_step)
     rewards = [reward] if callable(reward) else list(reward)
     if not rewards or (workers and len(rewards) > 1):
         raise ValueError("GRPO needs one reward, or a list of rewards without streamed verification")
@@ -158,7 +165,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
             overrides["reward_weights"] = [1.0] * len(scored) + [0.0] * len(extra)
         funcs = [*scored, *extra]
         result = train_grpo(model, tokenizer, dataset, funcs if len(funcs) > 1 else funcs[0], profile, str(work_dir),
-                            max_steps=steps, hooks=hooks, **overrides)
+                            rl=rl, max_steps=steps, hooks=hooks, **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         metrics = {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
                    "train_s": round(result.train_seconds, 1), "prompts": len(dataset),
@@ -173,7 +180,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
         return metrics
 
     inputs = {"start": start.key, "prompts": prompts_id, "n_prompts": len(dataset),
-              "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": profile.to_dict()["rl"], "seed": profile.seed,
+              "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed,
               **precision_inputs(profile)}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}

@@ -33,7 +33,7 @@ from cascadekit.domains import Domain, Task, chat_record, domains, draw_tasks
 from cascadekit.domains import swe
 from cascadekit.stages import StageOutput
 from cascadekit.training.pipeline import chat_grpo
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, completion_text
 from cascadekit.training.swe_judge import SemanticJudge, executed, judge_stage
 from cascadekit.verify.patch import patch_similarity
@@ -126,10 +126,9 @@ def arm_rewards(profile: Profile, semantic: SemanticJudge) -> dict[str, tuple[Re
             "execution": (truth, [lexical_reward, semantic, free])}
 
 
-def at_swe(profile: Profile) -> Profile:
-    """``profile`` with RL's learning rate and maximum completion length set to SWE RL's own."""
-    return dataclasses.replace(profile, rl=dataclasses.replace(profile.rl, lr=profile.swe_rl.lr,
-                                                               max_completion_length=profile.swe_rl.length))
+def swe_rl_settings(profile: Profile) -> RLConfig:
+    """SWE RL's RL settings: RL's, with SWE RL's own learning rate and maximum completion length."""
+    return dataclasses.replace(profile.rl, lr=profile.swe_rl.lr, max_completion_length=profile.swe_rl.length)
 
 
 def swe_rl(start: StageOutput, profile: Profile, work_dir: Path, reward: RewardFn,
@@ -137,8 +136,8 @@ def swe_rl(start: StageOutput, profile: Profile, work_dir: Path, reward: RewardF
     """SWE RL from ``start`` with ``reward``: one GRPO stage per ``swe_rl.contexts``, each from the last."""
     stages = []
     for context in profile.swe_rl.contexts:
-        start = chat_grpo(start, stage_records(profile, context), at_swe(profile), work_dir / f"context-{context}",
-                          reward=reward, watched=watched)
+        start = chat_grpo(start, stage_records(profile, context), profile, work_dir / f"context-{context}",
+                          reward=reward, watched=watched, rl=swe_rl_settings(profile))
         stages.append(ContextStage(context, start))
     return stages
 
