@@ -1,9 +1,7 @@
 """The layer rules, read from the source (``ast``, nothing imported): who may import whom in ``cascadekit/``.
 
-Each rule is one test over the whole kit. A case that breaks a rule only because
-its move has not landed yet is listed in ``PENDING`` with what it waits for: the
-rule's test leaves it out, and a test of its own expects it to fail
-(``xfail(strict=True)``), so the marker must go the day the move lands.
+Each rule is one test over the whole kit, with no exception listed but the
+GPU-only modules' function-level imports (:data:`LATE_ALLOWED`, each with its reason).
 """
 from __future__ import annotations
 
@@ -77,18 +75,8 @@ def rule_no_late_imports(i: Import) -> bool:
 RULES: dict[str, Callable[[Import], bool]] = {
     name.removeprefix("rule_"): rule for name, rule in globals().items() if name.startswith("rule_")}
 
-#: (rule, importer file) -> what it waits for. Each is expected to fail until then.
-PENDING = {
-    ("core_imports_no_chapter", "cascadekit/exercises/cascade.py"):
-        "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
-    ("no_late_imports", "cascadekit/exercises/cascade.py"):
-        "until the exercise checks (cascadekit/exercises/) land in the course wing beside the registry",
-}
-
-
-def _broken(rule: str, path: str | None = None) -> list[str]:
-    return [f"{i.path}:{i.line} imports {i.target}" for i in RUN
-            if not RULES[rule](i) and (i.path == path if path else (rule, i.path) not in PENDING)]
+def _broken(rule: str) -> list[str]:
+    return [f"{i.path}:{i.line} imports {i.target}" for i in RUN if not RULES[rule](i)]
 
 
 def test_the_import_list_sees_the_kit() -> None:
@@ -100,13 +88,6 @@ def test_the_import_list_sees_the_kit() -> None:
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_layer_rule(rule: str) -> None:
     assert _broken(rule) == [], RULES[rule].__doc__
-
-
-@pytest.mark.parametrize("rule, path", [
-    pytest.param(rule, path, marks=pytest.mark.xfail(strict=True, reason=reason), id=f"{rule}:{path}")
-    for (rule, path), reason in sorted(PENDING.items())])
-def test_pending_case(rule: str, path: str) -> None:
-    assert _broken(rule, path) == [], RULES[rule].__doc__
 
 
 def test_no_import_cycle() -> None:

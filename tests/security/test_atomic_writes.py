@@ -36,28 +36,28 @@ _OPEN_MODULES = {"builtins", "io", "codecs", "gzip", "bz2", "lzma", "tarfile", "
 ALLOWED = {
     ("artifacts.py", "_copy_files", "shutil.copyfile"):
         "copies into a cache entry's or a ship's temporary folder, renamed into place as a whole",
-    ("base_model.py", "_tokenizer_stage.build", "tokenizer.save_pretrained"):
+    ("training/chat_base.py", "_tokenizer_stage.build", "tokenizer.save_pretrained"):
         "a cache builder: writes into get_or_build's temporary folder",
-    ("book.py", "_replace_folder", "shutil.copytree"):
+    ("course/book.py", "_replace_folder", "shutil.copytree"):
         "copies the built book into a fresh temporary folder beside --out, swapped in by atomic.replace_folder",
-    ("book.py", "stage", "shutil.copy"): "stages the book's sources in a TemporaryDirectory for Sphinx",
-    ("book.py", "stage_chapter", "nbformat.write"): "stages the book's sources in a TemporaryDirectory for Sphinx",
-    ("experiments/context_transfer.py", "pretrain_variant", "model.save_pretrained"):
+    ("course/book.py", "stage", "shutil.copy"): "stages the book's sources in a TemporaryDirectory for Sphinx",
+    ("course/book.py", "stage_chapter", "nbformat.write"): "stages the book's sources in a TemporaryDirectory for Sphinx",
+    ("chapters/ch05_context_transfer.py", "pretrain_variant", "model.save_pretrained"):
         "the builder of cached_variant: writes into get_or_build's temporary folder",
-    ("experiments/context_transfer.py", "pretrain_variant", "tokenizer.save_pretrained"):
+    ("chapters/ch05_context_transfer.py", "pretrain_variant", "tokenizer.save_pretrained"):
         "the builder of cached_variant: writes into get_or_build's temporary folder",
     ("results.py", "save_figure", "figure.savefig"): "draws into an atomic_open handle",
-    ("runner.py", "execute_chapter", "papermill.execute_notebook"):
+    ("course/runner.py", "execute_chapter", "papermill.execute_notebook"):
         "papermill writes .NAME.partial.ipynb as it goes; it is renamed over the chapter's notebook at the end",
-    ("runtime.py", "_merged_on_full_weights", "model.save_pretrained"):
+    ("engine/runtime.py", "_merged_on_full_weights", "model.save_pretrained"):
         "saves the adapter into a TemporaryDirectory that is read back and deleted",
-    ("runtime.py", "save_checkpoint", "model.save_pretrained"):
+    ("engine/runtime.py", "save_checkpoint", "model.save_pretrained"):
         "writes a temporary folder beside the checkpoint, renamed into place as a whole",
-    ("runtime.py", "save_checkpoint", "tokenizer.save_pretrained"):
+    ("engine/runtime.py", "save_checkpoint", "tokenizer.save_pretrained"):
         "writes a temporary folder beside the checkpoint, renamed into place as a whole",
-    ("runtime.py", "save_checkpoint", "target.write_bytes"):
+    ("engine/runtime.py", "save_checkpoint", "target.write_bytes"):
         "writes a temporary folder beside the checkpoint, renamed into place as a whole",
-    ("runtime.py", "save_checkpoint", "target.write_text"):
+    ("engine/runtime.py", "save_checkpoint", "target.write_text"):
         "writes a temporary folder beside the checkpoint, renamed into place as a whole",
     ("sandbox.py", "_RunCgroup._write", "os.open"):
         "writes a number into a cgroup control file (a kernel interface, never created: no O_CREAT)",
@@ -65,7 +65,7 @@ ALLOWED = {
         "creates the run's config (O_EXCL, mode 0600) in the run's private scratch folder, deleted after the run",
     ("sandbox.py", "_run", "open"): "the run's config, in the run's private scratch folder, deleted after the run",
     ("sandbox.py", "_run", "marshal.dump"): "the run's config, in the run's private scratch folder, deleted after the run",
-    ("training/pretrain.py", "cached_tokenizer", "build_tokenizer(profile).save_pretrained"):
+    ("training/pretrain.py", "cached_tokenizer.build", "build_tokenizer(profile).save_pretrained"):
         "a cache builder: writes into get_or_build's temporary folder",
     ("training/reward_model.py", "policy_samples.build", "(folder / SAMPLES_FILE).write_text"):
         "a cache builder: writes into get_or_build's temporary folder",
