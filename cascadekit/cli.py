@@ -225,24 +225,27 @@ def cmd_cascade(args: argparse.Namespace) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
 
-    ``--nodes``, ``--gpus-per-node`` and ``--vllm-gpus`` override the profile's
-    ``engine`` section. Without ``--dry-run`` this process runs ``--role``: one
+    ``--nodes``, ``--gpus-per-node``, ``--vllm-gpus`` and ``--accumulation`` override the profile's
+    ``engine`` section (``engine.accumulation`` reaches every trainer's arguments). Without ``--dry-run`` this process runs ``--role``: one
     training node's command (``--machine-rank``, with ``--main-address`` across
     nodes) or the vLLM server's; ``--slurm FILE`` writes the batch script instead, atomically
     (an existing FILE is replaced only with ``--force``).
     """
     import os
 
-    from cascadekit.launch import plan
-    from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.launch import SERVER_ENVIRONMENT, launch_profile, plan
+    from cascadekit.profiles import parse_overrides
 
     flags = {key: value for key, value in (("engine.nodes", args.nodes), ("engine.gpus_per_node", args.gpus_per_node),
-                                           ("engine.vllm_gpus", args.vllm_gpus)) if value is not None}
-    profile = load_profile(args.scale, {**parse_overrides(args.set), **flags})
-    pairs = [*args.set, *(f"{key}={value}" for key, value in flags.items())]  # the stage's experiment sees the same profile
-    the_plan = plan(profile, args.stage, accumulation=args.accumulation,
-                    main_address=args.main_address or "$MAIN_ADDR", server_address=args.server_address or "$VLLM_ADDR",
-                    extra=[f"--set={pair}" for pair in pairs])
+                                           ("engine.vllm_gpus", args.vllm_gpus),
+                                           ("engine.accumulation", args.accumulation)) if value is not None}
+    given = parse_overrides(args.set)
+    profile, overrides = launch_profile(args.scale, args.stage, {**given, **flags})
+    missing = object()
+    added = {key: value for key, value in overrides.items() if given.get(key, missing) != value}  # flags, the stage's
+    pairs = [*args.set, *(f"{key}={value}" for key, value in added.items())]  # the stage's experiment sees the same profile
+    the_plan = plan(profile, args.stage, main_address=args.main_address or "$MAIN_ADDR",
+                    server_address=args.server_address or "$VLLM_ADDR", extra=[f"--set={pair}" for pair in pairs])
     if args.dry_run:
         print(the_plan.describe())
         return 0
@@ -259,7 +262,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if the_plan.server is None:
             raise ValueError(f"stage {args.stage} at scale {args.scale} runs no vLLM server (engine.vllm is "
                              f"{profile.engine.vllm!r})")
-        command, env = the_plan.server, {}
+        command, env = the_plan.server, SERVER_ENVIRONMENT
     else:
         if not 0 <= args.machine_rank < the_plan.train_nodes:
             raise ValueError(f"--machine-rank must be in 0..{the_plan.train_nodes - 1}, got {args.machine_rank}")
@@ -518,7 +521,8 @@ def _launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=_bounded_int(1, 64), default=None)
     parser.add_argument("--vllm-gpus", type=_bounded_int(0, 8192), default=None,
                         help="GPUs of the vLLM server (engine.vllm_gpus)")
-    parser.add_argument("--accumulation", type=_bounded_int(1, 4096), default=1, help="gradient accumulation steps")
+    parser.add_argument("--accumulation", type=_bounded_int(1, 4096), default=None,
+                        help="gradient accumulation steps of the stage's trainer (engine.accumulation)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="profile override, repeatable (passed on to the stage's experiment)")
     parser.add_argument("--dry-run", action="store_true", help="validate and print every command; run nothing")

@@ -225,8 +225,9 @@ class EngineConfig:
     ``zero3`` (DeepSpeed ZeRO-3) or ``fsdp`` (PyTorch FSDP), both through accelerate
     (:mod:`cascadekit.launch`). ``vllm`` is ``none`` (generation by transformers),
     ``colocate`` (vLLM in the training processes, TRL's ``vllm_mode="colocate"``)
-    or ``server`` (TRL's ``vllm-serve`` on ``vllm_gpus`` GPUs of its own: the first
-    GPUs of a one-node job, else whole extra nodes beside the ``nodes`` that train).
+    or ``server`` (vLLM's own ``vllm serve``, with the endpoints TRL's client needs, on
+    ``vllm_gpus`` GPUs of its own: the first GPUs of a one-node job, else a whole
+    extra node beside the ``nodes`` that train), for the RL stages only.
     ``precision`` is how a stage trains on the CPU: ``fp32``, or ``bf16-autocast``
     (float32 weights and optimizer, the forward and backward pass under
     ``torch.autocast("cpu", torch.bfloat16)``; loss within about 1% of fp32). It
@@ -238,7 +239,15 @@ class EngineConfig:
     it is not ``fp32`` (:func:`precision_inputs`: the pretraining, SFT and
     reward-model keys), so the shipped fp32 keys stay as they are.
     ``quantization`` ``4bit`` loads the frozen base in NF4 through bitsandbytes for
-    QLoRA (one GPU only). ``data`` is ``world`` (the kit's synthetic six domains)
+    QLoRA (one GPU only). ``accumulation`` splits each process's share of an
+    optimizer step into that many micro-batches (GRPO, SFT and reward-model
+    training arguments' ``gradient_accumulation_steps``; the DeepSpeed config
+    takes it from them through ``auto``); ``cascadekit launch --accumulation``
+    sets it. ``native_positions`` is the released model's own context
+    (``max_position_embeddings`` of its config.json; 0: the kit builds the model,
+    so ``model.max_positions`` is its context) and ``rope_scaling`` (``none`` or
+    ``yarn``) how a vLLM server reaches a longer ``model.max_positions``
+    (:mod:`cascadekit.launch` refuses a longer one without it). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
     """
 
@@ -253,6 +262,9 @@ class EngineConfig:
     data: str
     data_dir: str = ""  # a local copy of the released sets (one folder per set name); "" streams from the hub
     precision: str = "fp32"  # CPU training: fp32 or bf16-autocast
+    accumulation: int = 1  # gradient accumulation steps of every training stage
+    native_positions: int = 0  # the released model's config.json max_position_embeddings; 0: built here
+    rope_scaling: str = "none"  # none, or yarn: how vLLM serves a model.max_positions past native_positions
 
     def __post_init__(self) -> None:
         if self.vllm == "server":
@@ -364,6 +376,7 @@ DEVICES = ("cpu", "cuda")
 #: ``bfloat16`` trains in bf16 where the device supports it; anything else would silently run in float32.
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
+ROPE_SCALINGS = ("none", "yarn")  # cascadekit.launch's vLLM server
 ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.engine.models._ARCHITECTURES
 QUANTIZATIONS = ("none", "4bit")  # cascadekit.engine.runtime.load_model
 DISTRIBUTED = ("none", "zero3", "fsdp")  # cascadekit.launch
@@ -445,7 +458,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "engine.quantization": _one_of(*QUANTIZATIONS), "engine.distributed": _one_of(*DISTRIBUTED),
     "engine.nodes": _POSITIVE, "engine.gpus_per_node": _POSITIVE, "engine.vllm": _one_of(*VLLM_MODES),
     "engine.vllm_gpus": _NON_NEGATIVE, "engine.data": _one_of(*DATA_SOURCES),
-    "engine.precision": _one_of(*PRECISIONS),
+    "engine.precision": _one_of(*PRECISIONS), "engine.accumulation": _POSITIVE,
+    "engine.native_positions": _NON_NEGATIVE, "engine.rope_scaling": _one_of(*ROPE_SCALINGS),
 }
 
 

@@ -25,13 +25,14 @@ def slurm_script(text: str) -> str:
 def test_one_node_shares_its_gpus_with_the_vllm_server(capsys, tmp_path):
     out = dry_run(capsys, "rlhf", "--scale", "full", "--nodes", "1", "--vllm-gpus", "4")
     assert "1 training node(s), 4 training process(es)" in out and "zero3.yaml (validated)" in out
-    assert "trl vllm-serve --model Qwen/Qwen3-8B-Base --data-parallel-size 4" in out
+    assert "VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen3-8B-Base" in out
+    assert "--tensor-parallel-size 4 --data-parallel-size 1" in out
     node = next(line for line in out.splitlines() if line.startswith("node 0:"))
     assert "--num_machines 1 --num_processes 4 --machine_rank 0" in node and "--gpu_ids 4,5,6,7" in node
     assert 'CASCADEKIT_VLLM_SERVER="$VLLM_ADDR:8000"' in node
     assert node.endswith("-m cascadekit experiment 09 --scale full --set=engine.nodes=1 --set=engine.vllm_gpus=4")
     script = slurm_script(out)
-    assert "#SBATCH --nodes=1" in script and "CUDA_VISIBLE_DEVICES=0,1,2,3 trl vllm-serve" in script
+    assert "#SBATCH --nodes=1" in script and "CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve" in script
     assert "--overlap" in script.strip().splitlines()[-1]
     (tmp_path / "job.sh").write_text(script)
     subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], check=True)  # the script parses
@@ -53,7 +54,7 @@ def test_four_nodes_and_a_server_node(capsys, tmp_path):
 def test_fsdp_and_the_single_gpu_profile(capsys):
     assert "fsdp.yaml (validated)" in dry_run(capsys, "sft", "--nodes", "2", "--set", "engine.distributed=fsdp")
     out = dry_run(capsys, "sft", "--scale", "small")
-    assert "1 training process(es)" in out and "--config_file" not in out and "vllm-serve" not in out
+    assert "1 training process(es)" in out and "--config_file" not in out and "vllm serve" not in out
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -90,11 +91,12 @@ def test_the_shipped_configs_validate_and_broken_ones_do_not(tmp_path):
 
 
 def test_the_plan_takes_real_addresses():
-    the_plan = plan(load_profile("full", {"engine.nodes": 2}), "if-rl", main_address="gpu-001",
-                    server_address="gpu-009", accumulation=2)
+    the_plan = plan(load_profile("full", {"engine.nodes": 2, "engine.accumulation": 2}), "if-rl",
+                    main_address="gpu-001", server_address="gpu-009")
     assert the_plan.env == {"CASCADEKIT_VLLM_SERVER": "gpu-009:8000"}
     assert "--main_process_ip gpu-001" in " ".join(the_plan.node_commands[1])
-    assert "--gradient_accumulation_steps 2" in " ".join(the_plan.node_commands[0])
+    # accumulation reaches the trainer through engine.accumulation, not accelerate's DeepSpeed-only flag
+    assert "--gradient_accumulation_steps" not in " ".join(the_plan.node_commands[0])
 
 
 def test_grpo_reads_the_launched_job(tmp_path, monkeypatch):

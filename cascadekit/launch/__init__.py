@@ -3,8 +3,29 @@
 :func:`plan` turns a profile's ``engine`` section (:class:`cascadekit.profiles.EngineConfig`)
 and a stage into a :class:`Plan`: the accelerate config (``zero3.yaml`` or
 ``fsdp.yaml`` beside this file), the ``accelerate launch`` command each training
-node runs, the ``trl vllm-serve`` command of the rollout server when the profile
-puts vLLM on GPUs of its own, and a Slurm batch script that starts both.
+node runs, the ``vllm serve`` command of the rollout server when the profile
+puts vLLM on GPUs of its own and the stage generates rollouts (an RL stage), and
+a Slurm batch script that starts both.
+
+The server is vLLM's own OpenAI-compatible server, started the way TRL 1.16's
+``VLLMClient`` (GRPO's ``vllm_mode="server"``) expects it: the command TRL's
+deprecated ``trl vllm-serve`` would run (``trl.scripts.vllm_serve.build_command``:
+the NCCL weight-transfer engine, processed logprobs, no logprob cap) with
+``VLLM_SERVER_DEV_MODE=1`` in its environment (the weight-sync endpoints), and
+``GET /health`` as its readiness check, the path the client polls. The kit's
+models are dense, so the server is one tensor-parallel engine
+(``--tensor-parallel-size`` = the server's GPUs, on one node; TRL: data
+parallel above 1 errors out for dense models), and its ``--max-model-len`` is
+``model.max_positions``, refused past the released model's own context
+(``engine.native_positions``) unless ``engine.rope_scaling: yarn`` asks vLLM to
+stretch RoPE (``--hf-overrides`` with YaRN ``rope_parameters``).
+
+``--accumulation N`` becomes ``engine.accumulation`` of the stage's profile
+(``--set=engine.accumulation=N`` on the experiment's command line), which every
+trainer's arguments read; the DeepSpeed config says ``auto`` and takes the
+Trainer's value, so the two never disagree. A stage that generates no rollouts
+(SFT) gets no server (``engine.vllm`` server becomes ``colocate`` for it): no
+extra node in the Slurm script, every GPU trains.
 ``cascadekit launch STAGE --dry-run`` prints them; without ``--dry-run`` it runs
 the command of one node (``--machine-rank``), or writes the Slurm script to submit.
 
@@ -12,14 +33,15 @@ Everything is validated before anything starts, without a GPU: the accelerate
 config through accelerate's own ``ClusterConfig`` (unknown keys and bad enum
 values are errors) and its DeepSpeed/FSDP keys against ``accelerate launch``'s
 arguments (accelerate would ignore a misspelt one); the vLLM server's options
-against TRL's ``vllm-serve`` arguments; and the stage's rollout batch against the
-training processes (strict on-policy GRPO needs ``prompts_per_step x group_size``
+through TRL's ``vllm-serve`` arguments (whose translation to ``vllm serve`` flags
+the command is); and the stage's batch against the training processes and
+accumulation steps (strict on-policy GRPO needs ``prompts_per_step x group_size``
 completions to split evenly over them).
 
 Layout: with ``engine.vllm: server`` on one node the server takes the first
 ``vllm_gpus`` GPUs and training the rest; across nodes the server runs on
-``vllm_gpus / gpus_per_node`` whole nodes of its own, after the ``nodes`` that
-train (the Slurm script asks for both). The trainer finds the server through
+one whole node of its own (``vllm_gpus = gpus_per_node``), after the ``nodes``
+that train (the Slurm script asks for both). The trainer finds the server through
 ``CASCADEKIT_VLLM_SERVER`` (``host:port``, read by
 :func:`cascadekit.training.grpo.build_grpo_config`).
 
@@ -30,7 +52,7 @@ was not checked on GPUs here.
 """
 from __future__ import annotations
 
-import dataclasses
+import json
 import shlex
 from dataclasses import dataclass
 from importlib import resources
@@ -40,11 +62,11 @@ from typing import Any
 import yaml
 
 from cascadekit.chapters.cascade import TABLE
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, load_profile
 from cascadekit.training.grpo import VLLM_SERVER_ENV as SERVER_ENV
 
-__all__ = ["CONFIGS", "LaunchError", "Plan", "STAGES", "VLLM_PORT", "accelerate_config", "plan", "shell",
-           "validate_config"]
+__all__ = ["CONFIGS", "LaunchError", "Plan", "RL_STAGES", "SERVER_ENVIRONMENT", "STAGES", "VLLM_PORT",
+           "accelerate_config", "launch_profile", "plan", "shell", "validate_config"]
 
 #: The accelerate config of each ``engine.distributed`` mode that shards (``none`` launches plain DDP).
 CONFIGS = {"zero3": "zero3.yaml", "fsdp": "fsdp.yaml"}
@@ -57,6 +79,10 @@ STAGES: dict[str, str | None] = {spec.slug: spec.chapter if spec.chapter in LAUN
 RL_STAGES = tuple(spec.slug for spec in TABLE if spec.after)
 VLLM_PORT = 8000
 MAIN_PORT = 29500
+#: The server's environment: vLLM's dev-mode endpoints (weight transfer, world size), which TRL's client calls.
+SERVER_ENVIRONMENT = {"VLLM_SERVER_DEV_MODE": "1"}
+#: The server's readiness check, the path TRL's ``VLLMClient.check_server`` polls.
+HEALTH_PATH = "/health"
 
 
 class LaunchError(ValueError):
@@ -72,7 +98,7 @@ class Plan:
     train_nodes: int
     processes: int
     server_nodes: int
-    server: list[str] | None
+    server: list[str] | None  # run with SERVER_ENVIRONMENT
     node_commands: list[list[str]]
     env: dict[str, str]
     slurm: str
@@ -84,11 +110,15 @@ class Plan:
         if self.config_file:
             lines.append(f"accelerate config: {self.config_file} (validated)")
         if self.server:
-            lines.append("vLLM server: " + shell(self.server))
-        env = "".join(f"{k}={shell([v])} " for k, v in self.env.items())
+            lines.append("vLLM server: " + _environment(SERVER_ENVIRONMENT) + shell(self.server))
+        env = _environment(self.env)
         for rank, command in enumerate(self.node_commands):
             lines.append(f"node {rank}: {env}" + shell(command))
         return "\n".join(lines + ["", "# Slurm batch script", self.slurm])
+
+
+def _environment(env: dict[str, str]) -> str:
+    return "".join(f"{k}={shell([v])} " for k, v in env.items())
 
 
 def shell(tokens: list[str]) -> str:
@@ -122,7 +152,8 @@ def validate_config(path: str | Path) -> dict[str, Any]:
     accelerate's ``ClusterConfig`` refuses unknown top-level keys and bad enum
     values; the nested DeepSpeed and FSDP sections, which accelerate merges into
     its launch arguments and would silently drop when misspelt, are checked here
-    against those arguments.
+    against those arguments, and against what the kit's trainers set themselves
+    (DeepSpeed's accumulation ``auto``, FSDP's activation checkpointing off).
     """
     from accelerate.commands.config.config_args import ClusterConfig
 
@@ -140,34 +171,66 @@ def validate_config(path: str | Path) -> dict[str, Any]:
         if unknown:
             raise LaunchError(f"accelerate config {path}: unknown {section} key(s) {unknown}")
     kind = str(config.distributed_type)
-    if kind.endswith("DEEPSPEED") and (data.get("deepspeed_config") or {}).get("zero_stage") != 3:
+    deepspeed = data.get("deepspeed_config") or {}
+    if kind.endswith("DEEPSPEED") and deepspeed.get("zero_stage") != 3:
         raise LaunchError(f"accelerate config {path}: the kit's DeepSpeed config is ZeRO-3 (zero_stage: 3)")
+    if kind.endswith("DEEPSPEED") and deepspeed.get("gradient_accumulation_steps", "auto") != "auto":
+        raise LaunchError(f"accelerate config {path}: gradient_accumulation_steps must be auto (the Trainer's "
+                          f"value, engine.accumulation); a fixed one disagrees with it and transformers refuses")
+    if kind.endswith("FSDP") and str((data.get("fsdp_config") or {}).get("fsdp_activation_checkpointing")).lower() == "true":
+        raise LaunchError(f"accelerate config {path}: fsdp_activation_checkpointing must be false: the kit's "
+                          f"trainers checkpoint activations themselves (gradient_checkpointing) and transformers "
+                          f"refuses both")
     if not (kind.endswith("DEEPSPEED") or kind.endswith("FSDP")):
         raise LaunchError(f"accelerate config {path}: distributed_type {kind} shards nothing; use DEEPSPEED or FSDP")
     return data
 
 
 def _server_command(profile: Profile, gpus: int) -> list[str]:
-    """TRL's ``vllm-serve`` on ``gpus`` GPUs: data parallel (one engine per GPU), the profile's base model."""
-    from trl.scripts.vllm_serve import ScriptArguments
+    """``vllm serve`` of the profile's base model on ``gpus`` GPUs of one node, as TRL's client needs it.
 
-    options = {"model": profile.model.pretrained, "data_parallel_size": gpus, "tensor_parallel_size": 1,
-               "host": "0.0.0.0", "port": VLLM_PORT, "dtype": "bfloat16",
-               "max_model_len": profile.model.max_positions}
-    fields = {f.name for f in dataclasses.fields(ScriptArguments)}
-    unknown = sorted(set(options) - fields)
-    if unknown:  # a TRL release that renamed an option
-        raise LaunchError(f"trl vllm-serve has no option(s) {unknown}")
-    if not options["model"]:
+    The options pass through TRL's ``vllm-serve`` arguments (a renamed one is an
+    error here, not on the cluster) and TRL's own translation to vLLM's flags;
+    only the YaRN override, which TRL does not model, is added after them.
+    """
+    from trl.scripts.vllm_serve import ScriptArguments, build_command, make_parser
+
+    engine, model = profile.engine, profile.model
+    if not model.pretrained:
         raise LaunchError("a vLLM server needs released weights to start from: set model.pretrained")
-    command = ["trl", "vllm-serve"]
-    for key, value in options.items():
-        command += [f"--{key.replace('_', '-')}", str(value)]
-    return command
+    if gpus > engine.gpus_per_node:
+        raise LaunchError(f"the vLLM server is one tensor-parallel engine on one node (the kit's models are dense: "
+                          f"TRL refuses data parallel above 1 for them): engine.vllm_gpus={gpus} is more than "
+                          f"gpus_per_node ({engine.gpus_per_node})")
+    if model.heads % gpus or (model.kv_heads % gpus and gpus % model.kv_heads):
+        raise LaunchError(f"tensor parallel over {gpus} GPUs does not split {model.pretrained}'s {model.heads} "
+                          f"attention / {model.kv_heads} key-value heads: choose engine.vllm_gpus dividing them")
+    length = model.max_positions
+    extra = []
+    if engine.native_positions and length > engine.native_positions:
+        if engine.rope_scaling != "yarn":
+            raise LaunchError(f"model.max_positions={length} exceeds {model.pretrained}'s own context "
+                              f"({engine.native_positions}, engine.native_positions) and vLLM refuses a longer "
+                              f"--max-model-len: set engine.rope_scaling=yarn or a shorter model.max_positions")
+        rope = {"rope_type": "yarn", "factor": length / engine.native_positions,
+                "original_max_position_embeddings": engine.native_positions, "rope_theta": model.rope_theta}
+        extra = ["--hf-overrides", json.dumps({"rope_parameters": rope})]
+    options = {"model": model.pretrained, "tensor_parallel_size": gpus, "data_parallel_size": 1,
+               "host": "0.0.0.0", "port": VLLM_PORT, "dtype": "bfloat16", "max_model_len": length}
+    try:  # TRL's own parser: a field it lacks or a value of the wrong type is an error here
+        (arguments,) = make_parser().parse_dict(options)
+    except (ValueError, TypeError) as err:
+        raise LaunchError(f"trl vllm-serve refuses the server's options {options}: {err}") from None
+    assert isinstance(arguments, ScriptArguments)
+    command = build_command(arguments, extra)
+    return ["vllm", *command[command.index("serve"):]]  # the command TRL itself prints as the direct equivalent
 
 
 def _check_batch(profile: Profile, stage: str, processes: int, accumulation: int) -> None:
     if stage not in RL_STAGES:
+        if profile.sft.batch_size % accumulation:
+            raise LaunchError(f"sft.batch_size={profile.sft.batch_size} does not split into {accumulation} "
+                              f"accumulation steps: change --accumulation")
         return
     completions = profile.rl.prompts_per_step * profile.rl.group_size
     if completions % (processes * accumulation):
@@ -176,13 +239,30 @@ def _check_batch(profile: Profile, stage: str, processes: int, accumulation: int
                           f"accumulation steps: change the node count, rl.prompts_per_step or --accumulation")
 
 
-def plan(profile: Profile, stage: str, *, accumulation: int = 1, main_address: str = "$MAIN_ADDR",
-         server_address: str = "$VLLM_ADDR", extra: list[str] | None = None) -> Plan:
+def launch_profile(scale: str, stage: str, overrides: dict[str, Any]) -> tuple[Profile, dict[str, Any]]:
+    """The profile ``stage`` runs with at ``scale`` under ``overrides``, and the overrides that give it.
+
+    Only an RL stage generates with a vLLM server. Any other stage (SFT) runs
+    ``engine.vllm: server`` as ``colocate`` with no server GPUs: no server node is
+    asked for, every GPU trains, and the one-node server rule (a server shares the
+    node's GPUs) cannot refuse a server the stage never starts. The returned
+    overrides go to the stage's experiment, so it loads the same profile.
+    """
+    mode = overrides.get("engine.vllm", load_profile(scale).engine.vllm)
+    if stage not in RL_STAGES and mode == "server":
+        overrides = {**overrides, "engine.vllm": "colocate", "engine.vllm_gpus": 0}
+    return load_profile(scale, overrides), overrides
+
+
+def plan(profile: Profile, stage: str, *, main_address: str = "$MAIN_ADDR", server_address: str = "$VLLM_ADDR",
+         extra: list[str] | None = None) -> Plan:
     """The launch of ``stage`` at ``profile``'s scale, validated; nothing runs.
 
+    ``profile`` is the stage's (:func:`launch_profile`); its ``engine.accumulation``
+    reaches the trainer through the profile the experiment loads, ``extra`` (e.g.
+    ``["--set=engine.accumulation=4"]``), which goes to the experiment's command line.
     ``main_address`` and ``server_address`` are the first training node's and the
-    server's host names (the Slurm script fills the shell variables); ``extra``
-    goes to the experiment's command line (e.g. ``["--set", "rl.lr=1e-6"]``).
+    server's host names (the Slurm script fills the shell variables).
     """
     if stage not in STAGES:
         raise LaunchError(f"unknown stage {stage!r}; the cascade's stages are {', '.join(STAGES)}")
@@ -190,17 +270,18 @@ def plan(profile: Profile, stage: str, *, accumulation: int = 1, main_address: s
     if chapter is None:
         raise LaunchError(f"stage {stage} has no chapter runner yet (the cascade's experiments cover "
                           f"{', '.join(s for s, c in STAGES.items() if c)}); nothing to launch")
-    if accumulation < 1:
-        raise LaunchError(f"--accumulation must be at least 1, got {accumulation}")
     engine = profile.engine
+    if engine.vllm == "server" and stage not in RL_STAGES:
+        raise LaunchError(f"stage {stage} generates no rollouts, so it starts no vLLM server: load its profile "
+                          f"with launch_profile (engine.vllm=colocate for it)")
     processes = engine.training_processes
-    _check_batch(profile, stage, processes, accumulation)
+    _check_batch(profile, stage, processes, engine.accumulation)
     config_file = None
     if engine.distributed != "none":
         config_file = accelerate_config(engine.distributed)
         validate_config(config_file)
     server = None
-    if engine.vllm == "server" and stage in RL_STAGES:
+    if engine.vllm == "server":
         server = _server_command(profile, engine.vllm_gpus)
     experiment = ["-m", "cascadekit", "experiment", chapter, "--scale", profile.name, *(extra or [])]
     commands = []
@@ -213,8 +294,6 @@ def plan(profile: Profile, stage: str, *, accumulation: int = 1, main_address: s
         launch += ["--num_machines", str(engine.nodes), "--num_processes", str(processes),
                    "--machine_rank", str(rank), "--main_process_ip", main_address,
                    "--main_process_port", str(MAIN_PORT), "--mixed_precision", "bf16"]
-        if accumulation > 1:
-            launch += ["--gradient_accumulation_steps", str(accumulation)]
         if server and engine.nodes == 1:  # training on the GPUs the server leaves
             launch += ["--gpu_ids", ",".join(str(g) for g in range(engine.vllm_gpus, engine.gpus_per_node))]
         commands.append(launch + experiment)
@@ -241,10 +320,11 @@ def _slurm(profile: Profile, stage: str, server: list[str] | None, command: list
         if shared:
             gpus = ",".join(str(g) for g in range(engine.vllm_gpus))
             lines.append(f'srun --nodes=1 --ntasks=1 --overlap --nodelist="$VLLM_ADDR" '
-                         f'env CUDA_VISIBLE_DEVICES={gpus} {shell(server)} &')
+                         f'env {_environment(SERVER_ENVIRONMENT)}CUDA_VISIBLE_DEVICES={gpus} {shell(server)} &')
         else:
-            lines.append(f'srun --nodes={engine.server_nodes} --ntasks=1 --nodelist="$VLLM_ADDR" {shell(server)} &')
-        lines.append(f'until curl -sf "http://$VLLM_ADDR:{VLLM_PORT}/health/" >/dev/null; do sleep 10; done')
+            lines.append(f'srun --nodes={engine.server_nodes} --ntasks=1 --nodelist="$VLLM_ADDR" '
+                         f'env {_environment(SERVER_ENVIRONMENT)}{shell(server)} &')
+        lines.append(f'until curl -sf "http://$VLLM_ADDR:{VLLM_PORT}{HEALTH_PATH}" >/dev/null; do sleep 10; done')
         lines.append(f'export {SERVER_ENV}="$VLLM_ADDR:{VLLM_PORT}"')
     rank = command.index("--machine_rank") + 1
     command = [*command[:rank], "$SLURM_NODEID", *command[rank + 1:]]

@@ -21,7 +21,7 @@ The recipe shared by the Interplay paper and the cascade's RL stages:
 
 At GPU scale the same :func:`build_grpo_config` turns on vLLM for rollouts:
 ``colocate`` (vLLM shares the training GPUs) on one node, ``server`` (a separate
-``trl vllm-serve`` process) across nodes.
+``vllm serve`` process, :mod:`cascadekit.launch`) across nodes.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoin
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
-#: ``host:port`` of a running ``trl vllm-serve`` (set by :mod:`cascadekit.launch` for server mode).
+#: ``host:port`` of a running ``vllm serve`` (set by :mod:`cascadekit.launch` for server mode).
 VLLM_SERVER_ENV = "CASCADEKIT_VLLM_SERVER"
 
 
@@ -57,7 +57,7 @@ def build_grpo_config(
     max_steps: int | None = None,
     num_processes: int | None = None,
     num_nodes: int | None = None,
-    gradient_accumulation_steps: int = 1,
+    gradient_accumulation_steps: int | None = None,
     **overrides: Any,
 ) -> GRPOConfig:
     """The strict on-policy GRPO configuration for ``profile``; ``overrides`` go to ``GRPOConfig`` last.
@@ -67,7 +67,8 @@ def build_grpo_config(
 
     One optimizer step sees ``prompts_per_step * group_size`` completions, split
     over ``num_processes`` devices and ``gradient_accumulation_steps``
-    micro-batches; TRL generates them all at once (``steps_per_generation`` equals
+    micro-batches (``engine.accumulation`` when not given: what ``cascadekit launch
+    --accumulation`` sets); TRL generates them all at once (``steps_per_generation`` equals
     the accumulation steps), so each rollout batch makes exactly one update.
     ``max_steps`` defaults to ``rl.samples / rl.prompts_per_step`` (``samples``
     counts prompts, each with ``group_size`` rollouts). ``num_processes`` and
@@ -78,13 +79,15 @@ def build_grpo_config(
     profile on a machine without CUDA runs on the CPU in float32, or under bf16
     autocast with ``engine.precision: bf16-autocast``: the update half of the step). vLLM generates
     the rollouts when the profile runs on a GPU with the ``vllm`` backend:
-    ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a ``trl vllm-serve`` process started beside the trainer and found through the
+    ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a ``vllm serve`` process started beside the trainer and found through the
     ``vllm_server_host``/``vllm_server_port`` (or ``vllm_server_base_url``)
     overrides. TRL then also recomputes the trainer's log-probabilities of the
     sampled tokens to correct vLLM's numerical mismatch (its
     ``vllm_importance_sampling_correction``); the policy ratio stays 1.
     """
     rl = rl or profile.rl
+    if gradient_accumulation_steps is None:
+        gradient_accumulation_steps = profile.engine.accumulation
     if num_processes is None:  # the launcher's processes (torchrun/accelerate set WORLD_SIZE), else one
         num_processes = int(os.environ.get("WORLD_SIZE", 1))
     if num_nodes is None:
@@ -122,6 +125,8 @@ def build_grpo_config(
         seed=profile.seed,
         # hardware
         **training_precision(profile),
+        # the one activation-checkpointing switch in every mode: fsdp.yaml leaves FSDP's off (transformers
+        # refuses both; cascadekit.launch.validate_config holds the shipped config to it)
         gradient_checkpointing=on_gpu,
         use_vllm=use_vllm,
         # bookkeeping: a curve point per step, checkpoints left to the caller

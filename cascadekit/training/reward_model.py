@@ -189,10 +189,17 @@ def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> dic
 
 
 def reward_config(profile: Profile, out_dir: Path) -> RewardConfig:
-    """TRL's reward-model settings from the profile's ``reward_model`` section."""
+    """TRL's reward-model settings from the profile's ``reward_model`` section.
+
+    Each device's ``batch_size`` pairs per step are ``engine.accumulation`` micro-batches."""
     cfg = profile.reward_model
+    steps = profile.engine.accumulation
+    if cfg.batch_size % steps:
+        raise ValueError(f"reward_model.batch_size={cfg.batch_size} does not split into engine.accumulation={steps} "
+                         f"micro-batches")
     return RewardConfig(
-        output_dir=str(out_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+        output_dir=str(out_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size // steps,
+        gradient_accumulation_steps=steps,
         learning_rate=cfg.lr, lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0, max_length=None,
         **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
         seed=profile.seed, data_seed=profile.seed,

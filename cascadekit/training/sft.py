@@ -114,15 +114,22 @@ def sft_dataset(records: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenize
 
 def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> SFTConfig:
     """TRL settings: assistant-only loss, no packing, cosine schedule; device and precision from
-    :func:`cascadekit.engine.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one)."""
+    :func:`cascadekit.engine.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one).
+
+    Each device's ``sft.batch_size`` rows per step are ``engine.accumulation``
+    micro-batches (``cascadekit launch --accumulation``); the step stays the same."""
     cfg = profile.sft
+    steps = profile.engine.accumulation
+    if cfg.batch_size % steps:
+        raise ValueError(f"sft.batch_size={cfg.batch_size} does not split into engine.accumulation={steps} micro-batches")
     return SFTConfig(
         output_dir=str(out_dir),
         max_length=seq_len(profile, stage),
         assistant_only_loss=True,
         packing=False,
         num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
+        per_device_train_batch_size=cfg.batch_size // steps,
+        gradient_accumulation_steps=steps,
         learning_rate=cfg.lr,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,

@@ -1,0 +1,201 @@
+"""Every ``launch --dry-run`` plan of the ``small`` and ``full`` profiles at 1 and 4 nodes, checked flag by flag
+against the installed argument parsers (issue 34, cases 3, 5, 6 and 7), without a GPU.
+
+The training nodes' commands are parsed by ``accelerate launch``'s own parser
+(``launch_command_parser``) and merged with the accelerate config file as
+``accelerate launch`` does (``_validate_launch_command``). The vLLM server's
+command is checked by vLLM's ``vllm serve`` parser where vLLM is installed; where it
+is not (CPU CI), against the flags TRL 1.16's ``build_command`` emits for its
+``vllm-serve`` arguments (the flags TRL's ``VLLMClient`` relies on), plus
+``--hf-overrides``, the one flag the kit adds (vLLM's context-extension guide's
+YaRN override, which TRL does not model).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+import pytest
+from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+from accelerate.utils import DeepSpeedPlugin
+from trl.generation.vllm_client import VLLMClient
+from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+from cascadekit.cli import main
+from cascadekit.launch import (HEALTH_PATH, RL_STAGES, SERVER_ENVIRONMENT, STAGES, LaunchError, accelerate_config,
+                               launch_profile, plan, validate_config)
+from cascadekit.profiles import load_profile
+from cascadekit.training import grpo, reward_model, sft
+
+LAUNCHED = [stage for stage, chapter in STAGES.items() if chapter]
+
+
+def launch_overrides(scale: str, nodes: int, stage: str) -> dict:
+    """The overrides a user gives to launch ``stage`` on ``nodes`` nodes: the profile's own where they can run."""
+    overrides: dict = {"engine.nodes": nodes}
+    if scale == "small" and nodes > 1:  # 4-bit QLoRA is the one-GPU path: across nodes the plain weights train
+        overrides["engine.quantization"] = "none"
+    if scale == "full" and nodes == 1 and stage in RL_STAGES:  # one node shares its GPUs with the server
+        overrides["engine.vllm_gpus"] = 4
+    return overrides
+
+
+def server_flags() -> set[str]:
+    """Every flag TRL's translation of ``vllm-serve`` can emit (every optional argument set), and ``--hf-overrides``."""
+    try:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        full = ScriptArguments(model="m", revision="main", max_model_len=1, enable_prefix_caching=True,
+                               enforce_eager=True, trust_remote_code=True, distributed_executor_backend="ray",
+                               speculative_config="{}")
+        return {token for token in build_command(full) if token.startswith("--")} | {"--hf-overrides",
+                                                                                       "--enable-scale-out"}
+    parser = make_arg_parser(FlexibleArgumentParser())
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def check_server(profile, command: list[str]) -> None:
+    assert command[:3] == ["vllm", "serve", profile.model.pretrained]
+    unknown = sorted({t for t in command if t.startswith("--")} - server_flags())
+    assert not unknown, unknown
+    value = {t: command[i + 1] for i, t in enumerate(command) if t.startswith("--") and i + 1 < len(command)}
+    tensor = int(value["--tensor-parallel-size"])
+    assert value["--data-parallel-size"] == "1"  # dense models: TRL's help says data parallel above 1 errors out
+    assert profile.model.heads % tensor == 0 and (profile.model.kv_heads % tensor == 0
+                                                  or tensor % profile.model.kv_heads == 0)
+    assert tensor <= profile.engine.gpus_per_node
+    length, native = int(value["--max-model-len"]), profile.engine.native_positions
+    if length > native:  # only with YaRN, stretching the native context to the length asked
+        rope = json.loads(value["--hf-overrides"])["rope_parameters"]
+        assert rope["rope_type"] == "yarn" and rope["original_max_position_embeddings"] == native
+        assert rope["factor"] * native >= length
+    assert '"backend": "nccl"' in value["--weight-transfer-config"]  # TRL's client pushes weights through it
+
+
+def check_node(command: list[str], config_file) -> None:
+    assert command[:2] == ["accelerate", "launch"]
+    args = launch_command_parser().parse_args(command[2:])  # an unknown flag is SystemExit here
+    assert args.module and args.training_script == "cascadekit" and args.training_script_args[0] == "experiment"
+    assert all(not t.startswith("--") or t.startswith("--set=") or t == "--scale"
+               for t in args.training_script_args), "an accelerate flag after the script is not accelerate's"
+    if config_file is not None:
+        assert args.config_file == str(config_file)
+        merged, _, _ = _validate_launch_command(args)  # the config file's values, as accelerate launch merges them
+        if merged.use_deepspeed:
+            assert merged.gradient_accumulation_steps == "auto"
+        if merged.use_fsdp:
+            assert str(merged.fsdp_activation_checkpointing).lower() == "false"
+
+
+@pytest.mark.parametrize("scale", ["small", "full"])
+@pytest.mark.parametrize("nodes", [1, 4])
+@pytest.mark.parametrize("stage", LAUNCHED)
+def test_every_dry_run_flag_is_known_to_its_parser(scale, nodes, stage, capsys):
+    overrides = launch_overrides(scale, nodes, stage)
+    profile, _ = launch_profile(scale, stage, overrides)
+    the_plan = plan(profile, stage)
+    for command in the_plan.node_commands:
+        check_node(command, the_plan.config_file)
+    if the_plan.server:
+        check_server(profile, the_plan.server)
+        assert profile.engine.vllm == "server" and stage in RL_STAGES
+    else:  # no server, no server node
+        assert the_plan.server_nodes == 0 and "VLLM_ADDR" not in the_plan.slurm
+    asked = f"#SBATCH --nodes={the_plan.train_nodes + the_plan.server_nodes}\n"
+    assert asked in the_plan.slurm
+    flags = [f"--set={k}={v}" for k, v in overrides.items()]
+    assert main(["launch", stage, "--scale", scale, *flags, "--dry-run"]) == 0  # the command line agrees
+    capsys.readouterr()
+
+
+def test_the_health_check_is_the_path_trl_polls():
+    assert f'f"{{self.base_url}}{HEALTH_PATH}"' in inspect.getsource(VLLMClient.check_server)
+    the_plan = plan(launch_profile("full", "rlhf", {"engine.nodes": 4})[0], "rlhf")
+    assert f':8000{HEALTH_PATH}"' in the_plan.slurm and "/health/" not in the_plan.slurm
+    assert SERVER_ENVIRONMENT == {"VLLM_SERVER_DEV_MODE": "1"} and "VLLM_SERVER_DEV_MODE=1 vllm serve" in the_plan.slurm
+
+
+def test_the_server_is_vllms_own_with_a_context_the_model_has():
+    """Case 3: vllm serve, tensor parallel for the dense model, 32K native context, 40K only through YaRN."""
+    the_plan = plan(load_profile("full", {"engine.nodes": 4}), "if-rl")
+    command = " ".join(the_plan.server)
+    assert command.startswith("vllm serve Qwen/Qwen3-8B-Base ") and "trl" not in the_plan.server
+    assert "--tensor-parallel-size 8 --data-parallel-size 1" in command and "--max-model-len 40960" in command
+    assert '"factor": 1.25, "original_max_position_embeddings": 32768' in command
+    small = plan(load_profile("small", {"engine.quantization": "none", "engine.gpus_per_node": 2,
+                                        "engine.vllm": "server", "engine.vllm_gpus": 1}), "rlhf")
+    assert "--max-model-len 32768" in " ".join(small.server) and "--hf-overrides" not in small.server
+    refused = {
+        "native": ({"engine.nodes": 4, "engine.rope_scaling": "none"}, "exceeds Qwen/Qwen3-8B-Base's own context"),
+        "heads": ({"engine.nodes": 1, "engine.vllm_gpus": 6}, "does not split Qwen/Qwen3-8B-Base's 32 attention"),
+        "nodes": ({"engine.nodes": 4, "engine.vllm_gpus": 16}, "one tensor-parallel engine on one node"),
+    }
+    for name, (overrides, needle) in refused.items():
+        with pytest.raises(LaunchError) as info:
+            plan(load_profile("full", overrides), "rlhf")
+        assert needle in str(info.value), name
+
+
+def test_accumulation_reaches_every_trainer_and_deepspeed_agrees(tmp_path, monkeypatch, capsys):
+    """Case 5: --accumulation becomes engine.accumulation, which the training arguments read; DeepSpeed says auto."""
+    assert main(["launch", "if-rl", "--nodes", "4", "--accumulation", "4", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--set=engine.accumulation=4" in out and "--gradient_accumulation_steps" not in out
+    profile = load_profile("full", {"engine.nodes": 4, "engine.accumulation": 4})
+    config = grpo.build_grpo_config(profile, str(tmp_path), num_processes=32, num_nodes=4)
+    assert config.gradient_accumulation_steps == 4 and config.per_device_train_batch_size == 128 * 16 // (32 * 4)
+    assert sft.sft_config(profile, 1, tmp_path, 10).gradient_accumulation_steps == 4
+    rm = reward_model.reward_config(profile, tmp_path)
+    assert (rm.gradient_accumulation_steps, rm.per_device_train_batch_size) == (4, 256 // 4)
+    # what accelerate launch gives the trainer from zero3.yaml: DeepSpeed's value is auto, filled from the Trainer's
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(plan(profile, "if-rl").node_commands[0][2:]))
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(args.gradient_accumulation_steps))
+    assert DeepSpeedPlugin(zero_stage=3).deepspeed_config["gradient_accumulation_steps"] == "auto"
+    with pytest.raises(LaunchError, match="does not split into 3 accumulation steps"):
+        plan(launch_profile("full", "sft", {"engine.nodes": 4, "engine.accumulation": 3})[0], "sft")
+
+
+def test_a_fixed_deepspeed_accumulation_or_fsdp_checkpointing_is_refused(tmp_path):
+    """Cases 5 and 6 at the config: DeepSpeed's accumulation is the Trainer's; FSDP leaves checkpointing to GRPO's."""
+    zero3 = accelerate_config("zero3").read_text()
+    fsdp = accelerate_config("fsdp").read_text()
+    (tmp_path / "ga.yaml").write_text(zero3.replace("gradient_accumulation_steps: auto", "gradient_accumulation_steps: 1"))
+    (tmp_path / "ac.yaml").write_text(fsdp.replace("fsdp_activation_checkpointing: false",
+                                                   "fsdp_activation_checkpointing: true"))
+    with pytest.raises(LaunchError, match="gradient_accumulation_steps must be auto"):
+        validate_config(tmp_path / "ga.yaml")
+    with pytest.raises(LaunchError, match="fsdp_activation_checkpointing must be false"):
+        validate_config(tmp_path / "ac.yaml")
+
+
+def test_fsdp_and_grpo_checkpoint_activations_once(tmp_path, monkeypatch):
+    """Case 6: under fsdp.yaml accelerate turns FSDP's activation checkpointing off; GRPO's own is the one on a GPU."""
+    import transformers.training_args as training_args
+    from cascadekit.engine import runtime
+
+    monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Fake GPU", True))
+    profile = load_profile("full", {"engine.nodes": 4, "engine.distributed": "fsdp"})
+    the_plan = plan(profile, "rlhf")
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(the_plan.node_commands[0][2:]))
+    assert args.use_fsdp and str(args.fsdp_activation_checkpointing).lower() == "false"
+    monkeypatch.setenv("WORLD_SIZE", "32")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert grpo.build_grpo_config(profile, str(tmp_path)).gradient_checkpointing
+
+
+def test_only_a_stage_that_generates_asks_for_a_server(capsys):
+    """Case 7: SFT at full scale starts no server, asks for no server node and trains on every GPU; 1 node is fine."""
+    assert main(["launch", "sft", "--scale", "full", "--nodes", "1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1 training node(s), 8 training process(es)" in out and "vllm" not in out.replace("engine.vllm", "")
+    assert "#SBATCH --nodes=1\n" in out and "--gpu_ids" not in out
+    assert main(["launch", "sft", "--scale", "full", "--nodes", "4", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --nodes=4\n" in out and "32 training process(es)" in out and "VLLM_ADDR" not in out
+    assert "--set=engine.vllm=colocate --set=engine.vllm_gpus=0" in out  # the experiment loads the same profile
+    with pytest.raises(LaunchError, match="starts no vLLM server"):
+        plan(load_profile("full", {"engine.nodes": 4}), "sft")
+    assert os.environ.get("VLLM_SERVER_DEV_MODE") is None
