@@ -147,3 +147,25 @@ def test_a_recorded_command_shows_no_scratch_folder_of_the_machine_that_ran_it()
             == "cascadekit experiment 05 --scale toy --threads 2 --work DIR (commit x)")
     assert without_scratch("--work=/root/w --out runs/x") == "--work=DIR --out runs/x"
     assert without_scratch("--work runs/05") == "--work runs/05"  # a relative folder is the reader's own
+
+
+def test_the_glance_is_the_committed_claims_table_and_its_provenance_without_the_notes() -> None:
+    from cascadekit.course.notebook import claims_summary
+
+    text = ("## Chapter 99\n\n| claim | verdict |\n|---|---|\n| a | reproduced |\n\n### Notes\n\n| other | table |\n"
+            "|---|---|\n\n*Produced by `cascadekit experiment 99` (code 1, commit abc, 2026-12-01 10:00 UTC).*\n")
+    assert claims_summary(text) == ("**The committed toy run at a glance**\n\n| claim | verdict |\n|---|---|\n"
+                                    "| a | reproduced |\n\n*Produced by `cascadekit experiment 99` (code 1, commit abc, "
+                                    "2026-12-01 10:00 UTC).*\n")
+    assert "no claims table" in claims_summary("## Chapter 99\n\nnothing yet\n")
+
+
+def test_every_chapter_with_a_committed_run_shows_it_at_a_glance(tmp_path) -> None:
+    from cascadekit.course.notebook import chapter
+    from cascadekit.results import RESULTS_DIR
+
+    for number in ("03", "08", "14"):
+        ch = chapter(number, "smoke", 0, tmp_path / number)
+        glance, committed = ch.at_a_glance().data, (RESULTS_DIR / ch.config.spec.folder / "paper_vs_run.md").read_text()
+        assert glance.splitlines()[-1] == committed.strip().splitlines()[-1]  # the committed run's provenance
+        assert next(line for line in committed.splitlines() if line.startswith("|")) in glance  # its claims table

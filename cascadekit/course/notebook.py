@@ -34,7 +34,7 @@ from cascadekit import chapters
 from cascadekit.chapters import ChapterConfig
 from cascadekit.engine.envinfo import describe_environment
 from cascadekit.profiles import CHAPTER_PREFIX, Profile, ProfileError, load_profile, overrides_mapping
-from cascadekit.results import load_metrics
+from cascadekit.results import RESULTS_DIR, load_metrics
 
 
 class ChapterSettingsError(ProfileError):
@@ -79,6 +79,20 @@ class Chapter:
         (``data/results/<folder>/<arm>``); None when there are none."""
         return load_metrics(f"{self.config.spec.folder}/{arm}" if arm else self.config.spec.folder)
 
+    def at_a_glance(self) -> Any:
+        """The committed toy run's claims table with its provenance (Markdown), for the top of the chapter.
+
+        The chapter's sections build and explain each row further down; a reader
+        (and the book) sees the trained run's verdicts first, whatever scale the
+        notebook itself runs at.
+        """
+        from IPython.display import Markdown
+
+        path = RESULTS_DIR / self.config.spec.folder / "paper_vs_run.md"
+        if not path.exists():
+            return Markdown(f"*No committed toy run of chapter {self.config.spec.id} yet.*")
+        return Markdown(claims_summary(path.read_text()))
+
     def results(self, retrain: bool = False) -> dict[str, Any]:
         """The committed toy run, or the chapter's experiment run here (:func:`committed_or_run`)."""
         return committed_or_run(chapters.run, self.config, self.out_dir, retrain)
@@ -86,6 +100,17 @@ class Chapter:
     def claims(self, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The paper's claims beside ``metrics``' run, each with its interval and verdict."""
         return self.module.claims(metrics)
+
+
+def claims_summary(paper_vs_run: str) -> str:
+    """The first table of a ``paper_vs_run.md`` (the claims) and its provenance line, without the notes between."""
+    lines = paper_vs_run.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if start is None:
+        return "*The committed run has no claims table.*"
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    made = lines[-1] if lines[-1].startswith("*Produced by") else ""
+    return "\n".join(["**The committed toy run at a glance**", "", *lines[start:end], "", made]).strip() + "\n"
 
 
 def chapter(number: str, scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Chapter:
