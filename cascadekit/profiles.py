@@ -316,6 +316,11 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def sections(self, *names: str) -> dict[str, Any]:
+        """The named sections (and top-level fields such as ``seed``) as plain values; all of them when none."""
+        data = self.to_dict()
+        return {k: data[k] for k in names} if names else data
+
     def hash(self, *sections: str) -> str:
         """A short stable hash of the named sections (all when none), for cache keys.
 
@@ -323,8 +328,7 @@ class Profile:
         (:func:`cascadekit.world.corpus.rendering_fingerprint`), so a renderer change
         invalidates cached tokenizers and models as a setting change would.
         """
-        data = self.to_dict()
-        picked = {k: data[k] for k in sections} if sections else data
+        picked = self.sections(*sections)
         if "world" in picked:
             picked["world_text"] = rendering_fingerprint(self.world.rendering)
         blob = json.dumps(picked, sort_keys=True, default=str).encode()

@@ -2,7 +2,7 @@
 
 ``data/fixtures/official_paper_stats.json`` holds statistics measured by running the
 official generator with its data script's arguments (the provenance says how) and
-reading its problems with :mod:`cascadekit.world.paper_stats`; the kit's problems
+reading its problems with :mod:`cascadekit.verify.paper_stats`; the kit's problems
 are read the same way here. A statistic matches when the two shares differ by less
 than three standard errors of their difference plus 0.05: the sampling noise of
 both samples, and a margin for what the kit's own graph sampler cannot copy
@@ -22,7 +22,7 @@ import pytest
 from cascadekit.codeversion import REPO_DIR
 from cascadekit.world import CONTEXTS
 from cascadekit.world.paper import MODES, generate
-from cascadekit.world.paper_stats import band_statistics, features
+from cascadekit.verify.paper_stats import band_statistics, features
 
 FIXTURE = REPO_DIR / "data" / "fixtures" / "official_paper_stats.json"
 OFFICIAL = json.loads(FIXTURE.read_text())["bands"]

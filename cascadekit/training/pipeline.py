@@ -63,8 +63,7 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
     if not tokens:
         return start
     inputs = {"start": start.key, "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
-              "pretrain": profile.to_dict()["pretrain"], "world": profile.to_dict()["world"], "seed": profile.seed,
-              **precision_inputs(profile)}
+              **profile.sections("pretrain", "world", "seed"), **precision_inputs(profile)}
     run_dir = run_folder("midtrain", inputs)  # Trainer checkpoints, to resume
 
     def build(folder: Path) -> Mapping[str, Any]:

@@ -396,8 +396,7 @@ def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
         build_tokenizer(profile).save_pretrained(folder)
         return {}
 
-    inputs = profile.to_dict()
-    stage = Stage("tokenizer", {k: inputs[k] for k in ("world", "tokenizer", "seed")}, build, tokenizer_key(profile))
+    stage = Stage("tokenizer", profile.sections("world", "tokenizer", "seed"), build, tokenizer_key(profile))
     return load_tokenizer(run_stage(stage).checkpoint)
 
 
@@ -416,9 +415,8 @@ def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (
         pretrain(profile, tokenizer, folder, run_dir, callbacks)  # its loss log is a file of the checkpoint
         return {}
 
-    inputs = profile.to_dict()
-    sections = {k: inputs[k] for k in ("world", "tokenizer", "model", "pretrain", "seed")}
-    return run_stage(Stage("pretrain", {**sections, **precision_inputs(profile)}, build, key), rebuild=rebuild).checkpoint
+    inputs = {**profile.sections("world", "tokenizer", "model", "pretrain", "seed"), **precision_inputs(profile)}
+    return run_stage(Stage("pretrain", inputs, build, key), rebuild=rebuild).checkpoint
 
 
 def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:
