@@ -207,7 +207,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from cascadekit.profiles import parse_overrides, set_threads
     from cascadekit.results import ResultsWriter
 
-    seeds = args.train_seed
+    seeds = _train_seeds_of(args)
     overrides = _with_train_seed(parse_overrides(args.set), seeds)
     config = chapters.resolve(args.chapter, args.scale, overrides, args.seed, args.rebuild_base)
     command = _command(args)
@@ -216,13 +216,20 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     work = Path(args.work) if args.work else Path("runs") / config.spec.folder
     if seeds is not None and len(seeds) > 1:
         return _replicates(args, seeds, work)
-    writer.folder  # created now: a folder that cannot be is an error before any work  # noqa: B018
+    results = writer.folder  # made now: a results folder that cannot be made fails before any work
     set_threads(args.threads)
     print(config.profile.summary(), file=sys.stderr, flush=True)
     metrics = chapters.run(config, work if seeds is None else seed_folder(work, seeds[0]))
     chapters.write(config.spec.id, metrics, writer)
-    print(f"results: {writer.folder}")
+    print(f"results: {results}")
     return 0
+
+
+def _train_seeds_of(args: argparse.Namespace) -> list[int] | None:
+    """``--train-seed``'s seeds (None when not given), after checking ``--jobs`` has several to run."""
+    if args.jobs > 1 and (args.train_seed is None or len(args.train_seed) < 2):
+        raise ValueError("--jobs runs several training seeds at once: give it with --train-seed N,N,...")
+    return args.train_seed
 
 
 def _with_train_seed(overrides: dict[str, Any], seeds: list[int] | None) -> dict[str, Any]:
@@ -258,14 +265,16 @@ def _command(args: argparse.Namespace) -> str:
 
 def cmd_cascade(args: argparse.Namespace) -> int:
     """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
+    from cascadekit.chapters import resolve
     from cascadekit.chapters.ch14_whole_cascade import lever
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import parse_overrides, set_threads
 
-    seeds = args.train_seed
+    seeds = _train_seeds_of(args)
     overrides = _with_train_seed(parse_overrides(args.set), seeds)
     out, work = Path(args.out), Path(args.work)
     if seeds is not None and len(seeds) > 1:
+        resolve("14", args.scale, overrides, args.seed)  # a bad setting is one error here, not one per child
         return _replicates(args, seeds, work)
     if seeds is not None:
         out, work = seed_folder(out, seeds[0]), seed_folder(work, seeds[0])
