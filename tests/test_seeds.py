@@ -219,3 +219,17 @@ def test_two_training_seeds_run_side_by_side_and_a_failed_one_is_named(tmp_path)
     assert len(sfts) == 2, "each training seed trains its own SFT"
     built = [p for p in (tmp_path / "cache" / "chat-base").iterdir() if not p.name.startswith(".")]
     assert len(built) == 1, built
+
+
+def test_a_cascade_of_one_training_seed_writes_into_its_own_folders(monkeypatch, tmp_path):
+    from cascadekit import cli
+    from cascadekit.chapters import ch14_whole_cascade
+
+    seen = {}
+    monkeypatch.setattr(ch14_whole_cascade, "lever", lambda scale, seed, overrides, *rest: seen.update(
+        overrides=overrides, out=rest[-3], work=rest[-2], command=rest[-1]))
+    assert cli.main(["cascade", "--scale", "smoke", "--train-seed", "5", "--out", str(tmp_path / "out"),
+                     "--work", str(tmp_path / "work")]) == 0
+    assert seen["overrides"] == {"train_seed": 5}
+    assert (seen["out"], seen["work"]) == (tmp_path / "out" / "train-seed-5", tmp_path / "work" / "train-seed-5")
+    assert cli.main(["cascade", "--scale", "smoke", "--train-seed", "5", "--set", "train_seed=6"]) == 2
