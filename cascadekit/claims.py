@@ -325,6 +325,21 @@ def claim_row(claim: str, paper: str, estimate: float, low: float, high: float, 
     return {**row, **extra}
 
 
+def seed_row(claim: str, paper: str, differences: Sequence[ArrayLike], direction: Direction, *,
+             primary: bool = False, tolerance: float = FLAT_TOLERANCE, digits: int = 3, **extra: Any) -> dict[str, Any]:
+    """A claim row of paired per-prompt differences, one array per training seed: interval, p-value, per-seed estimates.
+
+    :func:`seed_bootstrap` gives the interval and :func:`bootstrap_p_value` the p
+    from the same resamples; the per-seed estimates are shown when there is more
+    than one seed, so a one-seed row reads as a prompt-bootstrap row plus its p.
+    """
+    estimate, low, high = seed_bootstrap(differences)
+    seeds = [float(np.mean(d)) for d in differences]
+    return claim_row(claim, paper, estimate, low, high, direction, tolerance=tolerance, digits=digits,
+                     seeds=seeds if len(seeds) > 1 else None,
+                     p_value=bootstrap_p_value(differences, direction, tolerance=tolerance), primary=primary, **extra)
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-Bonferroni step-down adjusted p-values, in the order given.
 

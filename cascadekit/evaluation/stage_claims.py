@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from cascadekit.claims import FLAT_TOLERANCE, Direction, bootstrap_interval, bootstrap_p_value, claim_row, seed_bootstrap
+from cascadekit.claims import FLAT_TOLERANCE, Direction, bootstrap_interval, bootstrap_p_value, seed_bootstrap, seed_row
 
 Sample = Mapping[str, Any]
 #: What a chapter's metrics keep of every stage-table sample: enough for every paired claim.
@@ -71,33 +71,43 @@ class SeedChange(NamedTuple):
     seeds: tuple[float, ...]
 
 
-def seed_change(before: Sequence[Iterable[Sample]], after: Sequence[Iterable[Sample]], field: str = "score",
-                names: Sequence[str] | None = None, think: bool | None = None, *, direction: Direction = "up",
-                tolerance: float = FLAT_TOLERANCE, seed: int = 0) -> SeedChange:
-    """A stage's change of ``field`` on ``names`` in mode ``think``, over seeds (one stage table each) and prompts.
+def seed_differences(before: Sequence[Iterable[Sample]], after: Sequence[Iterable[Sample]], field: str = "score",
+                     names: Sequence[str] | None = None, think: bool | None = None) -> list[np.ndarray]:
+    """Per training seed, the per-prompt change of ``field`` (after minus before) on the picked samples.
 
-    ``before[i]`` and ``after[i]`` are training seed i's stage tables on the same
-    prompts. The interval is :func:`cascadekit.claims.seed_bootstrap` of the
-    per-prompt differences; the p-value (for ``direction``) comes from the same
-    resamples. With one seed, the interval is :func:`paired_change`'s.
+    ``before[i]`` and ``after[i]`` are seed i's stage tables, on the same prompts.
     """
     if len(before) != len(after) or not before:
         raise ValueError(f"need one before and one after table per seed, got {len(before)} and {len(after)}")
     differences = []
     for b, a in zip(before, after):
-        x, y = _paired(b, a, field, names, think)
-        differences.append(np.subtract(y, x))
+        prior, later = _paired(b, a, field, names, think)
+        differences.append(np.subtract(later, prior))
+    return differences
+
+
+def seed_change(before: Sequence[Iterable[Sample]], after: Sequence[Iterable[Sample]], field: str = "score",
+                names: Sequence[str] | None = None, think: bool | None = None, *, direction: Direction = "up",
+                tolerance: float = FLAT_TOLERANCE, seed: int = 0) -> SeedChange:
+    """A stage's change of ``field`` on ``names`` in mode ``think``, over seeds (one stage table each) and prompts.
+
+    The interval is :func:`cascadekit.claims.seed_bootstrap` of
+    :func:`seed_differences`; the p-value (for ``direction``) comes from the same
+    resamples. With one seed, the interval is :func:`paired_change`'s.
+    """
+    differences = seed_differences(before, after, field, names, think)
     estimate, low, high = seed_bootstrap(differences, seed=seed)
     p = bootstrap_p_value(differences, direction, tolerance=tolerance, seed=seed)
     return SeedChange(estimate, low, high, p, tuple(float(d.mean()) for d in differences))
 
 
-def change_row(claim: str, paper: str, change: SeedChange, direction: Direction, *, primary: bool = False,
-               tolerance: float = FLAT_TOLERANCE, digits: int = 3) -> dict[str, Any]:
-    """A claim row from a :func:`seed_change`; the per-seed estimates are shown when there is more than one seed."""
-    return claim_row(claim, paper, change.estimate, change.low, change.high, direction, tolerance=tolerance,
-                     digits=digits, seeds=change.seeds if len(change.seeds) > 1 else None, p_value=change.p_value,
-                     primary=primary)
+def change_row(claim: str, paper: str, before: Sequence[Iterable[Sample]], after: Sequence[Iterable[Sample]],
+               direction: Direction, field: str = "score", names: Sequence[str] | None = None,
+               think: bool | None = None, *, primary: bool = False, tolerance: float = FLAT_TOLERANCE,
+               digits: int = 3) -> dict[str, Any]:
+    """A claim row of a stage's change over seeds and prompts (:func:`cascadekit.claims.seed_row`)."""
+    return seed_row(claim, paper, seed_differences(before, after, field, names, think), direction, primary=primary,
+                    tolerance=tolerance, digits=digits)
 
 
 def _modes(samples: Iterable[Sample], domain: str) -> list[bool]:
@@ -132,15 +142,15 @@ def forgetting_matrix(before: Sequence[Iterable[Sample]], after: Sequence[Iterab
 
 
 def kept_domains_row(claim: str, paper: str, before: Sequence[Iterable[Sample]], after: Sequence[Iterable[Sample]],
-                     domains: Sequence[str], *, ceiling: float = CEILING, tolerance: float = FLAT_TOLERANCE,
-                     seed: int = 0) -> dict[str, Any]:
+                     domains: Sequence[str], *, ceiling: float = CEILING,
+                     tolerance: float = FLAT_TOLERANCE) -> dict[str, Any]:
     """"Keeps the other domains": a flat claim over the prompts of the cells below ``ceiling``, pooled.
 
     The claim text gains which cells were left out at the ceiling. Where every
     cell is at its ceiling nothing can be judged: the row says so and cannot tell.
     """
     before, after = [list(t) for t in before], [list(t) for t in after]
-    cells = forgetting_matrix(before, after, domains, ceiling=ceiling, tolerance=tolerance, seed=seed)
+    cells = forgetting_matrix(before, after, domains, ceiling=ceiling, tolerance=tolerance)
     kept = {(c["domain"], c["mode"] == "think") for c in cells if not c["at_ceiling"]}
     left_out = [f"{c['domain']} {c['mode']}" for c in cells if c["at_ceiling"]]
     claim = (f"{claim} (cells below {ceiling:g} before; flat within {tolerance:g}; at the ceiling, left out: "
@@ -149,8 +159,7 @@ def kept_domains_row(claim: str, paper: str, before: Sequence[Iterable[Sample]],
         return {"claim": claim, "paper": paper, "this run": "n/a", "95% interval": "n/a", "verdict": "cannot tell"}
     below = [[s for s in table if (s["domain"], s["think"]) in kept] for table in before]
     then = [[s for s in table if (s["domain"], s["think"]) in kept] for table in after]
-    change = seed_change(below, then, direction="flat", tolerance=tolerance, seed=seed)
-    return change_row(claim, paper, change, "flat", tolerance=tolerance)
+    return change_row(claim, paper, below, then, "flat", tolerance=tolerance)
 
 
 def mean_of(samples: Iterable[Sample], field: str = "score", names: Sequence[str] | None = None,
