@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascadekit.claims import (binomial_interval, bootstrap_interval, bootstrap_p_value, claim_row, holm, holm_rows,
-                               holm_verdict, per_problem_pass, problem_outcomes, row_change, seed_bootstrap, verdict)
+                               holm_verdict, per_problem_pass, problem_outcomes, row_change, seed_bootstrap, seed_row,
+                               verdict)
 
 
 @pytest.mark.parametrize("successes, trials, low, high", [
@@ -172,7 +173,7 @@ def test_seed_bootstrap_covers_a_known_mean(shared: bool) -> None:
 
 
 def test_independent_prompt_draws_undercover_shared_prompts() -> None:
-    """The same prompts resampled as if each seed had its own: the interval is too narrow (why shared is the default)."""
+    """Shared prompts resampled as if each seed had its own: the interval is too narrow (why shared is the default)."""
     rng = np.random.default_rng(11)
     prompts = rng.normal(0.0, 0.3, size=40)
     seeds = [0.1 + prompts + rng.normal(0.0, 0.02, size=40) for _ in range(4)]
@@ -260,3 +261,11 @@ def test_claim_row_with_seeds_and_p_and_without() -> None:
                                                                     "verdict"]
     with pytest.raises(ValueError):
         claim_row("x", "rises", 0.1, 0.05, 0.2, "up", p_value=1.5)
+
+
+def test_seed_row_shows_the_seeds_only_when_there_are_several() -> None:
+    one = seed_row("x", "rises", [np.full(20, 0.1)], "up", primary=True)
+    assert one["95% interval"] == "[0.100, 0.100]" and one["family"] == "primary" and one["p"] < 0.01
+    three = seed_row("x", "rises", [np.full(20, 0.0), np.full(20, 0.1), np.full(20, 0.2)], "up")
+    assert three["95% interval"].endswith("(seeds: 0.000, 0.100, 0.200)") and three["family"] == "secondary"
+    assert three["this run"] == pytest.approx(0.1)

@@ -54,7 +54,7 @@ def test_forgetting_matrix_marks_the_ceiling_cells() -> None:
 
 
 def test_kept_domains_is_judged_below_the_ceiling() -> None:
-    """A drop on the cells with room, diluted by ceiling cells that stay put: pooled it looks flat, below it does not."""
+    """A drop on the cells with room, diluted by ceiling cells that stay put: pooled it cannot tell, below it can."""
     rng = np.random.default_rng(0)
     start = cells(n=64, math=(0.5, 0.5), code=(1.0, 1.0), tools=(1.0, 1.0), swe=(1.0, 1.0))
     end = dict(start)

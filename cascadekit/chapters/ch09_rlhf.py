@@ -126,8 +126,8 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     for name, (bench, before, after) in PAPER_RLHF.items():
         rows.append(change_row(f"RLHF (half-half) changes the {name} score, both modes", f"{bench} {before} -> {after}",
                                sft, half, "up", names=[name], primary=name == "general"))
-    rows.append(change_row("RLHF cuts verbosity: mean tokens per response, all domains", "shorter, less verbose answers",
-                           sft, half, "down", "tokens", digits=1))
+    rows.append(change_row("RLHF cuts verbosity: mean tokens per response, all domains",
+                           "shorter, less verbose answers", sft, half, "down", "tokens", digits=1))
     rows.append(change_row("RLHF cuts repetition: repeated word 3-grams, all domains", "less repetition",
                            sft, half, "down", "repetition"))
     for other in list(RLHF_ARMS)[1:]:

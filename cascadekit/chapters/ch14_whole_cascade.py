@@ -250,7 +250,7 @@ def harder_label(metrics: Mapping[str, Any], names: Sequence[str] = REASONING) -
 
 def order_gains(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None,
                 suite: str = "per_sample") -> tuple[np.ndarray, np.ndarray]:
-    """A stage's per-prompt gain on its domain (after minus before that stage): in the cascade, in the RLHF-last order."""
+    """A stage's per-prompt gain on its domain (after minus before it): in the cascade, then in the RLHF-last order."""
     gains = []
     for arm in (CASCADE, RLHF_LAST):
         names, per_sample = stage_names(metrics, arm), metrics[suite][arm]
