@@ -61,6 +61,13 @@ CLOSES = ("Hope this helps.", "Glad to help.", "Happy to help.")
 BASE_WEIGHT = 0.4  # of a correct answer, whatever its style
 WEIGHTS = {"concision": 0.2, "no_repetition": 0.2, "close": 0.2}
 PADDING = "I read the whole problem with care before answering."
+#: A teacher's padding sentences (:func:`distil`); none names a quantity, a number or a relation.
+TEACHER_PADDING = (PADDING, "Let me go through the problem first.", "This follows directly from the problem text.",
+                   "That is what the problem says.")
+#: Closes a teacher adds besides :data:`CLOSES`; the hidden quality gives them no credit.
+TEACHER_CLOSES = ("Let me know if anything is unclear.", "I hope that answers your question.")
+TEACHER_REPEAT = 0.3  # the share of a teacher's answers that say the answer sentence twice
+TEACHER_SLIP = 0.05  # the share of a teacher's answers with one fact wrong: facts mostly right
 MAX_RESPONSE_CHARS = 1_000_000  # longer responses are not judged (score 0)
 MAX_GOLD_ITEMS = 100
 MAX_GOLD_LENGTH = 10_000
@@ -136,14 +143,46 @@ def _request(dag: Dag, rng: random.Random) -> tuple[str, str, str, dict[str, Any
             gold(query, [query], [str(count)], []))
 
 
-def make_task(rng: random.Random, ops: Sequence[int]) -> Task:
-    """The DAG problem text, then one request about its quantities, answered politely."""
+def _restatement(gold: dict[str, Any]) -> str:
+    """A teacher's opening: the request said back, naming no quantity but the subject (so no fact moves)."""
+    return {"describe": f"You asked me to describe {gold['subject']}.",
+            "list": f"You asked what {gold['subject']} depends on.",
+            "compare": "You asked which of the two is larger.",
+            "summarise": "You asked for a summary of the problem."}[gold["request"]]
+
+
+def distil(body: str, gold: dict[str, Any], rng: random.Random) -> str:
+    """``body`` (the concise answer sentence) as a teacher writes it: see :data:`TEACHER_PADDING` and the rates below.
+
+    The request restated, the body (said twice at :data:`TEACHER_REPEAT`, with one fact
+    wrong at :data:`TEACHER_SLIP`), one padding sentence, and a close from
+    :data:`CLOSES` or :data:`TEACHER_CLOSES` (which the hidden quality does not count).
+    """
+    if rng.random() < TEACHER_SLIP:
+        body = _wrong_fact(gold, body, rng) or body
+    said = [body, body] if rng.random() < TEACHER_REPEAT else [body]
+    return " ".join([_restatement(gold), *said, rng.choice(TEACHER_PADDING), rng.choice(CLOSES + TEACHER_CLOSES)])
+
+
+def make_task(rng: random.Random, ops: Sequence[int], teacher: float = 0.0) -> Task:
+    """The DAG problem text, then one request about its quantities, answered politely.
+
+    ``teacher`` (``domains.general_teacher``) is the share of answers a teacher writes
+    (:func:`distil`), drawn from a generator of the prompt's own, so the prompts stay as
+    they are; ``gold["length"]`` is the concise answer's, which :func:`quality` measures
+    concision against.
+    """
     dag = draw_dag(rng, ops)
     sentence, thinking, body, gold = _request(dag, rng)
     response = f"{body} {rng.choice(CLOSES)}"
     gold["length"] = len(_WORD.findall(response))
-    return Task(domain="general", prompt=f"{dag.problem.problem_text} {sentence}", thinking=thinking,
-                answer=response, no_think_answer=response, gold=gold)
+    prompt = f"{dag.problem.problem_text} {sentence}"
+    if teacher:
+        draw = random.Random(f"teacher/{prompt}")
+        if draw.random() < teacher:
+            response = distil(body, gold, draw)
+    return Task(domain="general", prompt=prompt, thinking=thinking, answer=response, no_think_answer=response,
+                gold=gold)
 
 
 # --- the hidden quality function ------------------------------------------------------------

@@ -36,7 +36,7 @@ import torch
 
 from cascadekit.artifacts import artifact_path, shipped_root, verify
 from cascadekit.atomic import atomic_write_json, atomic_write_text
-from cascadekit.domains import chat_record, domains, draw_tasks, prompt_text, records_digest
+from cascadekit.domains import chat_record, configured, domains, draw_tasks, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.evaluation.checkpoints import check_sources
 from cascadekit.evaluation.sampler import folder_digest
@@ -74,7 +74,7 @@ def edge_records(profile: Profile, names: Sequence[str], modes: Sequence[str], o
     records = []
     for name in names:
         for op in ops:
-            for task in draw_tasks(domains()[name], n, profile.seed, "eval", [op]):
+            for task in draw_tasks(configured(name, profile.domains), n, profile.seed, "eval", [op]):
                 records += [{**chat_record(task, MODES[mode]), "op": op} for mode in modes]
     return records
 

@@ -36,7 +36,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
-from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of, records_digest
+from cascadekit.domains import check_record, chat_records, configured, domains, draw_tasks, prompt_of, records_digest
 from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
@@ -87,7 +87,7 @@ def suite_records(profile: Profile, names: Iterable[str] | None = None) -> list[
     ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
     records = []
     for name in names or domains():
-        for task in draw_tasks(domains()[name], profile.sft.eval_tasks, profile.seed, "eval", ops):
+        for task in draw_tasks(configured(name, profile.domains), profile.sft.eval_tasks, profile.seed, "eval", ops):
             records.extend(chat_records(task))
     return records
 
