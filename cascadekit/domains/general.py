@@ -36,6 +36,12 @@ style can only rank right answers, which is the behaviour the paper says RLHF
 buys (less verbosity and repetition). :func:`judge` reports it as the score,
 with the parts in the details.
 
+With ``domains.general_teacher`` a share of the answers is written as a teacher
+distils them (:func:`distil`: the request restated, padding, sometimes the answer
+twice, closes :func:`quality` does not count, rarely a fact wrong), as the paper's
+SFT answers come from large teacher models; ``gold["length"]`` stays the concise
+answer's, so such an answer scores below the concise one and RLHF has style to cut.
+
 :func:`preference_pairs` makes the (chosen, rejected) pairs chapter 09's
 reward model trains on, by perturbing the gold response (a wrong fact, verbose
 padding, a repeated sentence, no close, a truncation) and ordering each pair by
