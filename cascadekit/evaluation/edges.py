@@ -43,7 +43,7 @@ from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.evaluation.stage_table import MAX_ROUNDS, generate, judge_records, rollout, stage_table
 from cascadekit.passk import pass_at_k
 from cascadekit.profiles import Profile
-from cascadekit.results import markdown_table, write_result
+from cascadekit.results import markdown_table, stamped, write_result
 from cascadekit.stages import Stage, digest, run_stage
 
 #: A cell whose greedy score is above this is too easy (the paper's edge: SFT greedy 0.2-0.6).
@@ -182,7 +182,10 @@ def edges_markdown(result: Mapping[str, Any]) -> str:
 
 
 def write_edges(result: Mapping[str, Any], out: Path, command: str) -> Path:
-    """``edges.md`` and ``edges.json`` (with provenance, :func:`cascadekit.results.write_result`) in ``out``."""
+    """``edges.md`` and ``edges.json`` in ``out``, both naming one provenance (:func:`cascadekit.results.stamped`)."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "edges.md", edges_markdown(result) + "\n")
-    return write_result(out / "edges.json", result, command)
+    record = stamped(result, command)
+    made = record["produced_by"]
+    atomic_write_text(out / "edges.md", f"{edges_markdown(result)}\n\n*Produced by `{made['command']}` (code "
+                      f"{made['code_version']}, commit {made['git_commit']}, {made['date']}).*\n")
+    return write_result(out / "edges.json", record, command, keep_provenance=True)
