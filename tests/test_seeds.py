@@ -26,6 +26,7 @@ from cascadekit.chapters.ch12_code_rl import code_eval_records
 from cascadekit.chapters.ch13_swe_rl import context_suite
 from cascadekit.chapters.ch14_whole_cascade import harder_suite
 from cascadekit.course.replicates import child_argv
+from cascadekit.evaluation.edges import edge_records
 from cascadekit.evaluation.report import training_answers
 from cascadekit.evaluation.stage_table import suite_records
 from cascadekit.profiles import Profile, ProfileError, load_profile, seed_inputs
@@ -76,7 +77,8 @@ def suites(p: Profile) -> dict[str, list[str]]:
     """Every evaluation suite the chapters compare stages on."""
     return {"Part I ladder": [q.rl_prompt for q in interplay.ladder(p)], "stage table": _texts(suite_records(p)),
             "harder": _texts(harder_suite(p)), "math by op": _texts(math_suite(p)),
-            "code by op": _texts(code_eval_records(p)), "SWE by context": _texts(context_suite(p))}
+            "code by op": _texts(code_eval_records(p)), "SWE by context": _texts(context_suite(p)),
+            "edges": _texts(edge_records(p, ["math", "code"], ["think"], [2, 3], 2))}
 
 
 def test_each_seed_follows_seed_unless_set_and_adds_to_a_key_only_when_it_differs():
