@@ -332,7 +332,44 @@ class DomainsConfig:
 
 
 @dataclass(frozen=True)
+class Seeds:
+    """A profile's three seeds, each resolved (see :class:`Profile`)."""
+
+    data: int
+    eval: int
+    train: int
+
+
+#: The roles a seed plays: what :attr:`Profile.seeds` holds and :func:`seed_inputs` names.
+SEED_ROLES = ("data", "eval", "train")
+
+
+@dataclass(frozen=True)
 class Profile:
+    """A scale profile: its sections and its seeds.
+
+    ``seed`` is the profile's one seed, and each of the three seeds of a role
+    equals it unless set (``None`` in ``profiles.yaml``: follow ``seed``), so a
+    profile that sets none behaves, and keys every stage, as before they existed:
+
+    - ``data_seed``: which tasks and problems exist in each split, the RL prompt
+      pools, SFT's tasks, the preference pairs, the SWE judge's tasks, the
+      pretraining corpora and tokenizers;
+    - ``eval_seed``: the evaluation suites (the stage table's, the per-op and
+      per-context suites of chapters 11-14, Part I's ladder) and the evaluation's
+      sampling, fixed across the course so every stage is compared on the same prompts;
+    - ``train_seed``: what a chapter's training draws: initialisation of what it
+      trains, data shuffling, rollout sampling (GRPO's seed, the dynamic filter's
+      screens), SFT, reward-model and judge training, and the policy samples
+      their pairs are built from.
+
+    The pretrained bases (Part I's, chapter 05's variants, the chat base) are
+    shared by every training seed: they follow ``seed`` and ``data_seed``, never
+    ``train_seed``, as post-training starts from one released base (a replicate is
+    over what a chapter trains, not an hour of pretraining again). A seed equal to
+    ``seed`` adds nothing to a stage's key (:func:`seed_inputs`).
+    """
+
     name: str
     description: str
     device: str
@@ -351,6 +388,14 @@ class Profile:
     engine: EngineConfig
     domains: DomainsConfig = DomainsConfig()
     seed: int = 0
+    data_seed: int | None = None
+    eval_seed: int | None = None
+    train_seed: int | None = None
+
+    @property
+    def seeds(self) -> Seeds:
+        """The three seeds, each ``seed`` where it is not set."""
+        return Seeds(*(self.seed if s is None else s for s in (self.data_seed, self.eval_seed, self.train_seed)))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -375,7 +420,9 @@ class Profile:
 
     def summary(self) -> str:
         """A few lines for the top of a notebook."""
-        lines = [f"profile {self.name!r}: {self.description}", f"  device={self.device} dtype={self.dtype} seed={self.seed}"]
+        own = "".join(f" {k}={v}" for k, v in seed_inputs(self, *SEED_ROLES).items())
+        lines = [f"profile {self.name!r}: {self.description}",
+                 f"  device={self.device} dtype={self.dtype} seed={self.seed}{own}"]
         for section in _SECTIONS:
             values = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(getattr(self, section)).items())
             lines.append(f"  {section}: {values}")
@@ -401,7 +448,7 @@ _SECTIONS = {
     "engine": EngineConfig,
     "domains": DomainsConfig,
 }
-_TOP_LEVEL = {"description", "device", "dtype", "seed"}
+_TOP_LEVEL = {"description", "device", "dtype", "seed", *(f"{role}_seed" for role in SEED_ROLES)}
 
 # --- validation ---------------------------------------------------------------------
 #
@@ -437,6 +484,10 @@ def _non_negative(v: Any) -> bool:
     return v >= 0
 
 
+def _seed_or_none(v: Any) -> bool:
+    return v is None or v >= 0
+
+
 def _fraction(v: Any) -> bool:
     return 0 <= v <= 1
 
@@ -464,6 +515,7 @@ _OPS = (_op_range, f"an op range [lo, hi] with {MIN_OP} <= lo <= hi <= {MAX_OP}"
 #: ``pretrain.problems`` 0 = enough problems to fill the token budget once.
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": _one_of(*DEVICES), "dtype": _one_of(*DTYPES), "seed": _NON_NEGATIVE,
+    **{f"{role}_seed": (_seed_or_none, ">= 0, or null (the same as seed)") for role in SEED_ROLES},
     "world.rendering": _one_of(*STYLES), "world.ops_in_distribution": _OPS, "world.ops_edge": _OPS,
     "world.ops_hard": _OPS, "world.contexts": (_contexts, f"a non-empty list of contexts from {', '.join(CONTEXTS)}"),
     "tokenizer.vocab_size": _POSITIVE, "tokenizer.corpus_problems": _NON_NEGATIVE,
@@ -539,6 +591,8 @@ _TYPE_NAMES = {int: "integers", str: "strings", float: "numbers", bool: "boolean
 
 def _typed(value: Any, hint: Any) -> tuple[Any, str]:
     """``(value as the field stores it, "")`` when ``value`` has type ``hint`` exactly, else ``(None, what was expected)``."""
+    if hint == int | None:  # a seed of a role: an integer, or None to follow ``seed``
+        return (None, "") if value is None else _typed(value, int)
     if hint is bool:
         return (value, "") if isinstance(value, bool) else (None, "true or false")
     if hint is int:
@@ -617,9 +671,9 @@ def load_profile(name: str, overrides: Mapping[str, Any] | None = None) -> Profi
     raw = _raw_profiles()
     if not isinstance(name, str) or name not in raw:
         raise ProfileError(f"unknown scale profile {name!r}; choose one of {sorted(raw)}")
-    base = {"name": name, "seed": 0, **raw[name]}
+    base = {"name": name, "seed": 0, **{f"{role}_seed": None for role in SEED_ROLES}, **raw[name]}
     try:
-        top = {k: check_value(k, base[k]) for k in ("description", "device", "dtype", "seed")}
+        top = {k: check_value(k, base[k]) for k in sorted(_TOP_LEVEL)}
     except ProfileError as err:
         raise ProfileError(f"profile {name}: {err}") from err
     profile = Profile(
@@ -730,6 +784,22 @@ def profile_from_arguments(args: argparse.Namespace) -> Profile:
     """Apply ``--threads`` and return the ``--scale`` profile with the overrides (from :func:`add_scale_arguments`)."""
     set_threads(args.threads)
     return load_profile(args.scale, parse_overrides(args.overrides))
+
+
+def seed_inputs(profile: Profile, *roles: str) -> dict[str, int]:
+    """What a stage's key adds for the seeds of ``roles`` it reads: each one that differs from ``seed``.
+
+    A key already holds ``seed``; a seed of a role left at ``seed`` adds nothing,
+    so every key of a profile that sets none (every shipped one) stays as it was.
+
+    >>> seed_inputs(load_profile("smoke", {"train_seed": 2}), "data", "train")
+    {'train_seed': 2}
+    """
+    unknown = [role for role in roles if role not in SEED_ROLES]
+    if unknown:
+        raise ValueError(f"unknown seed role {unknown[0]!r}: use {', '.join(SEED_ROLES)}")
+    seeds = profile.seeds
+    return {f"{role}_seed": getattr(seeds, role) for role in roles if getattr(seeds, role) != profile.seed}
 
 
 def precision_inputs(profile: Profile) -> dict[str, str]:

@@ -89,11 +89,11 @@ def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: i
 
     ``think`` None alternates, starting with ``/think``; fed in order
     (``chat_grpo(in_order=True)``), every batch of an even ``prompts_per_step`` is
-    exactly half each mode.
+    exactly half each mode. The prompts follow the data seed (plus ``seed_offset``, one per stage).
     """
     lo, hi = ops or profile.sft.ops
-    tasks = draw_tasks(configured(domain, profile.domains), n or profile.rl.samples, profile.seed + seed_offset, "rl",
-                       range(lo, hi + 1))
+    tasks = draw_tasks(configured(domain, profile.domains), n or profile.rl.samples, profile.seeds.data + seed_offset,
+                       "rl", range(lo, hi + 1))
     return [chat_record(t, i % 2 == 0 if think is None else think) for i, t in enumerate(tasks)]
 
 
@@ -488,13 +488,14 @@ def parse_joint(text: str) -> dict[str, int]:
 
 
 def joint_records(profile: Profile, prompts: Mapping[str, int]) -> list[dict[str, Any]]:
-    """``prompts[domain]`` prompts of each domain's pool (cycled when the cascade took more), shuffled together."""
+    """``prompts[domain]`` prompts of each domain's pool (cycled when the cascade took more), shuffled together
+    by the training seed (the order is the run's shuffling, fed in order; the pools are the data seed's)."""
     pools = domain_pools(profile)
     unknown = set(prompts) - set(pools)
     if unknown:
         raise ValueError(f"joint RL has no domain {sorted(unknown)[0]!r}: use {', '.join(pools)}")
     records = [pools[d][i % len(pools[d])] for d, n in prompts.items() for i in range(n)]
-    random.Random(profile.seed).shuffle(records)
+    random.Random(profile.seeds.train).shuffle(records)
     return records
 
 

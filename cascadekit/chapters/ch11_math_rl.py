@@ -64,7 +64,7 @@ def math_suite(profile: Profile) -> list[dict[str, Any]]:
     lo, hi = profile.math_rl.ops
     records = []
     for op in range(lo, hi + 1):
-        for task in draw_tasks(domains()["math"], profile.sft.eval_tasks, profile.seed, "eval", [op]):
+        for task in draw_tasks(domains()["math"], profile.sft.eval_tasks, profile.seeds.eval, "eval", [op]):
             records.append({**chat_record(task, True), "op": op})
     return records
 

@@ -76,7 +76,7 @@ def code_eval_records(profile: Profile) -> list[dict[str, Any]]:
     """``sft.eval_tasks`` eval-split code prompts per op of ``code_rl.ops``, each in both modes, op by op."""
     records = []
     for op in range(profile.code_rl.ops[0], profile.code_rl.ops[1] + 1):
-        for task in draw_tasks(domains()["code"], profile.sft.eval_tasks, profile.seed, "eval", [op]):
+        for task in draw_tasks(domains()["code"], profile.sft.eval_tasks, profile.seeds.eval, "eval", [op]):
             records.extend({**r, "op": op} for r in chat_records(task))
     return records
 

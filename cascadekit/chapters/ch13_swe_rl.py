@@ -69,7 +69,7 @@ def context_suite(profile: Profile) -> list[dict[str, Any]]:
     contexts = range(max(profile.swe_rl.contexts) + 2)
     records = []
     for context in contexts:
-        for task in swe_tasks(profile, profile.sft.eval_tasks, "eval", profile.seed, [context]):
+        for task in swe_tasks(profile, profile.sft.eval_tasks, "eval", profile.seeds.eval, [context]):
             records.append({**chat_record(task, True), "context": context})
     return records
 
@@ -85,10 +85,11 @@ def scored_rollouts(policy: StageOutput, records: Sequence[Mapping[str, Any]], p
                     rewards: Mapping[str, Callable[..., list[float]]]) -> list[dict[str, Any]]:
     """``rl.group_size`` sampled answers per prompt, each scored by every reward and by execution.
 
-    The samples are a cached ``policy-samples`` stage; scoring runs every time (seconds).
+    The samples are a cached ``policy-samples`` stage, drawn from the evaluation seed (a measurement of the
+    policy, the same draw for every policy compared); scoring runs every time (seconds).
     """
     prompts = [prompt_text(r) for r in records]
-    answers = policy_samples(policy, prompts, profile.rl.group_size, profile, profile.seed + ROLLOUT_SEED)
+    answers = policy_samples(policy, prompts, profile.rl.group_size, profile, profile.seeds.eval + ROLLOUT_SEED)
     flat = [(i, prompt, answer) for i, (prompt, group) in enumerate(zip(prompts, answers)) for answer in group]
     golds = [json.dumps(records[i]["gold"]) for i, _, _ in flat]
     texts, asked = [a for _, _, a in flat], [p for _, p, _ in flat]

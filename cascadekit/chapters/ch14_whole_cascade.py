@@ -110,9 +110,9 @@ def harder_suite(profile: Profile) -> list[dict[str, Any]]:
     """
     n, records = profile.sft.eval_tasks, []
     for name, op in (("math", profile.math_rl.ops[1]), ("code", profile.code_rl.ops[1])):
-        for task in draw_tasks(domains()[name], n, profile.seed, "eval", [op]):
+        for task in draw_tasks(domains()[name], n, profile.seeds.eval, "eval", [op]):
             records.extend(chat_records(task))
-    for task in swe_tasks(profile, n, "eval", profile.seed, [max(profile.swe_rl.contexts)]):
+    for task in swe_tasks(profile, n, "eval", profile.seeds.eval, [max(profile.swe_rl.contexts)]):
         records.extend(chat_records(task))
     return records
 

@@ -74,7 +74,7 @@ def edge_records(profile: Profile, names: Sequence[str], modes: Sequence[str], o
     records = []
     for name in names:
         for op in ops:
-            for task in draw_tasks(configured(name, profile.domains), n, profile.seed, "eval", [op]):
+            for task in draw_tasks(configured(name, profile.domains), n, profile.seeds.eval, "eval", [op]):
                 records += [{**chat_record(task, MODES[mode]), "op": op} for mode in modes]
     return records
 

@@ -45,7 +45,7 @@ def eval_problems(profile: Profile, ops: Iterable[int], contexts: Sequence[str])
         p
         for op in ops
         for p in generate_problems(ops=[op], contexts=tuple(contexts), n=profile.evaluation.problems_per_op,
-                                   seed=profile.seed, split="eval", style=profile.world.rendering)
+                                   seed=profile.seeds.eval, split="eval", style=profile.world.rendering)
     ]
 
 
@@ -69,7 +69,7 @@ def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], band
 def evaluate(model, tokenizer, problems: Sequence, profile: Profile, bands: Bands | None = None) -> list[dict]:
     """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``)."""
     prompts = [p.rl_prompt for p in problems]
-    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seed)
+    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seeds.eval)
     return judge_samples(problems, completions, bands or profile.world)
 
 
@@ -153,7 +153,7 @@ def training_answers(profile: Profile, n: int = 2000) -> list:
     """Answers of ``n`` pretraining problems: the distribution a guesser would copy."""
     world = profile.world
     ops = [op for name in PRETRAIN_MIXTURE for op in world.ops(name)]
-    problems = generate_problems(ops=ops, contexts=tuple(world.contexts), n=n, seed=profile.seed,
+    problems = generate_problems(ops=ops, contexts=tuple(world.contexts), n=n, seed=profile.seeds.data,
                                  split="pretrain", style=world.rendering)
     return [p.answer for p in problems]
 

@@ -87,7 +87,7 @@ def suite_records(profile: Profile, names: Iterable[str] | None = None) -> list[
     ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
     records = []
     for name in names or domains():
-        for task in draw_tasks(configured(name, profile.domains), profile.sft.eval_tasks, profile.seed, "eval", ops):
+        for task in draw_tasks(configured(name, profile.domains), profile.sft.eval_tasks, profile.seeds.eval, "eval", ops):
             records.extend(chat_records(task))
     return records
 

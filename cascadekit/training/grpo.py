@@ -122,7 +122,7 @@ def build_grpo_config(
         # optimisation
         learning_rate=rl.lr,
         max_steps=max_steps if max_steps is not None else max(1, rl.samples // rl.prompts_per_step),
-        seed=profile.seed,
+        seed=profile.seeds.train,
         # hardware
         **training_precision(profile),
         # the one activation-checkpointing switch in every mode: fsdp.yaml leaves FSDP's off (transformers

@@ -23,7 +23,7 @@ from cascadekit.chat import END_OF_TURN, stop_token_ids
 from cascadekit.domains import check_record, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.engine.tokenizer import load_tokenizer
-from cascadekit.profiles import Profile, RLConfig, precision_inputs
+from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.stages import Stage, StageOutput, digest, run_folder, run_stage
 from cascadekit.training.async_rewards import StreamingRewards
@@ -63,7 +63,8 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
     if not tokens:
         return start
     inputs = {"start": start.key, "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
-              **profile.sections("pretrain", "world", "seed"), **precision_inputs(profile)}
+              **profile.sections("pretrain", "world", "seed"), **seed_inputs(profile, "data", "train"),
+              **precision_inputs(profile)}
     run_dir = run_folder("midtrain", inputs)  # Trainer checkpoints, to resume
 
     def build(folder: Path) -> Mapping[str, Any]:
@@ -180,7 +181,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
 
     inputs = {"start": start.key, "prompts": prompts_id, "n_prompts": len(dataset),
               "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed,
-              **precision_inputs(profile)}
+              **seed_inputs(profile, "train"), **precision_inputs(profile)}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:

@@ -69,15 +69,16 @@ def swe_tasks(profile: Profile, n: int, split: str, seed: int, contexts: Sequenc
 
 def stage_records(profile: Profile, context: int) -> list[dict[str, Any]]:
     """One stage's prompts: ``swe_rl.prompts`` over files with 0 to ``context`` other functions, in ``/think``."""
-    tasks = swe_tasks(profile, profile.swe_rl.prompts, "rl", profile.seed + PROMPT_SEED, range(context + 1))
+    tasks = swe_tasks(profile, profile.swe_rl.prompts, "rl", profile.seeds.data + PROMPT_SEED, range(context + 1))
     return [chat_record(task, True) for task in tasks]
 
 
 def judge_from(start: StageOutput, profile: Profile) -> StageOutput:
     """The semantic judge, trained from ``start`` (the SFT checkpoint) on prompts over every context SWE RL trains."""
     contexts = range(max(profile.swe_rl.contexts) + 1)
-    train = swe_tasks(profile, profile.swe_rl.judge_tasks, "rl", profile.seed + JUDGE_SEED, contexts)
-    held_out = swe_tasks(profile, profile.swe_rl.judge_eval_tasks, "eval", profile.seed + JUDGE_EVAL_SEED, contexts)
+    train = swe_tasks(profile, profile.swe_rl.judge_tasks, "rl", profile.seeds.data + JUDGE_SEED, contexts)
+    held_out = swe_tasks(profile, profile.swe_rl.judge_eval_tasks, "eval", profile.seeds.data + JUDGE_EVAL_SEED,
+                         contexts)
     return judge_stage(start, train, held_out, profile)
 
 
