@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 from datasets import Dataset
 from accelerate import PartialState
+from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
@@ -438,7 +439,8 @@ def make_grpo_trainer(
         reward_funcs=list(reward_funcs) if isinstance(reward_funcs, Sequence) else reward_funcs,
         args=config,
         train_dataset=prompts_dataset,
-        peft_config=lora_config() if use_lora else None,  # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter)
+        # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter), unless it came with one (QLoRA, Unsloth)
+        peft_config=lora_config() if use_lora and not isinstance(model, PeftModel) else None,
         callbacks=list(callbacks),
     )
     if not config.disable_tqdm:
@@ -448,7 +450,7 @@ def make_grpo_trainer(
 
 
 def train_grpo(
-    model: PreTrainedModel,
+    model: PreTrainedModel | Callable[[], PreTrainedModel],
     tokenizer: PreTrainedTokenizerBase,
     prompts_dataset: Dataset,
     reward_funcs: RewardFunc | Sequence[RewardFunc],
@@ -469,12 +471,15 @@ def train_grpo(
     :func:`build_grpo_config`. Each of ``hooks`` is called with the trainer before
     training (e.g. :meth:`cascadekit.training.async_rewards.StreamingRewards.attach`).
     The model is trained in place (with LoRA when ``rl.use_lora``, in which
-    case ``result.model`` is the PEFT model).
+    case ``result.model`` is the PEFT model). ``model`` may be a function that
+    loads it: it is called once the training arguments exist, so DeepSpeed ZeRO-3
+    partitions the weights as they load instead of every process loading them whole.
     """
     rl = rl or profile.rl
     if reward_weights is not None:
         config_overrides["reward_weights"] = list(reward_weights)
     config = build_grpo_config(profile, output_dir, rl=rl, max_steps=max_steps, **config_overrides)
+    model = model if isinstance(model, torch.nn.Module) else model()
     trainer = make_grpo_trainer(
         model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks
     )
