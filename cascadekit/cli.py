@@ -192,10 +192,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     takes only toy-scale runs from a clean tree (or ``--draft``).
     """
     from cascadekit import chapters
-    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, parse_overrides, set_threads
     from cascadekit.results import ResultsWriter
 
-    config = chapters.resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed, args.rebuild_base)
+    overrides = parse_overrides(args.set)
+    # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
+    # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
+    import_unsloth_first(load_profile(args.scale, {k: v for k, v in overrides.items()
+                                                   if not k.startswith(CHAPTER_PREFIX)}).engine)
+    config = chapters.resolve(args.chapter, args.scale, overrides, args.seed, args.rebuild_base)
     command = _command(args)
     writer = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
     set_threads(args.threads)
@@ -367,6 +373,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_gpucheck(args: argparse.Namespace) -> int:
     """Every GPU path once (:mod:`cascadekit.launch.gpucheck`); exit 1 when a row failed, 0 when all passed or were skipped."""
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import load_profile
+
+    import_unsloth_first(load_profile("small").engine)  # its Unsloth row, before the check imports trl and the rest
     from cascadekit.launch.gpucheck import main as gpucheck
 
     return gpucheck(args.options, parser_class=_Parser)
