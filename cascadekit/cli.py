@@ -308,6 +308,21 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_edges(args: argparse.Namespace) -> int:
+    """Each domain's edge of competence on one checkpoint (:mod:`cascadekit.evaluation.edges`): print and write it."""
+    from cascadekit.evaluation.edges import edges, edges_markdown, write_edges
+    from cascadekit.profiles import load_profile, parse_overrides, set_threads
+
+    profile = load_profile(args.scale, parse_overrides(args.set))
+    set_threads(args.threads)
+    result = edges(args.checkpoint, profile, args.ops, args.domains or None, args.modes, args.n, args.k)
+    out = Path(args.out) if args.out else Path("runs") / "edges" / args.checkpoint.replace("/", "-")
+    write_edges(result, out, _command(args))
+    print(edges_markdown(result))
+    print(f"results: {out}")
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One of chapter 04's probes (:mod:`cascadekit.chapters.probes`): print its table, write JSON and text.
 
@@ -524,6 +539,24 @@ def _evaluate_checkpoints_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_bounded_int(0, 256), default=0)
 
 
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _edges_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", metavar="STAGE|FOLDER", help="a cache entry such as sft/c894671bdf53 "
+                        "(cached or shipped) or a checkpoint folder")
+    parser.add_argument("--ops", type=_ops, default="2-5", help="op counts, e.g. 2-5 or 2,4")
+    parser.add_argument("--domains", type=_names, default=[], help="comma-separated domains (default: all six)")
+    parser.add_argument("--modes", type=_names, default=["think", "no_think"], help="think, no_think or both")
+    parser.add_argument("--n", type=_bounded_int(1, 100_000), default=24, help="prompts per domain x op")
+    parser.add_argument("--k", type=_bounded_int(1, 1024), default=8, help="samples per prompt")
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
+    parser.add_argument("--threads", type=_bounded_int(0, 256), default=0)
+    parser.add_argument("--out", default="", help="folder for edges.md and edges.json (default: runs/edges/<stage>)")
+
+
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stage", help="a Part II stage by its command-line name, e.g. if-rl (an unknown one lists them)")
     parser.add_argument("--scale", default="full", choices=("paper", "small", "full"))
@@ -600,6 +633,8 @@ COMMANDS: dict[str, Command] = {
     "probe": Command(cmd_probe, "run one of chapter 04's probes and write its JSON and text table", _probe_arguments),
     "evaluate-checkpoints": Command(cmd_evaluate_checkpoints, "the stage table of a list of checkpoints (folders or "
                                     "hub names), e.g. released ones", _evaluate_checkpoints_arguments),
+    "edges": Command(cmd_edges, "greedy, pass@1, pass@k and best-of-k per domain x mode x op of one checkpoint, "
+                     "each cell banded too easy, edge or too hard", _edges_arguments),
     "launch": Command(cmd_launch, "run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server",
                       _launch_arguments),
     "book": Command(cmd_book, "build the HTML book from notebooks executed by `cascadekit run`", _book_arguments),

@@ -301,6 +301,44 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class DomainsConfig:
+    """The second world's knobs: what the Part II domains ask in SFT, RL and evaluation, never in pretraining.
+
+    At their defaults (today's world) they add nothing to any stage key
+    (:func:`domains_inputs`) and every task is drawn as before, so every shipped
+    checkpoint holds. Whatever their values, the base's pretraining text stays
+    byte for byte the same (the ``pretrain`` split's raw text and
+    :func:`cascadekit.domains.surfaces_fingerprint` never read them), so a chat
+    base pretrained for the second world serves both. Each maps onto the paper so:
+
+    * ``instruction_constraints``: the least and most verifiable constraints an
+      instruction prompt carries (today 1-3). IFEval prompts carry one to three
+      as well, but a toy model follows one or two nearly always; ``[2, 3]`` takes
+      the domain off its ceiling. The counts change the prompts themselves.
+    * ``swe_rewrites``: every SWE task has more than one correct patch. The
+      reference patch (what the execution-free reward's lexical similarity
+      compares with, as SWE-bench's gold patch is one developer's fix) and the
+      SFT answer each write the fixed line in one of its equivalent forms
+      (operands reordered, a constant factored out), drawn independently, so a
+      correct patch can read unlike the reference and a near-miss like it:
+      similarity is no longer correctness, and hacking it becomes measurable.
+      Execution accepts every correct form, as it always did. The prompts stay.
+    * ``general_teacher``: the share of general answers written as a teacher
+      distils them (the paper's SFT responses come from DeepSeek-R1/V3): the
+      request restated, a padding sentence, sometimes the answer said twice,
+      closes beyond the polite ones the hidden quality rewards, and rarely one
+      fact wrong; so RLHF has style to cut. The hidden quality still scores such
+      an answer below the concise one. The reward model's preference pairs stay
+      the concise gold and its perturbations (the paper's preference data is not
+      its SFT data); its policy samples carry whatever SFT taught. The prompts stay.
+    """
+
+    instruction_constraints: tuple[int, int] = (1, 3)
+    swe_rewrites: bool = False
+    general_teacher: float = 0.0
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -318,6 +356,7 @@ class Profile:
     code_rl: CodeRLConfig
     swe_rl: SWERLConfig
     engine: EngineConfig
+    domains: DomainsConfig = DomainsConfig()
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -367,6 +406,7 @@ _SECTIONS = {
     "code_rl": CodeRLConfig,
     "swe_rl": SWERLConfig,
     "engine": EngineConfig,
+    "domains": DomainsConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed"}
 
@@ -472,6 +512,9 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "engine.native_positions": _NON_NEGATIVE, "engine.rope_scaling": _one_of(*ROPE_SCALINGS),
     "engine.vllm_memory": (lambda v: 0 < v < 1, "in (0, 1)"), "engine.vllm_max_length": _NON_NEGATIVE,
     "engine.rl_micro_batch": _NON_NEGATIVE,
+    # 5: cascadekit.domains.instructions.MAX_CONSTRAINTS (tests/test_domain_knobs.py holds them equal)
+    "domains.instruction_constraints": (lambda v: 1 <= v[0] <= v[1] <= 5, "a range [lo, hi] with 1 <= lo <= hi <= 5"),
+    "domains.general_teacher": _FRACTION,
 }
 
 #: Fields that are gone, each with where its meaning went (an old override or YAML entry is one clear error).
@@ -599,7 +642,7 @@ def load_profile(name: str, overrides: Mapping[str, Any] | None = None) -> Profi
     profile = Profile(
         name=name,
         **top,
-        **{s: _build_section(cls, base[s], f"profile {name}.{s}", s) for s, cls in _SECTIONS.items()},
+        **{s: _build_section(cls, base.get(s, {}), f"profile {name}.{s}", s) for s, cls in _SECTIONS.items()},
     )
     return apply_overrides(profile, overrides or {})
 
@@ -710,3 +753,10 @@ def precision_inputs(profile: Profile) -> dict[str, str]:
     """What a training stage's key adds for ``engine.precision``: nothing at ``fp32``, so no shipped key moves."""
     precision = profile.engine.precision
     return {} if precision == "fp32" else {"precision": precision}
+
+
+def domains_inputs(profile: Profile) -> dict[str, Any]:
+    """What a stage's key adds for the ``domains`` knobs: the ones off today's world, so no shipped key moves."""
+    changed = {f.name: getattr(profile.domains, f.name) for f in fields(DomainsConfig)
+               if getattr(profile.domains, f.name) != f.default}
+    return {"domains": changed} if changed else {}

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from cascadekit.artifacts import cache_root
-from cascadekit.domains import chat_record, domains, draw_tasks
+from cascadekit.domains import chat_record, configured, domains, draw_tasks
 from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.stages import StageOutput
@@ -92,7 +92,8 @@ def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: i
     exactly half each mode.
     """
     lo, hi = ops or profile.sft.ops
-    tasks = draw_tasks(domains()[domain], n or profile.rl.samples, profile.seed + seed_offset, "rl", range(lo, hi + 1))
+    tasks = draw_tasks(configured(domain, profile.domains), n or profile.rl.samples, profile.seed + seed_offset, "rl",
+                       range(lo, hi + 1))
     return [chat_record(t, i % 2 == 0 if think is None else think) for i, t in enumerate(tasks)]
 
 

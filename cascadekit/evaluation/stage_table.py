@@ -36,7 +36,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
-from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of, records_digest
+from cascadekit.domains import check_record, chat_records, configured, domains, draw_tasks, prompt_of, records_digest
 from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
@@ -88,7 +88,7 @@ def suite_records(profile: Profile, names: Iterable[str] | None = None) -> list[
     ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
     records = []
     for name in names or domains():
-        for task in draw_tasks(domains()[name], profile.sft.eval_tasks, profile.seed, "eval", ops):
+        for task in draw_tasks(configured(name, profile.domains), profile.sft.eval_tasks, profile.seed, "eval", ops):
             records.extend(chat_records(task))
     return records
 
@@ -110,8 +110,13 @@ def repetition_rate(text: str, n: int = REPETITION_N) -> float:
 
 @torch.inference_mode()
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
-             max_new_tokens: int, batch_size: int) -> list[tuple[str, int]]:
-    """Greedy completions (text up to ``<|im_end|>``, and its token count) in prompt order."""
+             max_new_tokens: int, batch_size: int, temperature: float = 0.0,
+             top_p: float = 1.0) -> list[tuple[str, int]]:
+    """Completions (text up to ``<|im_end|>``, and its token count) in prompt order.
+
+    Greedy at ``temperature`` 0 (the stage table); above it, sampled at that
+    temperature and ``top_p`` (no top-k) from torch's current random state.
+    """
     tokenizer.padding_side = "left"
     model.eval()
     stop = stop_token_ids(tokenizer)
@@ -121,7 +126,9 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
         idx = order[start:start + batch_size]
         batch = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
                           add_special_tokens=False).to(model.device)
-        generated = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0 \
+            else {"do_sample": False}
+        generated = model.generate(**batch, **sampling, max_new_tokens=max_new_tokens,
                                    eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
         for i, row in zip(idx, generated[:, batch["input_ids"].shape[1]:].tolist()):
             ids = turn_ids(row, stop)

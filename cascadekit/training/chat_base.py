@@ -49,7 +49,7 @@ def surface_ops(profile: Profile) -> range:
 
 
 def domain_texts(profile: Profile, name: str, n: int) -> list[str]:
-    """``n`` raw-text documents of one domain from its ``pretrain`` split."""
+    """``n`` raw-text documents of one domain from its ``pretrain`` split (never through the ``domains`` knobs)."""
     return [raw_text(t) for t in draw_tasks(domains()[name], n, profile.seed, "pretrain", surface_ops(profile))]
 
 

@@ -43,9 +43,9 @@ from trl import SFTConfig, SFTTrainer
 
 from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
-from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
+from cascadekit.domains import chat_records, check_record, configured, draw_tasks, prompt_of, stage_domains
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.profiles import Profile, domains_inputs, precision_inputs
 from cascadekit.engine.runtime import (
     choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
 )
@@ -72,7 +72,7 @@ def stage_records(profile: Profile, stage: int) -> list[dict[str, Any]]:
         return released_stage_records(profile, stage, n)
     records = []
     for name in stage_domains(stage):
-        tasks = draw_tasks(domains()[name], n, profile.seed * 10 + stage, "sft", surface_ops(profile))
+        tasks = draw_tasks(configured(name, profile.domains), n, profile.seed * 10 + stage, "sft", surface_ops(profile))
         records.extend(r for t in tasks for r in chat_records(t))
     return records
 
@@ -190,7 +190,7 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
     inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
-              **engine_settings(profile.engine), **precision_inputs(profile)}
+              **engine_settings(profile.engine), **precision_inputs(profile), **domains_inputs(profile)}
     run_dir = run_folder("sft", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:

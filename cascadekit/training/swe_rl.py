@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from cascadekit.domains import Domain, Task, chat_record, domains, draw_tasks
-from cascadekit.domains import swe
+from cascadekit.domains import Domain, Task, chat_record, configured, draw_tasks
 from cascadekit.stages import StageOutput
 from cascadekit.training.pipeline import chat_grpo
-from cascadekit.profiles import Profile, RLConfig
+from cascadekit.profiles import DomainsConfig, Profile, RLConfig
 from cascadekit.rewards import RewardFn, completion_text
 from cascadekit.training.swe_judge import SemanticJudge, executed, judge_stage
 from cascadekit.verify.patch import patch_similarity
@@ -50,9 +49,10 @@ class ContextStage:
     grpo: StageOutput
 
 
-def swe_domain(context: int) -> Domain:
-    """The SWE domain whose calc.py holds ``context`` other functions beside the buggy one."""
-    return dataclasses.replace(domains()["swe"], make_task=functools.partial(swe.make_task, context=context))
+def swe_domain(context: int, knobs: DomainsConfig = DomainsConfig()) -> Domain:
+    """The SWE domain whose calc.py holds ``context`` other functions beside the buggy one (and ``knobs``' rewrites)."""
+    domain = configured("swe", knobs)
+    return dataclasses.replace(domain, make_task=functools.partial(domain.make_task, context=context))
 
 
 def swe_tasks(profile: Profile, n: int, split: str, seed: int, contexts: Sequence[int]) -> list[Task]:
@@ -62,7 +62,8 @@ def swe_tasks(profile: Profile, n: int, split: str, seed: int, contexts: Sequenc
     for i, context in enumerate(contexts):
         share = n // len(contexts) + (i < n % len(contexts))
         if share:
-            tasks += draw_tasks(swe_domain(context), share, seed + 100 * context, split, range(lo, hi + 1))
+            tasks += draw_tasks(swe_domain(context, profile.domains), share, seed + 100 * context, split,
+                                range(lo, hi + 1))
     return tasks
 
 
