@@ -204,11 +204,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     """
     from cascadekit import chapters
     from cascadekit.course.replicates import seed_folder
-    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, parse_overrides, set_threads
     from cascadekit.results import ResultsWriter
 
     seeds = _train_seeds_of(args)
     overrides = _with_train_seed(parse_overrides(args.set), seeds)
+    # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
+    # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
+    import_unsloth_first(load_profile(args.scale, {k: v for k, v in overrides.items()
+                                                   if not k.startswith(CHAPTER_PREFIX)}).engine)
     config = chapters.resolve(args.chapter, args.scale, overrides, args.seed, args.rebuild_base)
     command = _command(args)
     folder = config.spec.folder if seeds is None else f"{seed_folder(Path(config.spec.folder), seeds[0])}"
@@ -444,6 +449,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_gpucheck(args: argparse.Namespace) -> int:
     """Every GPU path once (:mod:`cascadekit.launch.gpucheck`); exit 1 when a row failed, 0 when all passed or were skipped."""
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import load_profile
+
+    import_unsloth_first(load_profile("small").engine)  # its Unsloth row, before the check imports trl and the rest
     from cascadekit.launch.gpucheck import main as gpucheck
 
     return gpucheck(args.options, parser_class=_Parser)

@@ -87,7 +87,6 @@ class EvaluationConfig:
     top_p: float
     max_new_tokens: int
     batch_size: int
-    backend: str
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,11 @@ class EngineConfig:
     (``max_position_embeddings`` of its config.json; 0: the kit builds the model,
     so ``model.max_positions`` is its context) and ``rope_scaling`` (``none`` or
     ``yarn``) how a vLLM server reaches a longer ``model.max_positions``
-    (:mod:`cascadekit.launch` refuses a longer one without it). ``data`` is ``world`` (the kit's synthetic six domains)
+    (:mod:`cascadekit.launch` refuses a longer one without it). ``vllm`` alone decides
+    who generates, everywhere (:mod:`cascadekit.engine.generation`); ``vllm_memory``,
+    ``vllm_max_length`` and ``vllm_sleep`` size its engine, ``rl_micro_batch`` splits a
+    GRPO step into micro-batches of that many completions per process (the
+    accumulation follows, the step's batch stays). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
     """
 
@@ -265,6 +268,10 @@ class EngineConfig:
     accumulation: int = 1  # gradient accumulation steps of every training stage
     native_positions: int = 0  # the released model's config.json max_position_embeddings; 0: built here
     rope_scaling: str = "none"  # none, or yarn: how vLLM serves a model.max_positions past native_positions
+    vllm_memory: float = 0.3  # the GPU memory share a colocated or evaluation vLLM engine takes (TRL's default)
+    vllm_max_length: int = 0  # that engine's context (prompt + completion); 0: the model's config
+    vllm_sleep: bool = False  # colocated vLLM offloads its weights and cache during the optimizer step
+    rl_micro_batch: int = 0  # GRPO completions per process per forward/backward; 0: the whole share at once
 
     def __post_init__(self) -> None:
         if self.vllm == "server":
@@ -466,7 +473,6 @@ MAX_TEXT = 1000
 DEVICES = ("cpu", "cuda")
 #: ``bfloat16`` trains in bf16 where the device supports it; anything else would silently run in float32.
 DTYPES = ("float32", "bfloat16")
-BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
 ROPE_SCALINGS = ("none", "yarn")  # cascadekit.launch's vLLM server
 ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.engine.models._ARCHITECTURES
 QUANTIZATIONS = ("none", "4bit")  # cascadekit.engine.runtime.load_model
@@ -528,7 +534,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pretrain.save_steps": _POSITIVE, "pretrain.problems": _NON_NEGATIVE,
     **{f"evaluation.{k}": _POSITIVE for k in ("problems_per_op", "samples", "temperature",
                                               "max_new_tokens", "batch_size")},
-    "evaluation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "evaluation.backend": _one_of(*BACKENDS),
+    "evaluation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     **{f"rl.{k}": _POSITIVE for k in ("samples", "group_size", "temperature", "lr", "prompts_per_step",
                                       "max_completion_length")},
     "rl.kl_beta": _NON_NEGATIVE,
@@ -556,10 +562,16 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "engine.vllm_gpus": _NON_NEGATIVE, "engine.data": _one_of(*DATA_SOURCES),
     "engine.precision": _one_of(*PRECISIONS), "engine.accumulation": _POSITIVE,
     "engine.native_positions": _NON_NEGATIVE, "engine.rope_scaling": _one_of(*ROPE_SCALINGS),
+    "engine.vllm_memory": (lambda v: 0 < v < 1, "in (0, 1)"), "engine.vllm_max_length": _NON_NEGATIVE,
+    "engine.rl_micro_batch": _NON_NEGATIVE,
     # 5: cascadekit.domains.instructions.MAX_CONSTRAINTS (tests/test_domain_knobs.py holds them equal)
     "domains.instruction_constraints": (lambda v: 1 <= v[0] <= v[1] <= 5, "a range [lo, hi] with 1 <= lo <= hi <= 5"),
     "domains.general_teacher": _FRACTION,
 }
+
+#: Fields that are gone, each with where its meaning went (an old override or YAML entry is one clear error).
+_GONE = {"evaluation.backend": "vLLM generation is engine.vllm's alone (none, colocate or server; "
+                               "transformers where there is no GPU or no vllm); evaluation.backend is gone"}
 
 
 def _short(value: Any) -> str:
@@ -573,6 +585,8 @@ CHAPTER_PREFIX = "chapter."
 
 def _field_type(key: str) -> Any:
     """The declared type of a dotted key (``model.hidden`` -> int); ProfileError for unknown keys."""
+    if key in _GONE:
+        raise ProfileError(f"{key}: {_GONE[key]}")
     section, _, fname = key.partition(".")
     if not fname:
         if section not in _TOP_LEVEL:
@@ -652,6 +666,9 @@ def profile_names() -> list[str]:
 
 def _build_section(cls: type, values: Mapping[str, Any], where: str, section: str) -> Any:
     names = {f.name for f in fields(cls)}
+    for name in values:
+        if f"{section}.{name}" in _GONE:
+            raise ProfileError(f"{where}: {section}.{name}: {_GONE[f'{section}.{name}']}")
     unknown = set(values) - names
     if unknown:
         raise ProfileError(f"unknown field(s) {sorted(unknown)} in {where}; known: {sorted(names)}")

@@ -20,6 +20,7 @@ import numpy as np
 from cascadekit.bands import PRETRAIN_MIXTURE, RANGES, Bands
 from cascadekit.passk import pass_at_k
 from cascadekit.evaluation.sampler import cached_sample_completions
+from cascadekit.engine.generation import backend
 from cascadekit.engine.runtime import choose_device, load_model
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.profiles import Profile, WorldConfig
@@ -67,9 +68,15 @@ def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], band
 
 
 def evaluate(model, tokenizer, problems: Sequence, profile: Profile, bands: Bands | None = None) -> list[dict]:
-    """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``)."""
+    """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``).
+
+    ``model`` is a loaded model or a checkpoint folder; vLLM samples when ``engine.vllm``
+    asks and can (:func:`cascadekit.engine.generation.backend`), else transformers.
+    """
     prompts = [p.rl_prompt for p in problems]
-    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seeds.eval)
+    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seeds.eval,
+                                            placement=choose_device(profile), backend=backend(profile),
+                                            engine=profile.engine)
     return judge_samples(problems, completions, bands or profile.world)
 
 
@@ -199,6 +206,9 @@ def format_ladder(rows: Sequence[dict], n: int) -> str:
 
 def evaluate_checkpoint(stage: StageOutput, problems: Sequence[Problem], profile: Profile,
                         bands: Bands | None = None) -> list[dict[str, Any]]:
-    """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band."""
-    model = load_model(stage.checkpoint, choose_device(profile))
+    """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band.
+
+    vLLM loads the checkpoint folder itself; transformers gets the model loaded on the profile's device.
+    """
+    model = stage.checkpoint if backend(profile) == "vllm" else load_model(stage.checkpoint, choose_device(profile))
     return evaluate(model, load_tokenizer(stage.checkpoint), problems, profile, bands)

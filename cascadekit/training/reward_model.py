@@ -260,8 +260,9 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> Sta
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
+        args = reward_config(profile, run_dir)  # before the model: ZeRO-3 partitions it as it loads
         model = load_reward_model(start.checkpoint, layers)
-        trainer = RewardTrainer(model=model, args=reward_config(profile, run_dir), processing_class=tokenizer,
+        trainer = RewardTrainer(model=model, args=args, processing_class=tokenizer,
                                 train_dataset=_tokenized(train, tokenizer))
         started = time.perf_counter()
         trainer.train()

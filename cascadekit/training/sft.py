@@ -33,8 +33,9 @@ import dataclasses
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import torch
 from datasets import Dataset
 from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
@@ -117,7 +118,9 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
     :func:`cascadekit.engine.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one).
 
     Each device's ``sft.batch_size`` rows per step are ``engine.accumulation``
-    micro-batches (``cascadekit launch --accumulation``); the step stays the same."""
+    micro-batches (``cascadekit launch --accumulation``); the step stays the same.
+    On a GPU the activations are checkpointed (recomputed in the backward pass):
+    a 16K-token row's activations would not fit beside the model otherwise."""
     cfg = profile.sft
     steps = profile.engine.accumulation
     if cfg.batch_size % steps:
@@ -136,6 +139,7 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
         weight_decay=0.0,
         max_grad_norm=1.0,
         **training_precision(profile),
+        gradient_checkpointing=choose_device(profile).on_gpu,
         logging_steps=max(1, steps_hint // 50),
         save_strategy="no",
         report_to="none",
@@ -150,12 +154,20 @@ def trainable(model: PreTrainedModel, profile: Profile) -> PreTrainedModel:
     return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora and not isinstance(model, PeftModel) else model
 
 
-def train_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, profile: Profile, stage: int,
-                run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> tuple[PreTrainedModel, dict[str, Any]]:
-    """One SFT stage on ``model``; returns the trained model and the stage's loss log and data counts."""
+def train_stage(model: PreTrainedModel | Callable[[], PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
+                profile: Profile, stage: int, run_dir: Path,
+                callbacks: Sequence[TrainerCallback] = ()) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """One SFT stage on ``model``; returns the trained model and the stage's loss log and data counts.
+
+    ``model`` may be a function that loads it: it is called once the training
+    arguments exist, which is what lets DeepSpeed ZeRO-3 partition the weights as
+    they load (``zero3_init_flag``) instead of every process loading them whole.
+    """
     dataset, dropped = sft_dataset(stage_records(profile, stage), tokenizer, seq_len(profile, stage))
     steps_hint = int(len(dataset) * profile.sft.epochs / profile.sft.batch_size)
-    trainer = SFTTrainer(model=trainable(model, profile), args=sft_config(profile, stage, run_dir, steps_hint),
+    args = sft_config(profile, stage, run_dir, steps_hint)
+    model = model if isinstance(model, torch.nn.Module) else model()
+    trainer = SFTTrainer(model=trainable(model, profile), args=args,
                          train_dataset=dataset, processing_class=tokenizer, callbacks=list(callbacks))
     started = time.perf_counter()
     trainer.train()
@@ -184,13 +196,19 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        model, note = load_trainable(start.checkpoint, choose_device(profile), profile.engine,
-                                     lora=profile.sft.use_lora, rank=LORA_RANK, alpha=LORA_ALPHA,
-                                     max_seq_length=seq_len(profile, stage))
-        model, info = train_stage(model, tokenizer, profile, stage, run_dir, callbacks)
+        notes = []
+
+        def load() -> PreTrainedModel:
+            model, note = load_trainable(start.checkpoint, choose_device(profile), profile.engine,
+                                         lora=profile.sft.use_lora, rank=LORA_RANK, alpha=LORA_ALPHA,
+                                         max_seq_length=seq_len(profile, stage))
+            notes.append(note)
+            return model
+
+        model, info = train_stage(load, tokenizer, profile, stage, run_dir, callbacks)
         save_checkpoint(model, tokenizer, dest, merge_lora=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-        return {**info, "trainable": str(note)}
+        return {**info, "trainable": str(notes[0])}
 
     return run_stage(Stage("sft", inputs, build))
 

@@ -167,18 +167,18 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
         held_examples = judge_examples(held_out, profile, 1, start)
         tokenizer = load_tokenizer(start.checkpoint)
         tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
+        args = TrainingArguments(  # before the model: ZeRO-3 partitions it as it loads
+            output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs,
+            per_device_train_batch_size=cfg.judge_batch_size, learning_rate=cfg.judge_lr,
+            lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
+            **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
+            seed=profile.seeds.train, data_seed=profile.seeds.train)
         model = load_reward_model(start.checkpoint, cfg.judge_layers, labels=2)
         model.config.pad_token_id = tokenizer.pad_token_id
         limit = model.config.max_position_embeddings
         encoded = tokenizer([scored_text(e["prompt"], e["answer"]) for e in train_examples], truncation=True,
                             max_length=limit, add_special_tokens=False)
         data = Dataset.from_dict({**encoded, "labels": [e["label"] for e in train_examples]})
-        args = TrainingArguments(
-            output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs,
-            per_device_train_batch_size=cfg.judge_batch_size, learning_rate=cfg.judge_lr,
-            lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
-            **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
-            seed=profile.seeds.train, data_seed=profile.seeds.train)
         trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer))
         started = time.perf_counter()
         trainer.train()
