@@ -249,6 +249,8 @@ class EngineConfig:
     ``yarn``) how a vLLM server reaches a longer ``model.max_positions``
     (:mod:`cascadekit.launch` refuses a longer one without it). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
+    ``rollouts`` ``kit`` has CPU GRPO roll out with the kit's decode loop (:mod:`cascadekit.training.rollouts`)
+    instead of ``generate``; it enters a GRPO stage's key only then.
     """
 
     allow_download: bool
@@ -265,6 +267,7 @@ class EngineConfig:
     accumulation: int = 1  # gradient accumulation steps of every training stage
     native_positions: int = 0  # the released model's config.json max_position_embeddings; 0: built here
     rope_scaling: str = "none"  # none, or yarn: how vLLM serves a model.max_positions past native_positions
+    rollouts: str = "generate"  # generate (TRL's own, or vLLM); kit: cascadekit.engine.decode, CPU GRPO only
 
     def __post_init__(self) -> None:
         if self.vllm == "server":
@@ -277,6 +280,8 @@ class EngineConfig:
                                    f"got {self.vllm_gpus}")
         elif self.vllm_gpus:
             raise ProfileError(f"engine.vllm_gpus={self.vllm_gpus} only means something with engine.vllm=server")
+        if self.rollouts not in ("generate", "kit"):
+            raise ProfileError(f"engine.rollouts is generate or kit, got {self.rollouts!r}")
         if self.quantization == "4bit" and (self.distributed != "none" or self.nodes * self.gpus_per_node > 1):
             raise ProfileError("engine.quantization=4bit is the single-GPU QLoRA path: it needs "
                                "engine.distributed=none on one GPU (nodes=1, gpus_per_node=1)")

@@ -91,6 +91,12 @@ def test_a_group_is_its_prompt_repeated_greedy_and_sampled():
     assert len({len(row) for row in grouped}) > 3  # rows of one group stopped apart: the grid lost rows
 
 
+def test_a_trainers_policy_stays_in_training_mode():
+    model = tiny().train()
+    decode(model, [[2, 3]], 4, [STOP])
+    assert model.training
+
+
 def test_rows_stop_at_their_stop_token_and_at_the_budget():
     model = tiny()
     for row in decode(model, random_prompts(16, 24, seed=2), 7, [STOP], pad_id=PAD):

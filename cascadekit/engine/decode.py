@@ -280,7 +280,18 @@ def decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_tok
     rows = len(prompts) * group
     if max_new_tokens < 1:
         return [[] for _ in range(rows)]
-    model.eval()
+    training = model.training
+    try:
+        model.eval()
+        return _decode(model, prompts, max_new_tokens, stop_ids, sampling, pad_id, generator, group)
+    finally:
+        model.train(training)  # a trainer's policy goes back to training mode (TRL reads it)
+
+
+def _decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
+            sampling: Sampling, pad_id: int, generator: torch.Generator | None, group: int) -> list[list[int]]:
+    """The loop itself, on checked input (prefill, then one token per live row per step)."""
+    rows = len(prompts) * group
     ids, mask = _left_pad(prompts, pad_id)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     prefill = DynamicCache(config=model.config)

@@ -42,6 +42,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from cascadekit.profiles import Profile, RLConfig
 from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint, training_precision
+from cascadekit.training.rollouts import RolloutFunc, choose_rollouts
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
@@ -409,6 +410,7 @@ def make_grpo_trainer(
     *,
     use_lora: bool = False,
     callbacks: Sequence[TrainerCallback] = (),
+    rollout_func: RolloutFunc | None = None,
 ) -> GRPOTrainer:
     """A ``GRPOTrainer`` for ``config``; ``prompts_dataset`` needs a ``prompt`` column.
 
@@ -426,6 +428,7 @@ def make_grpo_trainer(
         train_dataset=prompts_dataset,
         peft_config=lora_config() if use_lora else None,  # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter)
         callbacks=list(callbacks),
+        rollout_func=rollout_func,  # None: TRL's own generate (or vLLM); engine.rollouts=kit: cascadekit.training.rollouts
     )
     if not config.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
@@ -462,7 +465,8 @@ def train_grpo(
         config_overrides["reward_weights"] = list(reward_weights)
     config = build_grpo_config(profile, output_dir, rl=rl, max_steps=max_steps, **config_overrides)
     trainer = make_grpo_trainer(
-        model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks
+        model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks,
+        rollout_func=choose_rollouts(profile, rl),
     )
     timer = PhaseTimer()
     timer.attach(trainer)
