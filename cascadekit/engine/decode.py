@@ -77,12 +77,18 @@ class _Layer:
     def __init__(self, layer: torch.nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.qkv_weight, self.qkv_bias = _fused(attn.q_proj, attn.k_proj, attn.v_proj)
-        self.splits = (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features)
         self.o_proj, self.down_proj = attn.o_proj, mlp.down_proj
         self.gate_up_weight, self.gate_up_bias = _fused(mlp.gate_proj, mlp.up_proj)
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
-        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
-        self.head_dim, self.scaling = attn.head_dim, attn.scaling
+        self.head_dim = dim = attn.head_dim
+        self.heads, self.kv_heads = attn.q_proj.out_features // dim, attn.k_proj.out_features // dim
+        # Queries and keys are normalised (Qwen3) and rotated as one tensor of heads + kv_heads rows, the
+        # attention scale folded into the queries' factor, so each step does that once, not three times.
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        self.qk_eps = q_norm.variance_epsilon if q_norm is not None else None
+        q_weight = q_norm.weight if q_norm is not None else torch.ones(dim)
+        k_weight = k_norm.weight if k_norm is not None else torch.ones(dim)
+        self.qk_weight = torch.cat((q_weight.expand(self.heads, dim) * attn.scaling, k_weight.expand(self.kv_heads, dim)))
 
 
 def _fused(*projections: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -110,8 +116,8 @@ class _Rope:
         self.cos, self.sin = cos[0], sin[0]  # [positions, head_dim]
 
     def at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of one position per row, shaped ``[rows, 1, 1, head_dim]`` for ``[rows, kv_heads, groups, dim]``."""
-        return self.cos[positions][:, None, None], self.sin[positions][:, None, None]
+        """cos and sin of one position per row, shaped ``[rows, 1, head_dim]`` for ``[rows, heads, head_dim]``."""
+        return self.cos[positions][:, None], self.sin[positions][:, None]
 
 
 class _Cache:
@@ -176,12 +182,12 @@ class _Cache:
         return x if self.full else x.index_select(0, self.slot)
 
 
-def _attend(cache: _Cache, i: int, q: torch.Tensor, scale: float) -> torch.Tensor:
-    """One query per row against its prompt's keys (shared by the group) and its own completion's, one softmax."""
+def _attend(cache: _Cache, i: int, q: torch.Tensor) -> torch.Tensor:
+    """One (scaled) query per row against its prompt's keys (shared by the group) and its own completion's, one softmax."""
     groups, end = q.shape[2], cache.length
     prompt_scores = cache.from_grid(torch.matmul(cache.to_grid(q), cache.prompt_keys[i].transpose(-1, -2)), groups)
     own_scores = torch.matmul(q, cache.keys[i][:, :, :end].transpose(-1, -2))
-    scores = torch.cat((prompt_scores * scale + cache.row_bias, own_scores * scale), dim=-1).softmax(-1)
+    scores = torch.cat((prompt_scores + cache.row_bias, own_scores), dim=-1).softmax(-1)
     to_prompt, to_own = scores.split((cache.prompt_length, end), dim=-1)
     from_prompt = cache.from_grid(torch.matmul(cache.to_grid(to_prompt), cache.prompt_values[i]), groups)
     return from_prompt + torch.matmul(to_own, cache.values[i][:, :, :end])  # [rows, kv_heads, groups, dim]
@@ -196,16 +202,15 @@ def _step(model: PreTrainedModel, layers: list[_Layer], rope: _Rope, cache: _Cac
     rows, at = hidden.shape[0], cache.length
     cache.length += 1
     for i, layer in enumerate(layers):
-        q, k, v = F.linear(_rms_norm(layer.input_norm, hidden), layer.qkv_weight, layer.qkv_bias).split(
-            layer.splits, dim=-1)
-        kv_heads = k.shape[-1] // layer.head_dim
-        q, k = q.view(rows, kv_heads, -1, layer.head_dim), k.view(rows, kv_heads, 1, layer.head_dim)
-        if layer.q_norm is not None:
-            q, k = _rms_norm(layer.q_norm, q), _rms_norm(layer.k_norm, k)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        cache.keys[i][:, :, at] = k[:, :, 0]
-        cache.values[i][:, :, at] = v.view(rows, kv_heads, layer.head_dim)
-        attended = _attend(cache, i, q, layer.scaling)
+        qkv = F.linear(_rms_norm(layer.input_norm, hidden), layer.qkv_weight, layer.qkv_bias)
+        heads, kv_heads, dim = layer.heads, layer.kv_heads, layer.head_dim
+        qk = qkv[:, :(heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
+        if layer.qk_eps is not None:
+            qk = F.rms_norm(qk, (dim,), None, layer.qk_eps)
+        qk = _rotate(qk * layer.qk_weight, cos, sin)
+        cache.keys[i][:, :, at] = qk[:, heads:]
+        cache.values[i][:, :, at] = qkv[:, (heads + kv_heads) * dim:].view(rows, kv_heads, dim)
+        attended = _attend(cache, i, qk[:, :heads].view(rows, kv_heads, heads // kv_heads, dim))
         hidden = hidden + F.linear(attended.reshape(rows, -1), layer.o_proj.weight, layer.o_proj.bias)
         gate, up = F.linear(_rms_norm(layer.post_norm, hidden), layer.gate_up_weight, layer.gate_up_bias).chunk(
             2, dim=-1)
