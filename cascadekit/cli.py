@@ -432,6 +432,7 @@ BENCHMARKS = {
     "world": "cascadekit.bench.world",  # problem generation per style, and rendered lengths per op
     "judge": "cascadekit.bench.judge",  # the process verifier on gold solutions
     "sampler": "cascadekit.bench.sampler",  # the evaluation sampler's generated tokens/s
+    "decode": "cascadekit.bench.decode",  # the kit's decode loop vs generate, stage-table and GRPO shapes
     "train": "cascadekit.bench.pretrain",  # training tokens/s: fp32, bf16 autocast, a plain loop
     "grpo": "cascadekit.bench.grpo",  # kit vs bare TRL per phase, share of the matmul peak
     "async-rewards": "cascadekit.bench.async_rewards",  # blocking vs streamed Code RL rewards

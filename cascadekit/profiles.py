@@ -252,6 +252,8 @@ class EngineConfig:
     GRPO step into micro-batches of that many completions per process (the
     accumulation follows, the step's batch stays). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
+    ``rollouts`` ``kit`` has CPU GRPO roll out with the kit's decode loop (:mod:`cascadekit.training.rollouts`)
+    instead of ``generate``; it enters a GRPO stage's key only then.
     """
 
     allow_download: bool
@@ -272,6 +274,7 @@ class EngineConfig:
     vllm_max_length: int = 0  # that engine's context (prompt + completion); 0: the model's config
     vllm_sleep: bool = False  # colocated vLLM offloads its weights and cache during the optimizer step
     rl_micro_batch: int = 0  # GRPO completions per process per forward/backward; 0: the whole share at once
+    rollouts: str = "generate"  # generate (TRL's own, or vLLM); kit: cascadekit.engine.decode, CPU GRPO only
 
     def __post_init__(self) -> None:
         if self.vllm == "server":
@@ -284,6 +287,8 @@ class EngineConfig:
                                    f"got {self.vllm_gpus}")
         elif self.vllm_gpus:
             raise ProfileError(f"engine.vllm_gpus={self.vllm_gpus} only means something with engine.vllm=server")
+        if self.rollouts not in ("generate", "kit"):
+            raise ProfileError(f"engine.rollouts is generate or kit, got {self.rollouts!r}")
         if self.quantization == "4bit" and (self.distributed != "none" or self.nodes * self.gpus_per_node > 1):
             raise ProfileError("engine.quantization=4bit is the single-GPU QLoRA path: it needs "
                                "engine.distributed=none on one GPU (nodes=1, gpus_per_node=1)")

@@ -44,6 +44,7 @@ from trl import GRPOConfig, GRPOTrainer
 from cascadekit.profiles import EngineConfig, Profile, RLConfig
 from cascadekit.engine.generation import grpo_arguments
 from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint, training_precision
+from cascadekit.training.rollouts import RolloutFunc, choose_rollouts
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
@@ -424,6 +425,7 @@ def make_grpo_trainer(
     *,
     use_lora: bool = False,
     callbacks: Sequence[TrainerCallback] = (),
+    rollout_func: RolloutFunc | None = None,
 ) -> GRPOTrainer:
     """A ``GRPOTrainer`` for ``config``; ``prompts_dataset`` needs a ``prompt`` column.
 
@@ -442,6 +444,7 @@ def make_grpo_trainer(
         # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter), unless it came with one (QLoRA, Unsloth)
         peft_config=lora_config() if use_lora and not isinstance(model, PeftModel) else None,
         callbacks=list(callbacks),
+        rollout_func=rollout_func,  # None: TRL's own generate (or vLLM); engine.rollouts=kit: cascadekit.training.rollouts
     )
     if not config.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
@@ -481,7 +484,8 @@ def train_grpo(
     config = build_grpo_config(profile, output_dir, rl=rl, max_steps=max_steps, **config_overrides)
     model = model if isinstance(model, torch.nn.Module) else model()
     trainer = make_grpo_trainer(
-        model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks
+        model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks,
+        rollout_func=choose_rollouts(profile, rl),
     )
     timer = PhaseTimer()
     timer.attach(trainer)

@@ -31,6 +31,7 @@ from cascadekit.stages import Stage, StageOutput, digest, run_folder, run_stage
 from cascadekit.training.async_rewards import StreamingRewards
 from cascadekit.training.grpo import train_grpo
 from cascadekit.training.pretrain import cached_pretrained, midtrain, pretrain_key
+from cascadekit.training.rollouts import rollout_inputs
 from cascadekit.world import Problem
 
 
@@ -207,7 +208,8 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
 
     inputs = {"start": start.key, "prompts": prompts_id, "n_prompts": len(dataset),
               "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed,
-              **seed_inputs(profile, "train"), **precision_inputs(profile), **engine_settings(profile.engine)}
+              **seed_inputs(profile, "train"), **precision_inputs(profile), **engine_settings(profile.engine),
+              **rollout_inputs(profile)}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:
