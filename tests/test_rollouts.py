@@ -4,30 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from cascadekit.profiles import ProfileError, load_profile
 from cascadekit.training import grpo, rollouts
-
-CHARS = list("0123456789+= ")
-
-
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
-
-
-def tiny_model() -> Qwen3ForCausalLM:
-    torch.manual_seed(0)
-    return Qwen3ForCausalLM(Qwen3Config(
-        vocab_size=len(CHARS) + 3, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True, eos_token_id=1,
-        pad_token_id=0, bos_token_id=None))
-
+from test_grpo import tiny_model, tiny_tokenizer  # one character per token, a one-layer Qwen3
 
 def count_ones(completions, **kwargs):
     return [float(c.count("1")) for c in completions]

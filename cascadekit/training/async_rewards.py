@@ -234,13 +234,8 @@ class StreamingRewards(TrainerCallback):
         model = trainer.model
         if not callable(getattr(model, "generate", None)):
             raise RuntimeError("the trainer's model has no generate method")
-        inner_step, inner_generate = trainer._generate_and_score_completions, model.generate
+        inner_generate = model.generate
         stop_ids = stop_token_ids(self.tokenizer)
-
-        @wraps(inner_step)
-        def step(inputs: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
-            self.begin(inputs)
-            return inner_step(inputs, *args, **kwargs)
 
         @wraps(inner_generate)
         def generate(*args: Any, **kwargs: Any) -> Any:
@@ -254,19 +249,25 @@ class StreamingRewards(TrainerCallback):
                 self.submit(row, self.decode(out[row, prompt_length:].tolist()))
             return out
 
-        trainer._generate_and_score_completions = step
+        self._begin_each_step(trainer)
         model.generate = generate
         self._hooked = model
         trainer.add_callback(self)
 
-    def _attach_after_generation(self, trainer: Any) -> None:
-        """Send every rollout of a batch to the pool when ``_generate`` returns it (vLLM: no decoding loop to watch)."""
-        inner_step, inner_generate = trainer._generate_and_score_completions, trainer._generate
+    def _begin_each_step(self, trainer: Any) -> None:
+        """Have every GRPO step announce its batch's rows (:meth:`begin`) before it generates."""
+        inner_step = trainer._generate_and_score_completions
 
         @wraps(inner_step)
         def step(inputs: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
             self.begin(inputs)
             return inner_step(inputs, *args, **kwargs)
+
+        trainer._generate_and_score_completions = step
+
+    def _attach_after_generation(self, trainer: Any) -> None:
+        """Send every rollout of a batch to the pool when ``_generate`` returns it (vLLM: no decoding loop to watch)."""
+        inner_generate = trainer._generate
 
         @wraps(inner_generate)
         def generate(*args: Any, **kwargs: Any) -> Any:
@@ -278,7 +279,7 @@ class StreamingRewards(TrainerCallback):
                     self.submit(row, self.decode(ids))
             return out
 
-        trainer._generate_and_score_completions = step
+        self._begin_each_step(trainer)
         trainer._generate = generate
         trainer.add_callback(self)
 
