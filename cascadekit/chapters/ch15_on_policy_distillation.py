@@ -83,7 +83,8 @@ def segments(records: Sequence[Mapping[str, Any]], size: int) -> list[list[Mappi
         raise ValueError(f"a segment needs at least one prompt, got {size}")
     cut = [list(records[i:i + size]) for i in range(0, len(records), size)]
     if len(cut) > 1 and len(cut[-1]) < size:
-        cut[-2] += cut.pop()
+        tail = cut.pop()
+        cut[-1] += tail
     return cut
 
 
