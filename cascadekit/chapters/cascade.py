@@ -47,6 +47,11 @@ its own verification time. Where the kit departs from the cascade: one length
 limit for all (the longest of the stages'), RL's own learning rate, no dynamic
 filtering and no length or context schedule, as a mixed run cannot follow
 five schedules at once.
+
+Chapter 15's multi-domain on-policy distillation reads the cascade too: each RL
+domain's teacher is the stage that scores best on that domain's validation prompts
+(:func:`validation_records`, :func:`domain_teachers`), and MOPD is a stage an order
+may place anywhere (:data:`PLACEABLE`, ``cascadekit cascade --order``).
 """
 from __future__ import annotations
 
