@@ -146,3 +146,15 @@ def test_one_mopd_stage_runs_at_smoke_is_cached_and_keyed_by_its_divergence(tmp_
     assert mopd_stage(student, records, teachers, profile, tmp_path).key == out.key
     with pytest.raises(ValueError, match="no teacher for domain 'code'"):
         mopd_stage(student, records, {"math": student}, profile, tmp_path)
+
+
+def test_mopd_runs_as_a_stage_of_a_cascade_order(tmp_path):
+    from cascadekit.chapters import resolve
+    from cascadekit.chapters.cascade import ORDER, mopd_prompts, run_cascade
+
+    profile = resolve("14", "smoke").profile
+    stages = run_cascade(profile, tmp_path, (*ORDER[:2], "MOPD"))
+    assert [s.name for s in stages] == ["SFT", *ORDER[:2], "MOPD"]
+    mopd = stages[-1]
+    assert mopd.runs[0].metrics["steps"] == sum(mopd_prompts(profile).values()) // profile.rl.prompts_per_step
+    assert mopd.checkpoint.key != stages[-2].checkpoint.key and mopd.prompts(profile) > 0
