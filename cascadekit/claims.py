@@ -16,6 +16,18 @@ problems for the binomial interval. Per-sample records (``samples.jsonl.gz``) gi
 per-problem values through :func:`per_problem_pass`; committed per-op rows that keep
 only a rate and a problem count give them through :func:`problem_outcomes`.
 
+**Why intervals are also over training seeds.** A second training run with another
+seed lands elsewhere (rerun with other GRPO seeds, chapter 10's IF-RL headline moved and
+once flipped its verdict), so a prompt-only interval describes one checkpoint, not the
+recipe. :func:`seed_bootstrap` resamples seeds, then prompts; with one seed it is the
+prompt bootstrap, draw for draw.
+
+**Why a Holm column.** A chapter states many claims at 95%; of 70 rows about 3.5 would
+"reproduce" by chance alone. :func:`holm_rows` corrects each family of rows together
+(Holm-Bonferroni, :func:`holm`): the chapter's primary claims (one per RL stage, "lifts
+its own domain") form one family, every other tested row the other. The plain verdict
+stays beside it; the Holm verdict can only be the plain one or "cannot tell".
+
 Stdlib and numpy only, so the notebooks and the book can use it without torch.
 """
 from __future__ import annotations
@@ -123,6 +135,87 @@ def bootstrap_interval(values: ArrayLike, baseline: ArrayLike | None = None, *, 
     return float(estimate), float(min(low, estimate)), float(max(high, estimate))
 
 
+def _seed_draws(differences: Sequence[ArrayLike], resamples: int, seed: int,
+                shared_prompts: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(per-seed means, bootstrap means): seeds resampled, then prompts.
+
+    With one seed there is nothing to resample at the top level, so no seed draw is
+    made and the prompt draws are exactly :func:`bootstrap_interval`'s.
+    """
+    rows = [np.asarray(d, dtype=np.float64) for d in differences]
+    if not rows or any(r.ndim != 1 or r.size == 0 for r in rows):
+        raise ValueError("differences must be one non-empty 1-d sequence per training seed")
+    if len({r.size for r in rows}) > 1:
+        raise ValueError(f"every seed must score as many prompts, got {sorted({r.size for r in rows})} per seed")
+    table = np.stack(rows)
+    count, size = table.shape
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, count, size=(resamples, count)) if count > 1 else np.zeros((resamples, 1), dtype=np.int64)
+    if shared_prompts:
+        prompts = rng.integers(0, size, size=(resamples, size))[:, None, :]
+    else:
+        prompts = rng.integers(0, size, size=(resamples, count, size))
+    return table.mean(axis=1), table[picks[..., None], prompts].mean(axis=2).mean(axis=1)
+
+
+def seed_bootstrap(differences: Sequence[ArrayLike], *, shared_prompts: bool = True, resamples: int = 2000,
+                   confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """(estimate, low, high) of a change over training seeds and prompts: a two-level percentile bootstrap.
+
+    ``differences`` holds one array per training seed, each the paired per-prompt
+    change (after minus before). Each resample draws seeds with replacement, then
+    prompts with replacement, and averages the drawn seeds' means; the estimate is
+    the mean of the per-seed means. Seed-to-seed variance thus widens the interval,
+    which a prompt bootstrap of one run cannot show.
+
+    * ``shared_prompts`` (the default): every seed answered the *same* prompts in
+      the same order (the course fixes the evaluation suite), so one prompt draw
+      serves every drawn seed. Drawing prompts independently per seed would count
+      one prompt set as if it were several and shrink the prompts' share of the
+      variance by the square root of the number of seeds.
+    * ``shared_prompts=False``: each seed was scored on prompts of its own
+      (another evaluation seed per run), resampled within each drawn seed.
+
+    With one seed either way equals ``bootstrap_interval(after, before)`` exactly
+    (the same draws). Widened to contain the estimate, as there.
+    """
+    per_seed, draws = _seed_draws(differences, resamples, seed, shared_prompts)
+    estimate = float(per_seed.mean())
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return estimate, float(min(low, estimate)), float(max(high, estimate))
+
+
+def bootstrap_p_value(differences: Sequence[ArrayLike], direction: Direction = "up", *,
+                      tolerance: float = FLAT_TOLERANCE, shared_prompts: bool = True, resamples: int = 2000,
+                      seed: int = 0) -> float:
+    """Two-sided bootstrap p-value of a row's decision, from :func:`seed_bootstrap`'s own resamples (same seed).
+
+    * "up" / "down": the test of no change, ``2 * min(P(draw <= 0), P(draw >= 0))``,
+      so p < 0.05 where the 95% interval excludes 0.
+    * "flat": the smaller of the two band tests, each doubled onto the same scale:
+      inside +-``tolerance`` (``2 * max(P(draw >= tol), P(draw <= -tol))``, small where
+      the interval lies within the band) and outside it (``2 * min(P(draw <= tol),
+      P(draw >= -tol))``, small where it lies wholly beyond one edge).
+
+    Counts are (1 + hits) / (1 + resamples), so p is never 0; capped at 1.
+    """
+    draws = _seed_draws(differences, resamples, seed, shared_prompts)[1]
+
+    def share(hits: np.ndarray) -> float:
+        return (1 + int(hits.sum())) / (1 + draws.size)
+
+    if direction in ("up", "down"):
+        p = 2 * min(share(draws <= 0), share(draws >= 0))
+    elif direction == "flat":
+        inside = 2 * max(share(draws >= tolerance), share(draws <= -tolerance))
+        outside = 2 * min(share(draws <= tolerance), share(draws >= -tolerance))
+        p = min(inside, outside)
+    else:
+        raise ValueError(f"direction must be 'up', 'down' or 'flat', got {direction!r}")
+    return min(1.0, p)
+
+
 def problem_outcomes(rate: float, problems: int) -> np.ndarray:
     """Per-problem 0/1 values with the given mean, from a committed (rate, problems) row.
 
@@ -197,20 +290,105 @@ def verdict(low: float, high: float, direction: Direction, tolerance: float = FL
 
 
 def claim_row(claim: str, paper: str, estimate: float, low: float, high: float, direction: Direction,
-              *, tolerance: float = FLAT_TOLERANCE, digits: int = 3, **extra: Any) -> dict[str, Any]:
+              *, tolerance: float = FLAT_TOLERANCE, digits: int = 3, seeds: Sequence[float] | None = None,
+              p_value: float | None = None, primary: bool | None = None, **extra: Any) -> dict[str, Any]:
     """One row of a paper-vs-run table, the same shape in every chapter.
 
     ``{"claim", "paper", "this run", "95% interval", "verdict", **extra}``: ``this run``
     is the estimate (a change, or a level for "flat" claims) and the verdict comes
     from the interval alone (:func:`verdict`), never from the estimate's sign.
+
+    ``seeds`` (the per-seed estimates of a :func:`seed_bootstrap` interval) are shown
+    in the interval's cell, ``[lo, hi] (seeds: a, b, c)``. ``p_value``
+    (:func:`bootstrap_p_value`) adds a ``p`` and a ``family`` cell (``primary`` or
+    ``secondary``, from ``primary``) for :func:`holm_rows`. Without them the row is
+    exactly what it was before seeds and families existed.
     """
     if not low <= estimate <= high:
         raise ValueError(f"estimate {estimate} outside its interval [{low}, {high}]")
-    return {
+    if p_value is not None and not 0 <= p_value <= 1:
+        raise ValueError(f"p_value must lie in [0, 1], got {p_value}")
+    interval = f"[{low:.{digits}f}, {high:.{digits}f}]"
+    if seeds is not None:
+        interval += " (seeds: " + ", ".join(f"{s:.{digits}f}" for s in seeds) + ")"
+    row = {
         "claim": claim,
         "paper": paper,
         "this run": round(estimate, digits),
-        "95% interval": f"[{low:.{digits}f}, {high:.{digits}f}]",
+        "95% interval": interval,
         "verdict": verdict(low, high, direction, tolerance),
-        **extra,
     }
+    if p_value is not None:
+        row["p"] = p_value
+    if p_value is not None or primary is not None:
+        row["family"] = "primary" if primary else "secondary"
+    return {**row, **extra}
+
+
+def seed_row(claim: str, paper: str, differences: Sequence[ArrayLike], direction: Direction, *,
+             primary: bool = False, tolerance: float = FLAT_TOLERANCE, digits: int = 3, **extra: Any) -> dict[str, Any]:
+    """A claim row of paired per-prompt differences, one array per training seed: interval, p-value, per-seed estimates.
+
+    :func:`seed_bootstrap` gives the interval and :func:`bootstrap_p_value` the p
+    from the same resamples; the per-seed estimates are shown when there is more
+    than one seed, so a one-seed row reads as a prompt-bootstrap row plus its p.
+    """
+    estimate, low, high = seed_bootstrap(differences)
+    seeds = [float(np.mean(d)) for d in differences]
+    return claim_row(claim, paper, estimate, low, high, direction, tolerance=tolerance, digits=digits,
+                     seeds=seeds if len(seeds) > 1 else None,
+                     p_value=bootstrap_p_value(differences, direction, tolerance=tolerance), primary=primary, **extra)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni step-down adjusted p-values, in the order given.
+
+    The i-th smallest of m p-values is multiplied by (m - i + 1), the products are
+    made non-decreasing in that order (a hypothesis is rejected only if every
+    smaller one is) and capped at 1. Rejecting where the adjusted p is below alpha
+    controls the chance of any false rejection in the family at alpha.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1 or np.any((p < 0) | (p > 1)) or np.any(np.isnan(p)):
+        raise ValueError("p_values must be a 1-d sequence of numbers in [0, 1]")
+    order = np.argsort(p, kind="stable")
+    scaled = np.maximum.accumulate(p[order] * (p.size - np.arange(p.size)))
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(scaled, 1.0)
+    return adjusted.tolist()
+
+
+def holm_verdict(plain: str, adjusted_p: float, alpha: float = 0.05) -> str:
+    """The plain verdict where its family's Holm-adjusted p is below ``alpha``, else "cannot tell".
+
+    The plain verdict already says which way the interval points; Holm only decides
+    whether that reading survives the family's multiplicity, so it is never more
+    decisive than the plain verdict.
+    """
+    if plain not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {plain!r}")
+    return plain if adjusted_p < alpha else "cannot tell"
+
+
+def holm_rows(rows: Sequence[Mapping[str, Any]], alpha: float = 0.05) -> list[dict[str, Any]]:
+    """The rows with a ``Holm`` cell after ``family``: each family's rows corrected together (:func:`holm`).
+
+    A row's family is its ``family`` cell (``primary``: the chapter's primary claims;
+    ``secondary``: every other row with a ``p``). A row without a p-value (a level,
+    a ratio, an unpaired or per-step statistic) is in no family: its ``p``,
+    ``family`` and ``Holm`` cells read "n/a", and the secondary family is corrected
+    over the tested rows only. Every row gets the same columns, in the same order.
+    """
+    holm_cells: dict[int, str] = {}
+    for family in ("primary", "secondary"):
+        members = [i for i, r in enumerate(rows) if r.get("p") is not None and r.get("family") == family]
+        for i, adjusted in zip(members, holm([rows[i]["p"] for i in members])):
+            holm_cells[i] = f"{holm_verdict(rows[i]['verdict'], adjusted, alpha)} (adj. p {adjusted:.3f})"
+    result = []
+    for i, r in enumerate(rows):
+        head = {k: r[k] for k in ("claim", "paper", "this run", "95% interval", "verdict")}
+        tested = i in holm_cells
+        head.update({"p": r["p"] if tested else "n/a", "family": r["family"] if tested else "n/a",
+                     "Holm": holm_cells.get(i, "n/a")})
+        result.append({**head, **{k: v for k, v in r.items() if k not in head}})
+    return result

@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterator, NamedTuple, NoReturn
 #: itself is streamed to disk, never held in memory.
 MAX_COUNT = 10_000_000
 MAX_SEED = 2**63 - 1
+#: ``--train-seed`` names at most this many seeds (each a process of its own).
+MAX_TRAIN_SEEDS = 64
 #: ``verify`` reads at most this many bytes per line (a model output, not a corpus) ...
 MAX_LINE_BYTES = 1 << 20
 #: ... and at most this many lines, judging each as it is read.
@@ -64,6 +66,15 @@ def _bounded_int(lo: int, hi: int) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+def _train_seeds(text: str) -> list[int]:
+    """"3" -> [3]; "0,1,2" -> [0, 1, 2]: distinct seeds, each from 0 to MAX_SEED."""
+    parts = [part.strip() for part in text.split(",")] if len(text) <= 2000 else [text[:20] + "..."]
+    seeds = [_bounded_int(0, MAX_SEED)(part) for part in parts]
+    if len(set(seeds)) != len(seeds) or len(seeds) > MAX_TRAIN_SEEDS:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give at most {MAX_TRAIN_SEEDS} distinct seeds, e.g. 0,1,2")
+    return seeds
 
 
 def _contexts(text: str) -> tuple[str, ...]:
@@ -192,17 +203,63 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     takes only toy-scale runs from a clean tree (or ``--draft``).
     """
     from cascadekit import chapters
-    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.course.replicates import seed_folder
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, parse_overrides, set_threads
     from cascadekit.results import ResultsWriter
 
-    config = chapters.resolve(args.chapter, args.scale, parse_overrides(args.set), args.seed, args.rebuild_base)
+    seeds = _train_seeds_of(args)
+    overrides = _with_train_seed(parse_overrides(args.set), seeds)
+    # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
+    # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
+    import_unsloth_first(load_profile(args.scale, {k: v for k, v in overrides.items()
+                                                   if not k.startswith(CHAPTER_PREFIX)}).engine)
+    config = chapters.resolve(args.chapter, args.scale, overrides, args.seed, args.rebuild_base)
     command = _command(args)
-    writer = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
+    folder = config.spec.folder if seeds is None else f"{seed_folder(Path(config.spec.folder), seeds[0])}"
+    writer = ResultsWriter(folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
+    work = Path(args.work) if args.work else Path("runs") / config.spec.folder
+    if seeds is not None and len(seeds) > 1:
+        return _replicates(args, seeds, work)
+    results = writer.folder  # made now: a results folder that cannot be made fails before any work
     set_threads(args.threads)
     print(config.profile.summary(), file=sys.stderr, flush=True)
-    metrics = chapters.run(config, Path(args.work) if args.work else Path("runs") / config.spec.folder)
+    metrics = chapters.run(config, work if seeds is None else seed_folder(work, seeds[0]))
     chapters.write(config.spec.id, metrics, writer)
-    print(f"results: {writer.folder}")
+    print(f"results: {results}")
+    return 0
+
+
+def _train_seeds_of(args: argparse.Namespace) -> list[int] | None:
+    """``--train-seed``'s seeds (None when not given), after checking ``--jobs`` has several to run."""
+    if args.jobs > 1 and (args.train_seed is None or len(args.train_seed) < 2):
+        raise ValueError("--jobs runs several training seeds at once: give it with --train-seed N,N,...")
+    return args.train_seed
+
+
+def _with_train_seed(overrides: dict[str, Any], seeds: list[int] | None) -> dict[str, Any]:
+    """``overrides`` with the first of ``--train-seed``'s seeds as ``train_seed`` (the only one a run in this
+    process takes; several seeds run as children, :func:`_replicates`)."""
+    if seeds is None:
+        return overrides
+    if "train_seed" in overrides:
+        raise ValueError("--train-seed and --set train_seed=... both set the training seed: give one")
+    return {**overrides, "train_seed": seeds[0]}
+
+
+def _replicates(args: argparse.Namespace, seeds: list[int], logs: Path) -> int:
+    """One child of this command per seed (:mod:`cascadekit.course.replicates`), ``--jobs`` at once; exit 1
+    naming the seeds that failed."""
+    from cascadekit.course.replicates import failed_seeds, run_replicates, seed_folder
+
+    if getattr(args, "rebuild_base", False):  # every child would pretrain the one base they share again
+        raise ValueError("--rebuild-base with several --train-seed seeds: rebuild the base once, with one seed")
+    codes = run_replicates(args.command, args.argv, seeds, args.jobs, logs)
+    if failed := failed_seeds(codes):
+        print(f"cascadekit {args.command}: train seed(s) {', '.join(map(str, failed))} failed "
+              f"(logs: {', '.join(f'{seed_folder(logs, s)}.log' for s in failed)})", file=sys.stderr)
+        return 1
+    print(f"train seeds {', '.join(map(str, seeds))}: all finished")
     return 0
 
 
@@ -213,12 +270,22 @@ def _command(args: argparse.Namespace) -> str:
 
 def cmd_cascade(args: argparse.Namespace) -> int:
     """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
+    from cascadekit.chapters import resolve
     from cascadekit.chapters.ch14_whole_cascade import lever
+    from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import parse_overrides, set_threads
 
+    seeds = _train_seeds_of(args)
+    overrides = _with_train_seed(parse_overrides(args.set), seeds)
+    out, work = Path(args.out), Path(args.work)
+    if seeds is not None and len(seeds) > 1:
+        resolve("14", args.scale, overrides, args.seed)  # a bad setting is one error here, not one per child
+        return _replicates(args, seeds, work)
+    if seeds is not None:
+        out, work = seed_folder(out, seeds[0]), seed_folder(work, seeds[0])
     set_threads(args.threads)
-    lever(args.scale, args.seed, parse_overrides(args.set), args.order, args.joint, args.against, args.harder,
-          Path(args.out), Path(args.work), _command(args))
+    lever(args.scale, args.seed, overrides, args.order, args.joint, args.against, args.harder, out, work,
+          _command(args))
     return 0
 
 
@@ -302,6 +369,21 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_edges(args: argparse.Namespace) -> int:
+    """Each domain's edge of competence on one checkpoint (:mod:`cascadekit.evaluation.edges`): print and write it."""
+    from cascadekit.evaluation.edges import edges, edges_markdown, write_edges
+    from cascadekit.profiles import load_profile, parse_overrides, set_threads
+
+    profile = load_profile(args.scale, parse_overrides(args.set))
+    set_threads(args.threads)
+    result = edges(args.checkpoint, profile, args.ops, args.domains or None, args.modes, args.n, args.k)
+    out = Path(args.out) if args.out else Path("runs") / "edges" / args.checkpoint.replace("/", "-")
+    write_edges(result, out, _command(args))
+    print(edges_markdown(result))
+    print(f"results: {out}")
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One of chapter 04's probes (:mod:`cascadekit.chapters.probes`): print its table, write JSON and text.
 
@@ -367,6 +449,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_gpucheck(args: argparse.Namespace) -> int:
     """Every GPU path once (:mod:`cascadekit.launch.gpucheck`); exit 1 when a row failed, 0 when all passed or were skipped."""
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import load_profile
+
+    import_unsloth_first(load_profile("small").engine)  # its Unsloth row, before the check imports trl and the rest
     from cascadekit.launch.gpucheck import main as gpucheck
 
     return gpucheck(args.options, parser_class=_Parser)
@@ -471,6 +557,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 def _experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("chapter", help="chapter number, e.g. 04")
     _add_training_arguments(parser, "the chapter's settings")
+    _replicate_arguments(parser)
     parser.add_argument("--out", default="",
                         help="results root (default: data/results at toy scale, runs/results-<scale> otherwise)")
     parser.add_argument("--work", default="", help="scratch folder for trainer files (default: runs/<chapter>)")
@@ -481,8 +568,18 @@ def _experiment_arguments(parser: argparse.ArgumentParser) -> None:
                         help="allow writing data/results from a tree with uncommitted changes")
 
 
+def _replicate_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--train-seed`` and ``--jobs``: training-seed replicates of an experiment or a cascade."""
+    parser.add_argument("--train-seed", type=_train_seeds, default=None, metavar="N[,N...]",
+                        help="the training seed (the profile's train_seed); the outputs go to a train-seed-N "
+                             "subfolder. Several seeds run as single-thread child processes, one log each")
+    parser.add_argument("--jobs", type=_bounded_int(1, 64), default=1,
+                        help="with several --train-seed seeds: how many children run at once (2: both cores)")
+
+
 def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
     _add_training_arguments(parser, "chapter 14's settings")
+    _replicate_arguments(parser)
     arms = parser.add_mutually_exclusive_group()
     arms.add_argument("--order", help="comma-separated RL stages after SFT, each at most once (default: the paper's "
                                       "order, RLHF first)")
@@ -512,6 +609,24 @@ def _evaluate_checkpoints_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/checkpoints", help="folder for stage_table.md, rows.json, samples")
     parser.add_argument("--allow-download", action="store_true", help="download hub checkpoints not yet cached")
     parser.add_argument("--threads", type=_bounded_int(0, 256), default=0)
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _edges_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", metavar="STAGE|FOLDER", help="a cache entry such as sft/c894671bdf53 "
+                        "(cached or shipped) or a checkpoint folder")
+    parser.add_argument("--ops", type=_ops, default="2-5", help="op counts, e.g. 2-5 or 2,4")
+    parser.add_argument("--domains", type=_names, default=[], help="comma-separated domains (default: all six)")
+    parser.add_argument("--modes", type=_names, default=["think", "no_think"], help="think, no_think or both")
+    parser.add_argument("--n", type=_bounded_int(1, 100_000), default=24, help="prompts per domain x op")
+    parser.add_argument("--k", type=_bounded_int(1, 1024), default=8, help="samples per prompt")
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
+    parser.add_argument("--threads", type=_bounded_int(0, 256), default=0)
+    parser.add_argument("--out", default="", help="folder for edges.md and edges.json (default: runs/edges/<stage>)")
 
 
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -590,6 +705,8 @@ COMMANDS: dict[str, Command] = {
     "probe": Command(cmd_probe, "run one of chapter 04's probes and write its JSON and text table", _probe_arguments),
     "evaluate-checkpoints": Command(cmd_evaluate_checkpoints, "the stage table of a list of checkpoints (folders or "
                                     "hub names), e.g. released ones", _evaluate_checkpoints_arguments),
+    "edges": Command(cmd_edges, "greedy, pass@1, pass@k and best-of-k per domain x mode x op of one checkpoint, "
+                     "each cell banded too easy, edge or too hard", _edges_arguments),
     "launch": Command(cmd_launch, "run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server",
                       _launch_arguments),
     "book": Command(cmd_book, "build the HTML book from notebooks executed by `cascadekit run`", _book_arguments),

@@ -87,7 +87,6 @@ class EvaluationConfig:
     top_p: float
     max_new_tokens: int
     batch_size: int
-    backend: str
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,11 @@ class EngineConfig:
     (``max_position_embeddings`` of its config.json; 0: the kit builds the model,
     so ``model.max_positions`` is its context) and ``rope_scaling`` (``none`` or
     ``yarn``) how a vLLM server reaches a longer ``model.max_positions``
-    (:mod:`cascadekit.launch` refuses a longer one without it). ``data`` is ``world`` (the kit's synthetic six domains)
+    (:mod:`cascadekit.launch` refuses a longer one without it). ``vllm`` alone decides
+    who generates, everywhere (:mod:`cascadekit.engine.generation`); ``vllm_memory``,
+    ``vllm_max_length`` and ``vllm_sleep`` size its engine, ``rl_micro_batch`` splits a
+    GRPO step into micro-batches of that many completions per process (the
+    accumulation follows, the step's batch stays). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
     """
 
@@ -265,6 +268,10 @@ class EngineConfig:
     accumulation: int = 1  # gradient accumulation steps of every training stage
     native_positions: int = 0  # the released model's config.json max_position_embeddings; 0: built here
     rope_scaling: str = "none"  # none, or yarn: how vLLM serves a model.max_positions past native_positions
+    vllm_memory: float = 0.3  # the GPU memory share a colocated or evaluation vLLM engine takes (TRL's default)
+    vllm_max_length: int = 0  # that engine's context (prompt + completion); 0: the model's config
+    vllm_sleep: bool = False  # colocated vLLM offloads its weights and cache during the optimizer step
+    rl_micro_batch: int = 0  # GRPO completions per process per forward/backward; 0: the whole share at once
 
     def __post_init__(self) -> None:
         if self.vllm == "server":
@@ -294,7 +301,82 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class DomainsConfig:
+    """The second world's knobs: what the Part II domains ask in SFT, RL and evaluation, never in pretraining.
+
+    At their defaults (today's world) they add nothing to any stage key
+    (:func:`domains_inputs`) and every task is drawn as before, so every shipped
+    checkpoint holds. Whatever their values, the base's pretraining text stays
+    byte for byte the same (the ``pretrain`` split's raw text and
+    :func:`cascadekit.domains.surfaces_fingerprint` never read them), so a chat
+    base pretrained for the second world serves both. Each maps onto the paper so:
+
+    * ``instruction_constraints``: the least and most verifiable constraints an
+      instruction prompt carries (today 1-3). IFEval prompts carry one to three
+      as well, but a toy model follows one or two nearly always; ``[2, 3]`` takes
+      the domain off its ceiling. The counts change the prompts themselves.
+    * ``swe_rewrites``: every SWE task has more than one correct patch. The
+      reference patch (what the execution-free reward's lexical similarity
+      compares with, as SWE-bench's gold patch is one developer's fix) and the
+      SFT answer each write the fixed line in one of its equivalent forms
+      (operands reordered, a constant factored out), drawn independently, so a
+      correct patch can read unlike the reference and a near-miss like it:
+      similarity is no longer correctness, and hacking it becomes measurable.
+      Execution accepts every correct form, as it always did. The prompts stay.
+    * ``general_teacher``: the share of general answers written as a teacher
+      distils them (the paper's SFT responses come from DeepSeek-R1/V3): the
+      request restated, a padding sentence, sometimes the answer said twice,
+      closes beyond the polite ones the hidden quality rewards, and rarely one
+      fact wrong; so RLHF has style to cut. The hidden quality still scores such
+      an answer below the concise one. The reward model's preference pairs stay
+      the concise gold and its perturbations (the paper's preference data is not
+      its SFT data); its policy samples carry whatever SFT taught. The prompts stay.
+    """
+
+    instruction_constraints: tuple[int, int] = (1, 3)
+    swe_rewrites: bool = False
+    general_teacher: float = 0.0
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """A profile's three seeds, each resolved (see :class:`Profile`)."""
+
+    data: int
+    eval: int
+    train: int
+
+
+#: The roles a seed plays: what :attr:`Profile.seeds` holds and :func:`seed_inputs` names.
+SEED_ROLES = ("data", "eval", "train")
+
+
+@dataclass(frozen=True)
 class Profile:
+    """A scale profile: its sections and its seeds.
+
+    ``seed`` is the profile's one seed, and each of the three seeds of a role
+    equals it unless set (``None`` in ``profiles.yaml``: follow ``seed``), so a
+    profile that sets none behaves, and keys every stage, as before they existed:
+
+    - ``data_seed``: which tasks and problems exist in each split, the RL prompt
+      pools, SFT's tasks, the preference pairs, the SWE judge's tasks, the
+      pretraining corpora and tokenizers;
+    - ``eval_seed``: the evaluation suites (the stage table's, the per-op and
+      per-context suites of chapters 11-14, Part I's ladder) and the evaluation's
+      sampling, fixed across the course so every stage is compared on the same prompts;
+    - ``train_seed``: what a chapter's training draws: initialisation of what it
+      trains, data shuffling, rollout sampling (GRPO's seed, the dynamic filter's
+      screens), SFT, reward-model and judge training, and the policy samples
+      their pairs are built from.
+
+    The pretrained bases (Part I's, chapter 05's variants, the chat base) are
+    shared by every training seed: they follow ``seed`` and ``data_seed``, never
+    ``train_seed``, as post-training starts from one released base (a replicate is
+    over what a chapter trains, not an hour of pretraining again). A seed equal to
+    ``seed`` adds nothing to a stage's key (:func:`seed_inputs`).
+    """
+
     name: str
     description: str
     device: str
@@ -311,7 +393,16 @@ class Profile:
     code_rl: CodeRLConfig
     swe_rl: SWERLConfig
     engine: EngineConfig
+    domains: DomainsConfig = DomainsConfig()
     seed: int = 0
+    data_seed: int | None = None
+    eval_seed: int | None = None
+    train_seed: int | None = None
+
+    @property
+    def seeds(self) -> Seeds:
+        """The three seeds, each ``seed`` where it is not set."""
+        return Seeds(*(self.seed if s is None else s for s in (self.data_seed, self.eval_seed, self.train_seed)))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -336,7 +427,9 @@ class Profile:
 
     def summary(self) -> str:
         """A few lines for the top of a notebook."""
-        lines = [f"profile {self.name!r}: {self.description}", f"  device={self.device} dtype={self.dtype} seed={self.seed}"]
+        own = "".join(f" {k}={v}" for k, v in seed_inputs(self, *SEED_ROLES).items())
+        lines = [f"profile {self.name!r}: {self.description}",
+                 f"  device={self.device} dtype={self.dtype} seed={self.seed}{own}"]
         for section in _SECTIONS:
             values = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(getattr(self, section)).items())
             lines.append(f"  {section}: {values}")
@@ -360,8 +453,9 @@ _SECTIONS = {
     "code_rl": CodeRLConfig,
     "swe_rl": SWERLConfig,
     "engine": EngineConfig,
+    "domains": DomainsConfig,
 }
-_TOP_LEVEL = {"description", "device", "dtype", "seed"}
+_TOP_LEVEL = {"description", "device", "dtype", "seed", *(f"{role}_seed" for role in SEED_ROLES)}
 
 # --- validation ---------------------------------------------------------------------
 #
@@ -379,7 +473,6 @@ MAX_TEXT = 1000
 DEVICES = ("cpu", "cuda")
 #: ``bfloat16`` trains in bf16 where the device supports it; anything else would silently run in float32.
 DTYPES = ("float32", "bfloat16")
-BACKENDS = ("hf", "vllm")  # cascadekit.evaluation.sampler
 ROPE_SCALINGS = ("none", "yarn")  # cascadekit.launch's vLLM server
 ARCHITECTURES = ("qwen2", "qwen3")  # cascadekit.engine.models._ARCHITECTURES
 QUANTIZATIONS = ("none", "4bit")  # cascadekit.engine.runtime.load_model
@@ -395,6 +488,10 @@ def _positive(v: Any) -> bool:
 
 def _non_negative(v: Any) -> bool:
     return v >= 0
+
+
+def _seed_or_none(v: Any) -> bool:
+    return v is None or v >= 0
 
 
 def _fraction(v: Any) -> bool:
@@ -424,6 +521,7 @@ _OPS = (_op_range, f"an op range [lo, hi] with {MIN_OP} <= lo <= hi <= {MAX_OP}"
 #: ``pretrain.problems`` 0 = enough problems to fill the token budget once.
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": _one_of(*DEVICES), "dtype": _one_of(*DTYPES), "seed": _NON_NEGATIVE,
+    **{f"{role}_seed": (_seed_or_none, ">= 0, or null (the same as seed)") for role in SEED_ROLES},
     "world.rendering": _one_of(*STYLES), "world.ops_in_distribution": _OPS, "world.ops_edge": _OPS,
     "world.ops_hard": _OPS, "world.contexts": (_contexts, f"a non-empty list of contexts from {', '.join(CONTEXTS)}"),
     "tokenizer.vocab_size": _POSITIVE, "tokenizer.corpus_problems": _NON_NEGATIVE,
@@ -436,7 +534,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pretrain.save_steps": _POSITIVE, "pretrain.problems": _NON_NEGATIVE,
     **{f"evaluation.{k}": _POSITIVE for k in ("problems_per_op", "samples", "temperature",
                                               "max_new_tokens", "batch_size")},
-    "evaluation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "evaluation.backend": _one_of(*BACKENDS),
+    "evaluation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     **{f"rl.{k}": _POSITIVE for k in ("samples", "group_size", "temperature", "lr", "prompts_per_step",
                                       "max_completion_length")},
     "rl.kl_beta": _NON_NEGATIVE,
@@ -464,7 +562,16 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "engine.vllm_gpus": _NON_NEGATIVE, "engine.data": _one_of(*DATA_SOURCES),
     "engine.precision": _one_of(*PRECISIONS), "engine.accumulation": _POSITIVE,
     "engine.native_positions": _NON_NEGATIVE, "engine.rope_scaling": _one_of(*ROPE_SCALINGS),
+    "engine.vllm_memory": (lambda v: 0 < v < 1, "in (0, 1)"), "engine.vllm_max_length": _NON_NEGATIVE,
+    "engine.rl_micro_batch": _NON_NEGATIVE,
+    # 5: cascadekit.domains.instructions.MAX_CONSTRAINTS (tests/test_domain_knobs.py holds them equal)
+    "domains.instruction_constraints": (lambda v: 1 <= v[0] <= v[1] <= 5, "a range [lo, hi] with 1 <= lo <= hi <= 5"),
+    "domains.general_teacher": _FRACTION,
 }
+
+#: Fields that are gone, each with where its meaning went (an old override or YAML entry is one clear error).
+_GONE = {"evaluation.backend": "vLLM generation is engine.vllm's alone (none, colocate or server; "
+                               "transformers where there is no GPU or no vllm); evaluation.backend is gone"}
 
 
 def _short(value: Any) -> str:
@@ -478,6 +585,8 @@ CHAPTER_PREFIX = "chapter."
 
 def _field_type(key: str) -> Any:
     """The declared type of a dotted key (``model.hidden`` -> int); ProfileError for unknown keys."""
+    if key in _GONE:
+        raise ProfileError(f"{key}: {_GONE[key]}")
     section, _, fname = key.partition(".")
     if not fname:
         if section not in _TOP_LEVEL:
@@ -496,6 +605,8 @@ _TYPE_NAMES = {int: "integers", str: "strings", float: "numbers", bool: "boolean
 
 def _typed(value: Any, hint: Any) -> tuple[Any, str]:
     """``(value as the field stores it, "")`` when ``value`` has type ``hint`` exactly, else ``(None, what was expected)``."""
+    if hint == int | None:  # a seed of a role: an integer, or None to follow ``seed``
+        return (None, "") if value is None else _typed(value, int)
     if hint is bool:
         return (value, "") if isinstance(value, bool) else (None, "true or false")
     if hint is int:
@@ -555,6 +666,9 @@ def profile_names() -> list[str]:
 
 def _build_section(cls: type, values: Mapping[str, Any], where: str, section: str) -> Any:
     names = {f.name for f in fields(cls)}
+    for name in values:
+        if f"{section}.{name}" in _GONE:
+            raise ProfileError(f"{where}: {section}.{name}: {_GONE[f'{section}.{name}']}")
     unknown = set(values) - names
     if unknown:
         raise ProfileError(f"unknown field(s) {sorted(unknown)} in {where}; known: {sorted(names)}")
@@ -574,15 +688,15 @@ def load_profile(name: str, overrides: Mapping[str, Any] | None = None) -> Profi
     raw = _raw_profiles()
     if not isinstance(name, str) or name not in raw:
         raise ProfileError(f"unknown scale profile {name!r}; choose one of {sorted(raw)}")
-    base = {"name": name, "seed": 0, **raw[name]}
+    base = {"name": name, "seed": 0, **{f"{role}_seed": None for role in SEED_ROLES}, **raw[name]}
     try:
-        top = {k: check_value(k, base[k]) for k in ("description", "device", "dtype", "seed")}
+        top = {k: check_value(k, base[k]) for k in sorted(_TOP_LEVEL)}
     except ProfileError as err:
         raise ProfileError(f"profile {name}: {err}") from err
     profile = Profile(
         name=name,
         **top,
-        **{s: _build_section(cls, base[s], f"profile {name}.{s}", s) for s, cls in _SECTIONS.items()},
+        **{s: _build_section(cls, base.get(s, {}), f"profile {name}.{s}", s) for s, cls in _SECTIONS.items()},
     )
     return apply_overrides(profile, overrides or {})
 
@@ -689,7 +803,30 @@ def profile_from_arguments(args: argparse.Namespace) -> Profile:
     return load_profile(args.scale, parse_overrides(args.overrides))
 
 
+def seed_inputs(profile: Profile, *roles: str) -> dict[str, int]:
+    """What a stage's key adds for the seeds of ``roles`` it reads: each one that differs from ``seed``.
+
+    A key already holds ``seed``; a seed of a role left at ``seed`` adds nothing,
+    so every key of a profile that sets none (every shipped one) stays as it was.
+
+    >>> seed_inputs(load_profile("smoke", {"train_seed": 2}), "data", "train")
+    {'train_seed': 2}
+    """
+    unknown = [role for role in roles if role not in SEED_ROLES]
+    if unknown:
+        raise ValueError(f"unknown seed role {unknown[0]!r}: use {', '.join(SEED_ROLES)}")
+    seeds = profile.seeds
+    return {f"{role}_seed": getattr(seeds, role) for role in roles if getattr(seeds, role) != profile.seed}
+
+
 def precision_inputs(profile: Profile) -> dict[str, str]:
     """What a training stage's key adds for ``engine.precision``: nothing at ``fp32``, so no shipped key moves."""
     precision = profile.engine.precision
     return {} if precision == "fp32" else {"precision": precision}
+
+
+def domains_inputs(profile: Profile) -> dict[str, Any]:
+    """What a stage's key adds for the ``domains`` knobs: the ones off today's world, so no shipped key moves."""
+    changed = {f.name: getattr(profile.domains, f.name) for f in fields(DomainsConfig)
+               if getattr(profile.domains, f.name) != f.default}
+    return {"domains": changed} if changed else {}

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadekit.claims import (binomial_interval, bootstrap_interval, claim_row, per_problem_pass,
-                               problem_outcomes, row_change, verdict)
+from cascadekit.claims import (binomial_interval, bootstrap_interval, bootstrap_p_value, claim_row, holm, holm_rows,
+                               holm_verdict, per_problem_pass, problem_outcomes, row_change, seed_bootstrap, seed_row,
+                               verdict)
 
 
 @pytest.mark.parametrize("successes, trials, low, high", [
@@ -142,3 +143,129 @@ def test_row_change_from_committed_rows() -> None:
     estimate, low, high = row_change(before, after, "pass@16")
     assert estimate == pytest.approx(-0.052, abs=1e-3) and low < estimate < 0 < high
     assert row_change(before, before, "pass@16", seed=1) == row_change(before, before, "pass@16", seed=1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-1, 1), min_size=1, max_size=40), st.integers(0, 2**31))
+def test_seed_bootstrap_with_one_seed_is_the_prompt_bootstrap(differences: list[float], seed: int) -> None:
+    """One seed: the same draws as the paired prompt bootstrap, so the same numbers exactly."""
+    after = np.asarray(differences)
+    assert seed_bootstrap([after], seed=seed, resamples=300) == bootstrap_interval(
+        after, np.zeros_like(after), seed=seed, resamples=300)
+
+
+def _coverage(shared: bool, trials: int = 200) -> float:
+    """How often the 95% interval holds the true mean change 0.1 over 5 seeds (offsets N(0, 0.05)) x 40 prompts."""
+    rng, covered = np.random.default_rng(7), 0
+    for trial in range(trials):
+        offsets = rng.normal(0.0, 0.05, size=5)
+        prompts = rng.normal(0.0, 0.3, size=40)  # one prompt set for every seed, when shared
+        seeds = [0.1 + o + (prompts if shared else rng.normal(0.0, 0.3, size=40)) + rng.normal(0.0, 0.1, size=40)
+                 for o in offsets]
+        _, low, high = seed_bootstrap(seeds, shared_prompts=shared, resamples=400, seed=trial)
+        covered += low <= 0.1 <= high
+    return covered / trials
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_seed_bootstrap_covers_a_known_mean(shared: bool) -> None:
+    assert 0.85 <= _coverage(shared) <= 1.0
+
+
+def test_independent_prompt_draws_undercover_shared_prompts() -> None:
+    """Shared prompts resampled as if each seed had its own: the interval is too narrow (why shared is the default)."""
+    rng = np.random.default_rng(11)
+    prompts = rng.normal(0.0, 0.3, size=40)
+    seeds = [0.1 + prompts + rng.normal(0.0, 0.02, size=40) for _ in range(4)]
+    _, low_shared, high_shared = seed_bootstrap(seeds)
+    _, low_nested, high_nested = seed_bootstrap(seeds, shared_prompts=False)
+    assert high_nested - low_nested < 0.7 * (high_shared - low_shared)
+
+
+def test_seed_variance_widens_the_interval() -> None:
+    """Seeds spread by +-0.2 on the same prompts widen the interval; identical seeds leave it as one seed's."""
+    base = np.random.default_rng(3).normal(0.05, 0.2, size=60)
+    _, low_one, high_one = seed_bootstrap([base])
+    _, low_same, high_same = seed_bootstrap([base, base, base])
+    estimate, low, high = seed_bootstrap([base - 0.2, base, base + 0.2])
+    assert estimate == pytest.approx(base.mean())
+    assert high_same - low_same == pytest.approx(high_one - low_one, rel=0.25)
+    assert high - low > 2 * (high_one - low_one)
+
+
+def test_seed_bootstrap_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        seed_bootstrap([])
+    with pytest.raises(ValueError):
+        seed_bootstrap([[0.1, 0.2], [0.1]])
+    with pytest.raises(ValueError):
+        bootstrap_p_value([[0.1, 0.2]], "sideways")  # type: ignore[arg-type]
+
+
+def test_p_value_agrees_with_the_interval() -> None:
+    """p < 0.05 where the 95% interval excludes no change, large where it straddles it; flat reads the band."""
+    rng = np.random.default_rng(5)
+    clear, null = [rng.normal(0.3, 0.2, size=50)], [rng.normal(0.0, 0.2, size=50)]
+    assert seed_bootstrap(clear)[1] > 0 and bootstrap_p_value(clear) < 0.05
+    assert bootstrap_p_value(clear, "down") == bootstrap_p_value(clear, "up")
+    assert bootstrap_p_value(null) > 0.1
+    assert bootstrap_p_value([np.zeros(20)]) == 1.0
+    tight = [rng.normal(0.0, 0.02, size=80)]
+    assert bootstrap_p_value(tight, "flat") < 0.05 and verdict(*seed_bootstrap(tight)[1:], "flat") == "reproduced"
+    assert bootstrap_p_value(clear, "flat") < 0.05 and verdict(*seed_bootstrap(clear)[1:], "flat") == "contradicted"
+
+
+@pytest.mark.parametrize("p, adjusted", [
+    ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),  # step-down: 4x, 3x, 2x, 1x, kept monotone
+    ([0.01, 0.02, 0.03, 0.04, 0.05], [0.05, 0.08, 0.09, 0.09, 0.09]),
+    ([0.5], [0.5]),
+    ([0.6, 0.7], [1.0, 1.0]),
+    ([], []),
+])
+def test_holm_textbook_cases(p: list[float], adjusted: list[float]) -> None:
+    assert holm(p) == pytest.approx(adjusted)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=20))
+def test_holm_is_between_the_raw_p_and_bonferroni(p: list[float]) -> None:
+    adjusted = holm(p)
+    assert all(raw <= adj + 1e-12 and adj <= min(1.0, raw * len(p)) + 1e-12 for raw, adj in zip(p, adjusted))
+
+
+def test_holm_rejects_bad_p_values() -> None:
+    with pytest.raises(ValueError):
+        holm([0.1, 1.5])
+
+
+def test_holm_rows_correct_each_family_and_keep_the_plain_verdict() -> None:
+    rows = [claim_row("own domain", "up", 0.2, 0.1, 0.3, "up", p_value=0.01, primary=True),
+            claim_row("second", "up", 0.2, 0.01, 0.3, "up", p_value=0.04),
+            claim_row("third", "up", 0.2, 0.02, 0.3, "up", p_value=0.03),
+            claim_row("a level", "up", 0.2, 0.1, 0.3, "up")]
+    out = holm_rows(rows)
+    assert [list(r)[:8] for r in out] == [["claim", "paper", "this run", "95% interval", "verdict", "p", "family",
+                                          "Holm"]] * 4
+    assert out[0]["Holm"] == "reproduced (adj. p 0.010)"  # a family of one: its own p
+    assert out[1]["Holm"].startswith("cannot tell") and out[2]["Holm"].startswith("cannot tell")  # 0.06 each
+    assert out[3]["p"] == out[3]["family"] == out[3]["Holm"] == "n/a"
+    assert [r["verdict"] for r in out] == ["reproduced"] * 4
+    assert holm_verdict("cannot tell", 0.001) == "cannot tell" and holm_verdict("contradicted", 0.01) == "contradicted"
+
+
+def test_claim_row_with_seeds_and_p_and_without() -> None:
+    row = claim_row("x", "rises", 0.1, 0.05, 0.2, "up", seeds=[0.06, 0.1, 0.14], p_value=0.002, primary=True)
+    assert row["95% interval"] == "[0.050, 0.200] (seeds: 0.060, 0.100, 0.140)"
+    assert row["p"] == 0.002 and row["family"] == "primary" and row["verdict"] == "reproduced"
+    assert list(claim_row("x", "rises", 0.1, 0.05, 0.2, "up")) == ["claim", "paper", "this run", "95% interval",
+                                                                    "verdict"]
+    with pytest.raises(ValueError):
+        claim_row("x", "rises", 0.1, 0.05, 0.2, "up", p_value=1.5)
+
+
+def test_seed_row_shows_the_seeds_only_when_there_are_several() -> None:
+    one = seed_row("x", "rises", [np.full(20, 0.1)], "up", primary=True)
+    assert one["95% interval"] == "[0.100, 0.100]" and one["family"] == "primary" and one["p"] < 0.01
+    three = seed_row("x", "rises", [np.full(20, 0.0), np.full(20, 0.1), np.full(20, 0.2)], "up")
+    assert three["95% interval"].endswith("(seeds: 0.000, 0.100, 0.200)") and three["family"] == "secondary"
+    assert three["this run"] == pytest.approx(0.1)

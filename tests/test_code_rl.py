@@ -130,6 +130,37 @@ def test_streaming_inside_grpo_gives_the_blocking_runs_rewards(tokenizer, tmp_pa
     assert stats[False]["sent_while_generating"] == 0
 
 
+def test_under_vllm_each_finished_batch_is_verified_on_the_pool_before_trl_scores_it(tokenizer, tmp_path) -> None:
+    """Issue 34 case 4: Code RL with vLLM on (the small and full defaults) streams its rewards, batch by batch.
+
+    No vLLM here: the trainer says ``use_vllm`` while the rewards attach (all they read), then generates with
+    transformers, whose ``_generate`` returns the batch in the same layout TRL's vLLM path does.
+    """
+    from cascadekit.chat import stop_token_ids
+    from cascadekit.training.pipeline import chat_rl_dataset
+    from cascadekit.engine.runtime import load_model
+    from cascadekit.chapters.cascade import sft_checkpoint
+    from cascadekit.training.grpo import train_grpo
+
+    model = load_model(sft_checkpoint(PROFILE).checkpoint)
+    model.generation_config.eos_token_id = stop_token_ids(tokenizer)
+    rewards = StreamingRewards(verifier_reward, tokenizer, workers=2)
+
+    def attach_as_under_vllm(trainer) -> None:
+        trainer.args.use_vllm = True
+        try:
+            rewards.attach(trainer)
+        finally:
+            trainer.args.use_vllm = False
+
+    train_grpo(model, tokenizer, chat_rl_dataset(code_rl_records(PROFILE)[:4]), rewards, PROFILE, str(tmp_path),
+               max_steps=2, hooks=[attach_as_under_vllm], shuffle_dataset=False, disable_tqdm=True)
+    stats = rewards.summary()
+    assert stats["sent_after_generation"] == stats["completions"] == 16  # every rollout, before scoring began
+    assert stats["sent_while_generating"] == 0 and stats["reverified"] == 0  # the texts TRL scored were those sent
+    assert "generate" not in vars(model) and not rewards.running  # the model's generate was never wrapped
+
+
 def _metrics(rise: float) -> dict:
     """Chapter metrics for two arms: the hot arm's entropy rises by ``rise`` a step and it solves op 3."""
     def samples(score):

@@ -72,22 +72,43 @@ def test_accumulation_still_generates_once_per_optimizer_step(tmp_path):
         grpo.build_grpo_config(smoke(), str(tmp_path), num_processes=3)
 
 
+def test_a_micro_batch_splits_the_step_without_changing_it(tmp_path):
+    """Issue 34 case 9: engine.rl_micro_batch completions per forward/backward; the accumulation follows."""
+    cfg = grpo.build_grpo_config(smoke(**{"engine.rl_micro_batch": 2}), str(tmp_path), max_steps=3)
+    assert cfg.per_device_train_batch_size == 2 and cfg.gradient_accumulation_steps == cfg.steps_per_generation == 4
+    assert cfg.generation_batch_size == 8  # 2 prompts x 4 rollouts: the step's batch as without it
+    rl, small = load_profile("small").rl, load_profile("small").engine
+    assert grpo.micro_batches(rl, small, 1) == (1, rl.prompts_per_step * rl.group_size)
+    with pytest.raises(ValueError, match="do not split over 1 training processes in micro-batches of engine.rl_micro_batch=3"):
+        grpo.build_grpo_config(smoke(**{"engine.rl_micro_batch": 3}), str(tmp_path))
+    with pytest.raises(ValueError, match="engine.rl_micro_batch=2 sets GRPO's accumulation itself"):
+        grpo.build_grpo_config(smoke(**{"engine.rl_micro_batch": 2}), str(tmp_path), gradient_accumulation_steps=2)
+
+
 def test_gpu_config_uses_vllm_without_a_gpu(tmp_path, monkeypatch):
-    # TrainingArguments refuses bf16 without a GPU; pretend there is one (vLLM is never started).
+    # TrainingArguments refuses bf16 without a GPU; pretend there is one, and vllm (never started).
+    import importlib.machinery
+    import sys
+    import types
+
     import transformers.training_args as training_args
 
     monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
     monkeypatch.setattr(runtime, "cuda_device", lambda: ("Fake GPU", True))
+    fake = types.ModuleType("vllm")
+    fake.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
     profile = load_profile("paper")
     one_node = grpo.build_grpo_config(profile, str(tmp_path))
     assert one_node.use_vllm and one_node.vllm_mode == "colocate"
     assert one_node.bf16 and not one_node.use_cpu and one_node.gradient_checkpointing
     assert one_node.beta == 1e-3 and one_node.num_generations == 6 and one_node.learning_rate == 1e-6
-    nodes = grpo.build_grpo_config(profile, str(tmp_path), num_processes=16, num_nodes=2)
-    assert nodes.vllm_mode == "server"
+    nodes = grpo.build_grpo_config(profile, str(tmp_path), num_processes=16)
+    assert nodes.vllm_mode == "colocate"  # engine.vllm alone decides, however many processes
     assert nodes.per_device_train_batch_size == profile.rl.prompts_per_step * 6 // 16
-    full = grpo.build_grpo_config(load_profile("full"), str(tmp_path), num_processes=8, gradient_accumulation_steps=8)
-    assert full.use_vllm and full.beta == 0.0 and full.steps_per_generation == 8
+    full = grpo.build_grpo_config(load_profile("full"), str(tmp_path), num_processes=8)  # one micro-batch of 1
+    assert full.use_vllm and full.beta == 0.0 and full.per_device_train_batch_size == 1
+    assert full.steps_per_generation == full.gradient_accumulation_steps == 128 * 16 // 8
 
 
 def test_a_gpu_profile_without_a_gpu_runs_on_the_cpu(tmp_path, monkeypatch):

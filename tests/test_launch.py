@@ -1,14 +1,17 @@
 """The launcher's dry run for 1 and 4 nodes, and its validation, without a GPU."""
 from __future__ import annotations
 
+import importlib.machinery
 import subprocess
+import sys
+import types
 
 import pytest
 import transformers.training_args as training_args
 
 from cascadekit.engine import runtime
 from cascadekit.cli import main
-from cascadekit.launch import CONFIGS, LaunchError, accelerate_config, plan, validate_config
+from cascadekit.launch import CONFIGS, LaunchError, accelerate_config, launch_profile, plan, validate_config
 from cascadekit.profiles import load_profile
 from cascadekit.training import grpo
 
@@ -91,7 +94,7 @@ def test_the_shipped_configs_validate_and_broken_ones_do_not(tmp_path):
 
 
 def test_the_plan_takes_real_addresses():
-    the_plan = plan(load_profile("full", {"engine.nodes": 2, "engine.accumulation": 2}), "if-rl",
+    the_plan = plan(launch_profile("full", "if-rl", {"engine.nodes": 2, "engine.accumulation": 2})[0], "if-rl",
                     main_address="gpu-001", server_address="gpu-009")
     assert the_plan.env == {"CASCADEKIT_VLLM_SERVER": "gpu-009:8000"}
     assert "--main_process_ip gpu-001" in " ".join(the_plan.node_commands[1])
@@ -106,8 +109,12 @@ def test_grpo_reads_the_launched_job(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "32")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     monkeypatch.setenv("CASCADEKIT_VLLM_SERVER", "gpu-009:8000")
+    vllm = types.ModuleType("vllm")
+    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # installed, as on the cluster (never started)
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
     cfg = grpo.build_grpo_config(load_profile("full", {"engine.nodes": 4}), str(tmp_path))
-    assert cfg.per_device_train_batch_size == 128 * 16 // 32 and cfg.vllm_mode == "server"
+    assert cfg.per_device_train_batch_size == 1 and cfg.vllm_mode == "server"  # engine.rl_micro_batch
+    assert cfg.gradient_accumulation_steps == 128 * 16 // 32
     assert cfg.vllm_server_base_url == "http://gpu-009:8000"
 
 

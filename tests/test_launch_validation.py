@@ -143,8 +143,9 @@ def test_accumulation_reaches_every_trainer_and_deepspeed_agrees(tmp_path, monke
     assert main(["launch", "if-rl", "--nodes", "4", "--accumulation", "4", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "--set=engine.accumulation=4" in out and "--gradient_accumulation_steps" not in out
-    profile = load_profile("full", {"engine.nodes": 4, "engine.accumulation": 4})
-    config = grpo.build_grpo_config(profile, str(tmp_path), num_processes=32, num_nodes=4)
+    assert "--set=engine.rl_micro_batch=0" in out  # --accumulation gives GRPO's split instead of the micro-batch
+    profile = launch_profile("full", "if-rl", {"engine.nodes": 4, "engine.accumulation": 4})[0]
+    config = grpo.build_grpo_config(profile, str(tmp_path), num_processes=32)
     assert config.gradient_accumulation_steps == 4 and config.per_device_train_batch_size == 128 * 16 // (32 * 4)
     assert sft.sft_config(profile, 1, tmp_path, 10).gradient_accumulation_steps == 4
     rm = reward_model.reward_config(profile, tmp_path)

@@ -85,7 +85,7 @@ def test_every_shipped_profile_validates_and_every_field_is_checked() -> None:
                 assert check_value(key, getattr(getattr(profile, section), f.name)) is not None
                 hint = typing.get_type_hints(_SECTIONS[section])[f.name]
                 if hint in (int, float) or typing.get_origin(hint) is tuple or key.endswith(
-                        ("rendering", "backend", "architecture")):
+                        ("rendering", "architecture")):
                     assert key in _RULES, f"{key} has no bound: add one to profiles._RULES"
 
 
@@ -145,7 +145,9 @@ def test_engine_overrides_apply_together() -> None:
         ({"world.ops_hard": [8, 9, 10]}, "expected a list of 2 integers"),
         ({"world.ops_hard": "8-10"}, "expected a list of 2 integers"),
         ({"world.rendering": "fancy"}, "world.rendering='fancy': must be one of full, compact, minimal, paper"),
-        ({"evaluation.backend": "magic"}, "evaluation.backend='magic': must be one of hf, vllm"),
+        ({"evaluation.backend": "vllm"}, "evaluation.backend: vLLM generation is engine.vllm's alone"),
+        ({"engine.vllm_memory": 1.0}, "engine.vllm_memory=1.0: must be in (0, 1)"),
+        ({"engine.rl_micro_batch": -1}, "engine.rl_micro_batch=-1: must be >= 0"),
         ({"model.architecture": "gpt9"}, "model.architecture='gpt9': must be one of qwen2, qwen3"),
         ({"device": "tpu"}, "device='tpu': must be one of cpu, cuda"),
         ({"dtype": "int8"}, "dtype='int8': must be one of float32, bfloat16"),
@@ -157,6 +159,17 @@ def test_overrides_are_checked_exactly(overrides: dict, needle: str) -> None:
     with pytest.raises(ProfileError) as info:
         load_profile("smoke", overrides)
     assert needle in str(info.value)
+
+
+def test_an_old_yaml_entry_for_the_generation_backend_names_engine_vllm(monkeypatch) -> None:
+    """Issue 34 case 7: ``evaluation.backend`` is gone; a profile file still naming it is one line naming engine.vllm."""
+    from cascadekit import profiles
+
+    raw = profiles._raw_profiles()
+    raw["smoke"]["evaluation"] = {**raw["smoke"]["evaluation"], "backend": "vllm"}
+    monkeypatch.setattr(profiles, "_raw_profiles", lambda: raw)
+    with pytest.raises(ProfileError, match=r"profile smoke.evaluation: evaluation.backend: .*engine.vllm"):
+        load_profile("smoke")
 
 
 def test_zero_is_allowed_where_it_means_something() -> None:

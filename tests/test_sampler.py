@@ -1,4 +1,3 @@
-import dataclasses
 import types
 from pathlib import Path
 
@@ -71,17 +70,13 @@ def test_vllm_backend_without_vllm_is_a_clear_error(tokenizer, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    cfg = load_profile("smoke", {"evaluation.backend": "vllm"}).evaluation
-    with pytest.raises(RuntimeError, match="vllm is not installed"):
-        sample_completions("some/checkpoint", tokenizer, ["<question>"], cfg)
+    with pytest.raises(ImportError, match="the vllm sampling backend needs the 'vllm' package"):
+        sample_completions("some/checkpoint", tokenizer, ["<question>"], PROFILE.evaluation, backend="vllm")
 
 
 def test_unknown_backend(model, tokenizer):
-    with pytest.raises(ValueError, match="backend"):  # the profile refuses it first
-        load_profile("smoke", {"evaluation.backend": "magic"})
-    cfg = dataclasses.replace(load_profile("smoke").evaluation, backend="magic")
-    with pytest.raises(ValueError, match="backend"):  # and so does the sampler, for a config built by hand
-        sample_completions(model, tokenizer, ["<question>"], cfg)
+    with pytest.raises(ValueError, match="unknown sampling backend 'magic'"):
+        sample_completions(model, tokenizer, ["<question>"], PROFILE.evaluation, backend="magic")
 
 
 def test_generation_benchmark_runs_at_smoke_scale(capsys):
@@ -105,12 +100,18 @@ class FakeVLLM:
     def __init__(self):
         self.module = types.ModuleType("vllm")
         self.seen: dict = {}
+        self.engines = 0  # engines alive now
         fake = self
 
         class LLM:
-            def __init__(self, model, seed):
+            def __init__(self, model, seed, **engine):
                 folder = Path(model)
-                fake.seen.update(folder=folder, files=sorted(p.name for p in folder.iterdir()), seed=seed)
+                fake.seen.update(folder=folder, files=sorted(p.name for p in folder.iterdir()), seed=seed,
+                                 engine=engine)
+                fake.engines += 1
+
+            def __del__(self):
+                fake.engines -= 1
 
             def generate(self, prompts, params):
                 fake.seen["prompts"] = prompts
@@ -129,15 +130,20 @@ def test_vllm_backend_saves_an_in_memory_model_to_a_temporary_checkpoint(model, 
 
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake.module)
-    cfg = load_profile("smoke", {"evaluation.backend": "vllm"}).evaluation
-    out = sample_completions(model, tokenizer, ["<question> a", "<question> b"], cfg, seed=3, n=2)
+    cfg = PROFILE.evaluation
+    engine = load_profile("small").engine
+    out = sample_completions(model, tokenizer, ["<question> a", "<question> b"], cfg, seed=3, n=2, backend="vllm",
+                             engine=engine)
     assert out == [[" 1 </answer>"] * 2] * 2
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(fake.seen["files"])
     assert fake.seen["seed"] == 3 and not fake.seen["folder"].exists()  # the temporary checkpoint is gone
+    assert fake.seen["engine"] == {"gpu_memory_utilization": 0.45, "max_model_len": 10240}  # the profile's knobs
+    assert fake.engines == 0  # freed before sampling returns
 
     from cascadekit.engine.runtime import with_lora
 
-    sample_completions(with_lora(build_model(PROFILE.model, tokenizer), rank=2, alpha=4), tokenizer, ["<q>"], cfg, n=1)
+    sample_completions(with_lora(build_model(PROFILE.model, tokenizer), rank=2, alpha=4), tokenizer, ["<q>"], cfg, n=1,
+                       backend="vllm")
     assert "model.safetensors" in fake.seen["files"] and "adapter_config.json" not in fake.seen["files"]  # merged
 
 
@@ -150,12 +156,12 @@ def test_vllm_backend_takes_folders_and_refuses_uncached_hub_names(model, tokeni
     monkeypatch.setitem(sys.modules, "vllm", fake.module)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("CASCADEKIT_ALLOW_DOWNLOAD", raising=False)
-    cfg = load_profile("smoke", {"evaluation.backend": "vllm"}).evaluation
+    cfg = PROFILE.evaluation
     folder = save_checkpoint(model, tokenizer, tmp_path / "ck")
-    sample_completions(folder, tokenizer, ["<q>"], cfg, n=1)
+    sample_completions(folder, tokenizer, ["<q>"], cfg, n=1, backend="vllm")
     assert fake.seen["folder"] == folder
     with pytest.raises(DownloadNotAllowed, match="cascadekit-tests/no-such-model"):
-        sample_completions("cascadekit-tests/no-such-model", tokenizer, ["<q>"], cfg, n=1)
+        sample_completions("cascadekit-tests/no-such-model", tokenizer, ["<q>"], cfg, n=1, backend="vllm")
 
 
 def test_cached_sampling_samples_once_per_model_content(model, tokenizer, problems, monkeypatch, tmp_path):

@@ -100,7 +100,19 @@ def test_sft_config_takes_the_device_from_the_runtime(tmp_path, monkeypatch) -> 
 
     monkeypatch.setattr(runtime, "cuda_device", lambda: None)  # a GPU profile on a CPU machine: CPU, float32
     cfg = sft_config(load_profile("paper"), 1, tmp_path, steps_hint=10)
-    assert cfg.use_cpu and not cfg.bf16 and not cfg.fp16
+    assert cfg.use_cpu and not cfg.bf16 and not cfg.fp16 and not cfg.gradient_checkpointing
+
+
+def test_sft_checkpoints_activations_on_a_gpu(tmp_path, monkeypatch) -> None:
+    """Issue 34 case 9: a 16K-token SFT row's activations do not fit beside the model without it."""
+    import transformers.training_args as training_args
+
+    from cascadekit.engine import runtime
+
+    monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Fake GPU", True))
+    cfg = sft_config(load_profile("small"), 2, tmp_path, steps_hint=10)
+    assert cfg.gradient_checkpointing and cfg.bf16 and cfg.max_length == 16384
 
 
 @pytest.mark.parametrize("use_lora", [False, True])

@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from cascadekit.evaluation.sampler import sample_completions
+from cascadekit.engine.generation import backend
 from cascadekit.engine.models import build_model
 from cascadekit.profiles import add_scale_arguments, profile_from_arguments
 from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
@@ -47,7 +48,8 @@ def main(argv: Sequence[str] | None = None,
     problems = generate_problems(ops=[op], contexts=tuple(profile.world.contexts), n=args.prompts,
                                  seed=profile.seed, split="eval", style=profile.world.rendering)
     start = time.perf_counter()
-    completions = sample_completions(model, tokenizer, [p.rl_prompt for p in problems], cfg, seed=profile.seed)
+    completions = sample_completions(model, tokenizer, [p.rl_prompt for p in problems], cfg, seed=profile.seed,
+                                     backend=backend(profile), engine=profile.engine)
     seconds = time.perf_counter() - start
     texts = [t for samples in completions for t in samples]
     tokens = sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])

@@ -43,7 +43,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from cascadekit.profiles import CHAPTER_PREFIX, Profile, ProfileError, check_typed, load_profile, overrides_mapping
+from cascadekit.profiles import (
+    CHAPTER_PREFIX, SEED_ROLES, Profile, ProfileError, check_typed, load_profile, overrides_mapping, seed_inputs,
+)
 from cascadekit.results import ResultsWriter
 
 
@@ -95,8 +97,10 @@ class ChapterConfig:
         return self.spec.settings.get(self.scale, {})
 
     def record(self) -> dict[str, Any]:
-        """What a result keeps of its config: scale, seed, the chapter's settings and the caller's overrides."""
+        """What a result keeps of its config: scale, seeds (a role's only where it is not ``seed``), the chapter's
+        settings and the caller's overrides."""
         record = {"chapter": self.spec.id, "scale": self.scale, "seed": self.profile.seed,
+                  **seed_inputs(self.profile, *SEED_ROLES),
                   "chapter_settings": dict(self.settings), "overrides": dict(self.overrides)}
         if self.options is not None:
             record["options"] = dataclasses.asdict(self.options)

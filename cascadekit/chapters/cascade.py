@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from cascadekit.artifacts import cache_root
-from cascadekit.domains import chat_record, chat_records, domains, draw_tasks, prompt_text
+from cascadekit.domains import chat_record, chat_records, configured, domains, draw_tasks, prompt_text
 from cascadekit.evaluation.stage_table import stage_table
 from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, verifier_reward
@@ -96,10 +96,11 @@ def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: i
 
     ``think`` None alternates, starting with ``/think``; fed in order
     (``chat_grpo(in_order=True)``), every batch of an even ``prompts_per_step`` is
-    exactly half each mode.
+    exactly half each mode. The prompts follow the data seed (plus ``seed_offset``, one per stage).
     """
     lo, hi = ops or profile.sft.ops
-    tasks = draw_tasks(domains()[domain], n or profile.rl.samples, profile.seed + seed_offset, "rl", range(lo, hi + 1))
+    tasks = draw_tasks(configured(domain, profile.domains), n or profile.rl.samples, profile.seeds.data + seed_offset,
+                       "rl", range(lo, hi + 1))
     return [chat_record(t, i % 2 == 0 if think is None else think) for i, t in enumerate(tasks)]
 
 
@@ -494,13 +495,14 @@ def parse_joint(text: str) -> dict[str, int]:
 
 
 def joint_records(profile: Profile, prompts: Mapping[str, int]) -> list[dict[str, Any]]:
-    """``prompts[domain]`` prompts of each domain's pool (cycled when the cascade took more), shuffled together."""
+    """``prompts[domain]`` prompts of each domain's pool (cycled when the cascade took more), shuffled together
+    by the training seed (the order is the run's shuffling, fed in order; the pools are the data seed's)."""
     pools = domain_pools(profile)
     unknown = set(prompts) - set(pools)
     if unknown:
         raise ValueError(f"joint RL has no domain {sorted(unknown)[0]!r}: use {', '.join(pools)}")
     records = [pools[d][i % len(pools[d])] for d, n in prompts.items() for i in range(n)]
-    random.Random(profile.seed).shuffle(records)
+    random.Random(profile.seeds.train).shuffle(records)
     return records
 
 
@@ -532,8 +534,8 @@ VALIDATION_SEED = 15
 def validation_records(profile: Profile, names: Sequence[str] = TARGET_DOMAINS) -> list[dict[str, Any]]:
     """``sft.eval_tasks`` validation prompts per domain, each in both modes: never the evaluation suite.
 
-    Drawn like the stage table's suite (the same ops, ``sft.ops``) but from the RL
-    split, with a seed of their own and without any prompt an RL stage trains on,
+    Drawn like the stage table's suite (the same ops, ``sft.ops``, the evaluation seed) but
+    from the RL split, with a seed offset of their own and without any prompt an RL stage trains on,
     so a teacher is chosen on prompts neither the evaluation nor the training sees.
     """
     lo, hi = profile.sft.ops
@@ -541,7 +543,8 @@ def validation_records(profile: Profile, names: Sequence[str] = TARGET_DOMAINS) 
     records = []
     for name in names:
         trained = {prompt_text(r) for r in pools.get(name, ())}
-        tasks = [t for t in draw_tasks(domains()[name], 2 * n, profile.seed + VALIDATION_SEED, "rl", range(lo, hi + 1))
+        tasks = [t for t in draw_tasks(configured(name, profile.domains), 2 * n, profile.seeds.eval + VALIDATION_SEED,
+                                       "rl", range(lo, hi + 1))
                  if prompt_text(chat_record(t, True)) not in trained and prompt_text(chat_record(t, False)) not in trained]
         if len(tasks) < n:
             raise ValueError(f"{name}: only {len(tasks)} of {n} validation prompts are outside the RL pools")

@@ -49,7 +49,7 @@ from cascadekit.engine.models import build_model
 from cascadekit.stages import Stage, StageOutput, run_stage
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, seed_inputs
 from cascadekit.results import markdown_table
 from cascadekit.training.pretrain import LOSS_LOG, cached_tokenizer, pack, read_loss_log, train_lm
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
@@ -95,7 +95,7 @@ def component_lengths(profile: Profile, tokenizer: PreTrainedTokenizerBase, prob
     parts = {"source": [(c, world.ops_in_distribution) for c in SOURCES], TARGET: [(TARGET, (B_OP, B_OP))]}
     return {
         name: mean_tokens(sample_mixture(Mixture(tuple(MixtureComponent(c, ops, 1 / len(comps)) for c, ops in comps)),
-                                         probes, profile.seed + 7, "pretrain", world.rendering), tokenizer)
+                                         probes, profile.seeds.data + 7, "pretrain", world.rendering), tokenizer)
         for name, comps in parts.items()
     }
 
@@ -122,7 +122,7 @@ def pretraining_corpus(profile: Profile, tokenizer: PreTrainedTokenizerBase, b_s
     lengths = component_lengths(profile, tokenizer)
     mixture = exposure_mixture(profile.world.ops_in_distribution, b_share, lengths)
     mean = sum(c.share * lengths[TARGET if c.context == TARGET else "source"] for c in mixture.components)
-    return sample_mixture(mixture, round((tokens or profile.pretrain.tokens) / mean), seed=profile.seed,
+    return sample_mixture(mixture, round((tokens or profile.pretrain.tokens) / mean), seed=profile.seeds.data,
                           split="pretrain", style=profile.world.rendering)
 
 
@@ -160,9 +160,13 @@ def corpus_stats(problems: Sequence[Problem], tokenizer: PreTrainedTokenizerBase
 
 
 def variant_key(profile: Profile, b_share: float) -> str:
-    """Cache key of a pretrained variant: every setting that shapes it, and the exposure."""
+    """Cache key of a pretrained variant: every setting that shapes it, and the exposure.
+
+    A variant is a pretrained base: the data seed shapes it, the training seed never does.
+    """
     base = profile.hash("world", "tokenizer", "model", "pretrain", "seed")
-    recipe = json.dumps({"base": base, "sources": list(SOURCES), "target": TARGET, "b_op": B_OP, "b_share": b_share})
+    recipe = json.dumps({"base": base, "sources": list(SOURCES), "target": TARGET, "b_op": B_OP, "b_share": b_share,
+                         **seed_inputs(profile, "data")})
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 

@@ -29,14 +29,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.domains import prompt_text
-from cascadekit.claims import bootstrap_interval, claim_row
-from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change, picked
+from cascadekit.claims import claim_row, holm_rows, seed_row
+from cascadekit.evaluation.stage_claims import change_row, compact, mean_of, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Function, Number
@@ -115,21 +116,24 @@ RESULTS_TITLE = "Chapter 09: reward model and half-half RLHF"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
+    """The chapter's paper-vs-run rows, each with a 95% interval, a verdict from it and a Holm column.
+
+    The primary claim is RLHF's lift of its own domain (general, both modes).
+    """
     samples, largest = metrics["per_sample"], metrics["largest"]
-    sft, half = samples[SFT_STAGE], samples["RLHF half-half"]
+    sft, half = [samples[SFT_STAGE]], [samples["RLHF half-half"]]
     rows = []
     for name, (bench, before, after) in PAPER_RLHF.items():
-        rows.append(claim_row(f"RLHF (half-half) changes the {name} score, both modes", f"{bench} {before} -> {after}",
-                              *paired_change(sft, half, names=[name]), "up"))
-    rows.append(claim_row("RLHF cuts verbosity: mean tokens per response, all domains", "shorter, less verbose answers",
-                          *paired_change(sft, half, "tokens"), "down", digits=1))
-    rows.append(claim_row("RLHF cuts repetition: repeated word 3-grams, all domains", "less repetition",
-                          *paired_change(sft, half, "repetition"), "down"))
+        rows.append(change_row(f"RLHF (half-half) changes the {name} score, both modes", f"{bench} {before} -> {after}",
+                               sft, half, "up", names=[name], primary=name == "general"))
+    rows.append(change_row("RLHF cuts verbosity: mean tokens per response, all domains",
+                           "shorter, less verbose answers", sft, half, "down", "tokens", digits=1))
+    rows.append(change_row("RLHF cuts repetition: repeated word 3-grams, all domains", "less repetition",
+                           sft, half, "down", "repetition"))
     for other in list(RLHF_ARMS)[1:]:
-        rows.append(claim_row(f"half-half beats {other}: mean score over all domains and modes",
-                              "half-half best on ArenaHard, AIME25 and LCB v6",
-                              *paired_change(samples[f"RLHF {other}"], half), "up"))
+        rows.append(change_row(f"half-half beats {other}: mean score over all domains and modes",
+                               "half-half best on ArenaHard, AIME25 and LCB v6", [samples[f"RLHF {other}"]], half,
+                               "up"))
     sizes = sorted(int(k) for k in metrics["reward_models"])
     for layers in sizes:
         acc = metrics["reward_models"][str(layers)]["held_out"]
@@ -141,11 +145,11 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
         small_run = arm_name("half-half", small, largest)
         gap_large = [v["gap"] for v in views[f"RLHF half-half / RM {largest}"]]
         gap_small = [v["gap"] for v in views[f"{small_run} / RM {small}"]]
-        rows.append(claim_row(f"a larger reward model is hacked less: (predicted - true quality) after RLHF against "
-                              f"the {largest}-layer RM minus against the {small}-layer RM",
-                              "small RMs more exposed to style artifacts and reward hacking (7B-72B)",
-                              *bootstrap_interval(gap_large, gap_small), "down"))
-    return rows
+        rows.append(seed_row(f"a larger reward model is hacked less: (predicted - true quality) after RLHF against "
+                             f"the {largest}-layer RM minus against the {small}-layer RM",
+                             "small RMs more exposed to style artifacts and reward hacking (7B-72B)",
+                             [np.subtract(gap_large, gap_small)], "down"))
+    return holm_rows(rows)
 
 
 def gap_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -41,9 +41,9 @@ from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
-from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.claims import bootstrap_interval, claim_row, holm_rows
 from cascadekit.domains import chat_records, domains, draw_tasks
-from cascadekit.evaluation.stage_claims import compact, mean_of, paired_change
+from cascadekit.evaluation.stage_claims import change_row, compact, mean_of
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function, Number
@@ -76,7 +76,7 @@ def code_eval_records(profile: Profile) -> list[dict[str, Any]]:
     """``sft.eval_tasks`` eval-split code prompts per op of ``code_rl.ops``, each in both modes, op by op."""
     records = []
     for op in range(profile.code_rl.ops[0], profile.code_rl.ops[1] + 1):
-        for task in draw_tasks(domains()["code"], profile.sft.eval_tasks, profile.seed, "eval", [op]):
+        for task in draw_tasks(domains()["code"], profile.sft.eval_tasks, profile.seeds.eval, "eval", [op]):
             records.extend({**r, "op": op} for r in chat_records(task))
     return records
 
@@ -147,43 +147,45 @@ RESULTS_TITLE = "Chapter 12: Code RL"
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it."""
+    """The chapter's paper-vs-run rows, each with a 95% interval, a verdict from it and a Holm column.
+
+    The primary claim is Code RL's lift of its own domain (held-out code, think).
+    """
     temperatures = sorted(arm["temperature"] for arm in metrics["runs"].values())
     low_t, high_t = arm_name(temperatures[0]), arm_name(temperatures[-1])
     cascade = metrics["cascade_arm"]
     code, samples = metrics["code_per_sample"], metrics["per_sample"]
     hard = max(s["op"] for s in code[START])
     rows = [
-        claim_row(f"Code RL raises held-out code pass rate, ops {min(s['op'] for s in code[START])}-{hard}, think "
-                  f"({cascade})", "LiveCodeBench v6 rises after Code RL",
-                  *paired_change(code[START], code[cascade], names=["code"], think=True), "up"),
-        claim_row(f"... on the hardest op ({hard}), think", "the gain is on problems the model could not yet solve",
-                  *paired_change([s for s in code[START] if s["op"] == hard],
-                                 [s for s in code[cascade] if s["op"] == hard], names=["code"], think=True), "up"),
-        claim_row(f"... and it carries into no_think (ops {min(s['op'] for s in code[START])}-{hard})",
-                  "not reported separately for the unified model",
-                  *paired_change(code[START], code[cascade], names=["code"], think=False), "up"),
+        change_row(f"Code RL raises held-out code pass rate, ops {min(s['op'] for s in code[START])}-{hard}, think "
+                   f"({cascade})", "LiveCodeBench v6 rises after Code RL",
+                   [code[START]], [code[cascade]], "up", names=["code"], think=True, primary=True),
+        change_row(f"... on the hardest op ({hard}), think", "the gain is on problems the model could not yet solve",
+                   [[s for s in code[START] if s["op"] == hard]], [[s for s in code[cascade] if s["op"] == hard]], "up",
+                   names=["code"], think=True),
+        change_row(f"... and it carries into no_think (ops {min(s['op'] for s in code[START])}-{hard})",
+                   "not reported separately for the unified model",
+                   [code[START]], [code[cascade]], "up", names=["code"], think=False),
         claim_row(f"higher temperature explores more: share of groups with a learning signal, "
                   f"T={temperatures[-1]:g} minus T={temperatures[0]:g} (per step)",
                   "a higher temperature explores better",
                   *bootstrap_interval(signal_share(metrics["runs"][high_t]["curves"]),
                                       signal_share(metrics["runs"][low_t]["curves"]), paired=False), "up"),
-        claim_row(f"... and scores higher: held-out code, think, T={temperatures[-1]:g} minus T={temperatures[0]:g}",
-                  "a higher temperature gives better performance",
-                  *paired_change(code[low_t], code[high_t], names=["code"], think=True), "up"),
+        change_row(f"... and scores higher: held-out code, think, T={temperatures[-1]:g} minus T={temperatures[0]:g}",
+                   "a higher temperature gives better performance",
+                   [code[low_t]], [code[high_t]], "up", names=["code"], think=True),
         claim_row(f"the highest temperature risks entropy growth: T={temperatures[-1]:g}, mean token entropy, "
                   f"last quarter of steps minus first", "entropy explosion at high temperature",
                   *entropy_growth(metrics["runs"][high_t]["curves"]), "up"),
-        claim_row(f"little forgetting: math score change after Code RL ({cascade}), both modes, within "
-                  f"+-{FORGETTING_TOLERANCE:g}", "sequential RL stages rarely degrade earlier domains",
-                  *paired_change(samples[START], samples[cascade], names=["math"]), "flat",
-                  tolerance=FORGETTING_TOLERANCE),
-        claim_row(f"little forgetting: instruction following change after Code RL, both modes, within "
-                  f"+-{FORGETTING_TOLERANCE:g}", "IF-RL's gains survive later stages",
-                  *paired_change(samples[START], samples[cascade], names=["instructions"]), "flat",
-                  tolerance=FORGETTING_TOLERANCE),
+        change_row(f"little forgetting: math score change after Code RL ({cascade}), both modes, within "
+                   f"+-{FORGETTING_TOLERANCE:g}", "sequential RL stages rarely degrade earlier domains",
+                   [samples[START]], [samples[cascade]], "flat", names=["math"], tolerance=FORGETTING_TOLERANCE),
+        change_row(f"little forgetting: instruction following change after Code RL, both modes, within "
+                   f"+-{FORGETTING_TOLERANCE:g}", "IF-RL's gains survive later stages",
+                   [samples[START]], [samples[cascade]], "flat", names=["instructions"],
+                   tolerance=FORGETTING_TOLERANCE),
     ]
-    return rows
+    return holm_rows(rows)
 
 
 def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:

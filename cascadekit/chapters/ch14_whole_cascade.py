@@ -40,9 +40,10 @@ from cascadekit.atomic import atomic_write_json, atomic_write_text
 from cascadekit.chapters import ChapterConfig, resolve
 from cascadekit.chapters.cascade import (ORDER, TARGETS, CascadeStage, DomainReward, check_order, joint_rl, judge,
                                          largest_reward_model, parse_joint, run_cascade, sft_checkpoint)
-from cascadekit.claims import bootstrap_interval, claim_row
+from cascadekit.claims import bootstrap_interval, holm_rows, seed_row
 from cascadekit.domains import chat_records, domains, draw_tasks
-from cascadekit.evaluation.stage_claims import compact, paired_change, picked
+from cascadekit.evaluation.stage_claims import (CEILING, change_row, compact, forgetting_matrix, kept_domains_row,
+                                                paired_change, picked)
 from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
 from cascadekit.exercises import Exercise
@@ -109,9 +110,9 @@ def harder_suite(profile: Profile) -> list[dict[str, Any]]:
     """
     n, records = profile.sft.eval_tasks, []
     for name, op in (("math", profile.math_rl.ops[1]), ("code", profile.code_rl.ops[1])):
-        for task in draw_tasks(domains()[name], n, profile.seed, "eval", [op]):
+        for task in draw_tasks(domains()[name], n, profile.seeds.eval, "eval", [op]):
             records.extend(chat_records(task))
-    for task in swe_tasks(profile, n, "eval", profile.seed, [max(profile.swe_rl.contexts)]):
+    for task in swe_tasks(profile, n, "eval", profile.seeds.eval, [max(profile.swe_rl.contexts)]):
         records.extend(chat_records(task))
     return records
 
@@ -187,6 +188,25 @@ def forgetting_rows(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict
     return list(rows.values())
 
 
+def forgetting_by_mode(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
+    """The forgetting matrix per domain and mode, one row per stage and domain, the ceiling cells marked.
+
+    These are the cells "keeps the other domains" is judged on: a cell marked
+    "ceiling" scored at least :data:`cascadekit.evaluation.stage_claims.CEILING`
+    before the stage and is left out of that claim.
+    """
+    per_sample, names, rows = metrics["per_sample"][arm], stage_names(metrics, arm), []
+    for before, after in zip(names, names[1:]):
+        by_domain: dict[str, dict[str, Any]] = {}
+        for c in forgetting_matrix([per_sample[before]], [per_sample[after]], DOMAINS):
+            own = " (own)" if TARGETS[after][0] == c["domain"] else ""
+            mark = " ceiling" if c["at_ceiling"] else ""
+            row = by_domain.setdefault(c["domain"], {"stage": after, "domain": c["domain"] + own})
+            row[c["mode"]] = f"{c['change']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] from {c['before']:.2f}{mark}"
+        rows += by_domain.values()
+    return rows
+
+
 def stage_scores(metrics: Mapping[str, Any], arm: str = CASCADE) -> list[dict[str, Any]]:
     """The stage table as one row per stage: each (domain, mode)'s score."""
     rows = []
@@ -228,19 +248,25 @@ def harder_label(metrics: Mapping[str, Any], names: Sequence[str] = REASONING) -
     return "harder suite: " + ", ".join(parts[name] for name in names)
 
 
-def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None,
-                    suite: str = "per_sample") -> tuple[float, ...]:
-    """(estimate, low, high): a stage's paired gain on its domain in the cascade minus in the RLHF-last order.
-
-    Each order's gain is per prompt (after minus before that stage); the two gains
-    pair up prompt by prompt, so the interval is a paired bootstrap of their difference.
-    """
+def order_gains(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None,
+                suite: str = "per_sample") -> tuple[np.ndarray, np.ndarray]:
+    """A stage's per-prompt gain on its domain (after minus before it): in the cascade, then in the RLHF-last order."""
     gains = []
     for arm in (CASCADE, RLHF_LAST):
         names, per_sample = stage_names(metrics, arm), metrics[suite][arm]
         before = names[names.index(stage) - 1]
         gains.append(_per_prompt(per_sample[stage], [domain], think) - _per_prompt(per_sample[before], [domain], think))
-    return bootstrap_interval(gains[0], gains[1])
+    return gains[0], gains[1]
+
+
+def gain_difference(metrics: Mapping[str, Any], stage: str, domain: str, think: bool | None,
+                    suite: str = "per_sample") -> tuple[float, ...]:
+    """(estimate, low, high): a stage's paired gain on its domain in the cascade minus in the RLHF-last order.
+
+    Each order's gain is per prompt (:func:`order_gains`); the two gains pair up
+    prompt by prompt, so the interval is a paired bootstrap of their difference.
+    """
+    return bootstrap_interval(*order_gains(metrics, stage, domain, think, suite))
 
 
 def final(metrics: Mapping[str, Any], arm: str, suite: str = "per_sample") -> list[Mapping[str, Any]]:
@@ -326,24 +352,38 @@ def _where(metrics: Mapping[str, Any], suite: str, names: Sequence[str] = REASON
     return harder_label(metrics, names) if suite == "harder" else elsewhere
 
 
+def primary_suite(domain: str) -> str:
+    """Where a stage's primary claim is read: the harder suite for the reasoning domains, the stage table's otherwise.
+
+    Fixed by the suites' design, not by their results: the stage table's code and
+    SWE cells start at or near their ceiling, and the harder suite was built to sit
+    at the reasoning domains' edge.
+    """
+    return "harder" if domain in REASONING else "per_sample"
+
+
 def stage_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each RL stage's lift of its own domain (reasoning stages on both suites) and what it did to the others."""
+    """Each RL stage's lift of its own domain (reasoning stages on both suites) and what it did to the others.
+
+    One primary claim per stage (:func:`primary_suite`). "Keeps the other domains"
+    is flat over the other domains' cells below the ceiling
+    (:func:`cascadekit.evaluation.stage_claims.kept_domains_row`).
+    """
     names, rows = stage_names(metrics, CASCADE), []
     for before, after in zip(names, names[1:]):
         domain, mode = TARGETS[after]
         for suite in SUITES if domain in REASONING else SUITES[:1]:
             per_sample = metrics[suite][CASCADE]
-            rows.append(claim_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; "
-                                  f"{_where(metrics, suite, [domain])})",
-                                  f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
-                                  *paired_change(per_sample[before], per_sample[after], names=[domain],
-                                                 think=_think(mode)), "up"))
+            rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; "
+                                   f"{_where(metrics, suite, [domain])})",
+                                   f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                                   [per_sample[before]], [per_sample[after]], "up", names=[domain],
+                                   think=_think(mode), primary=suite == primary_suite(domain)))
     per_sample = metrics["per_sample"][CASCADE]
     for before, after in zip(names, names[1:]):
         others = [d for d in DOMAINS if d != TARGETS[after][0]]
-        rows.append(claim_row(f"{after} keeps the other domains (both modes; flat within 0.05)",
-                              "sequential RL forgets little",
-                              *paired_change(per_sample[before], per_sample[after], names=others), "flat"))
+        rows.append(kept_domains_row(f"{after} keeps the other domains", "sequential RL forgets little",
+                                     [per_sample[before]], [per_sample[after]], others))
     return rows
 
 
@@ -352,41 +392,42 @@ def arm_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for suite in SUITES:
         where = _where(metrics, suite, elsewhere="every domain")
-        rows.append(claim_row(f"the whole cascade lifts the model: final minus SFT ({where}, both modes)",
-                              "every benchmark above the SFT model",
-                              *paired_change(metrics[suite][CASCADE]["SFT"], final(metrics, CASCADE, suite)), "up"))
-        rows.append(claim_row(f"cascade beats joint RL at equal prompts: final scores ({where}, both modes)",
-                              "domain-wise cascade instead of mixed-domain RL",
-                              *paired_change(final(metrics, JOINT, suite), final(metrics, CASCADE, suite)), "up"))
+        rows.append(change_row(f"the whole cascade lifts the model: final minus SFT ({where}, both modes)",
+                               "every benchmark above the SFT model",
+                               [metrics[suite][CASCADE]["SFT"]], [final(metrics, CASCADE, suite)], "up"))
+        rows.append(change_row(f"cascade beats joint RL at equal prompts: final scores ({where}, both modes)",
+                               "domain-wise cascade instead of mixed-domain RL",
+                               [final(metrics, JOINT, suite)], [final(metrics, CASCADE, suite)], "up"))
     return rows
 
 
 def order_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """RLHF first (the cascade) against RLHF last: Math RL's gain, its answers' length, the final reasoning scores."""
-    rows = [claim_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; "
-                      f"{_where(metrics, suite, ['math'])}), RLHF first minus RLHF last",
-                      "RLHF first helps later reasoning RL",
-                      *gain_difference(metrics, "Math RL", "math", True, suite), "up") for suite in SUITES]
-    rows.append(claim_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
-                          "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
-                          *paired_change(metrics["per_sample"][RLHF_LAST]["Math RL"],
-                                         metrics["per_sample"][CASCADE]["Math RL"],
-                                         field="tokens", names=["math"], think=True), "down"))
-    rows += [claim_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; "
-                       f"{_where(metrics, suite)}), RLHF first minus RLHF last",
-                       "the paper's order, general to specialised",
-                       *paired_change(final(metrics, RLHF_LAST, suite), final(metrics, CASCADE, suite),
-                                      names=list(REASONING), think=True), "up") for suite in SUITES]
+    rows = [seed_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; "
+                     f"{_where(metrics, suite, ['math'])}), RLHF first minus RLHF last",
+                     "RLHF first helps later reasoning RL",
+                     [np.subtract(*order_gains(metrics, "Math RL", "math", True, suite))], "up") for suite in SUITES]
+    rows.append(change_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
+                           "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
+                           [metrics["per_sample"][RLHF_LAST]["Math RL"]], [metrics["per_sample"][CASCADE]["Math RL"]],
+                           "down", "tokens", names=["math"], think=True))
+    rows += [change_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; "
+                        f"{_where(metrics, suite)}), RLHF first minus RLHF last",
+                        "the paper's order, general to specialised",
+                        [final(metrics, RLHF_LAST, suite)], [final(metrics, CASCADE, suite)], "up",
+                        names=list(REASONING), think=True) for suite in SUITES]
     return rows
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
+    """The chapter's paper-vs-run rows, each with a 95% interval, a verdict from it and a Holm column.
 
     A reasoning stage's own-domain lift is read on both suites: the stage
-    table's, near its ceiling for code and SWE, and the harder one.
+    table's, near its ceiling for code and SWE, and the harder one. The five
+    primary claims (one per RL stage) are corrected together, every other row in
+    the second family.
     """
-    return stage_rows(metrics) + arm_rows(metrics) + order_rows(metrics)
+    return holm_rows(stage_rows(metrics) + arm_rows(metrics) + order_rows(metrics))
 
 
 def harder_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -555,6 +596,9 @@ def notes(metrics: Mapping[str, Any]) -> str:
             f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
             f"### Forgetting matrix (change over each stage, both modes)\n\n"
             f"{markdown_table(forgetting_rows(metrics))}\n\n"
+            f"### Forgetting per domain and mode (change [95% interval] from the score before; \"ceiling\": at least "
+            f"{CEILING:g} before, left out of \"keeps the other domains\")\n\n"
+            f"{markdown_table(forgetting_by_mode(metrics))}\n\n"
             f"### Final scores: cascade, RLHF last, joint RL\n\n{markdown_table(joint_rows(metrics))}\n\n"
             f"### The {harder_label(metrics)} (think / no_think)\n\n{markdown_table(harder_rows(metrics))}\n\n"
             f"### The cost of one mixed batch\n\n{markdown_table(cost_rows(metrics))}\n\n"

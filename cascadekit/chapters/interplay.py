@@ -26,7 +26,7 @@ from cascadekit.bands import measure_bands
 from cascadekit.stages import StageOutput
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo
-from cascadekit.profiles import Profile
+from cascadekit.profiles import SEED_ROLES, Profile, seed_inputs
 from cascadekit.rewards import RewardFn, mixed_reward
 from cascadekit.world import Mixture, MixtureComponent, Problem, sample_mixture
 
@@ -47,9 +47,9 @@ RL_REWARD: RewardFn = mixed_reward(0.2)
 
 def rl_problems(profile: Profile, components: Sequence[tuple[str, tuple[int, int], float]], n: int,
                 seed_offset: int = 0) -> list[Problem]:
-    """``n`` distinct problems of the ``rl`` split from ``(context, (lo, hi), share)`` components."""
+    """``n`` distinct problems of the ``rl`` split from ``(context, (lo, hi), share)`` components (the data seed's)."""
     mixture = Mixture(tuple(MixtureComponent(c, ops, share) for c, ops, share in components))
-    return sample_mixture(mixture, n, seed=profile.seed + seed_offset, split="rl", style=profile.world.rendering)
+    return sample_mixture(mixture, n, seed=profile.seeds.data + seed_offset, split="rl", style=profile.world.rendering)
 
 
 def band_problems(profile: Profile, bands: Bands, band: str, n: int | None = None) -> list[Problem]:
@@ -159,7 +159,7 @@ def settings(profile: Profile, bands: Bands, reward: RewardFn) -> dict[str, Any]
     """What a reader needs to compare runs: bands, RL and evaluation settings, the reward."""
     rl, ev = profile.rl, profile.evaluation
     return {
-        "profile": profile.name, "seed": profile.seed, "reward": reward.__name__,
+        "profile": profile.name, "seed": profile.seed, **seed_inputs(profile, *SEED_ROLES), "reward": reward.__name__,
         "ops": {name: list(bands.ops(name)) for name in RANGES},
         "rl": {"prompts_per_run": rl.samples, "group_size": rl.group_size, "prompts_per_step": rl.prompts_per_step,
                "steps": max(1, rl.samples // rl.prompts_per_step), "lr": rl.lr, "temperature": rl.temperature,

@@ -45,7 +45,7 @@ from cascadekit.chapters.interplay import band_problems, base_bands, passk_rows,
 from cascadekit.stages import StageOutput
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo, pretrained
-from cascadekit.profiles import Profile, apply_overrides
+from cascadekit.profiles import SEED_ROLES, Profile, apply_overrides, seed_inputs
 from cascadekit.rewards import strict_reward
 
 #: ``edge-heldout``: sampling temperatures of the held-out evaluation, and how many of the arm's prompts to re-evaluate.
@@ -82,7 +82,8 @@ def edge_arm(config: ChapterConfig, work_dir: Path | None = None) -> EdgeArm:
 
 
 def _header(config: ChapterConfig, arm: EdgeArm | None = None) -> dict[str, Any]:
-    head = {"scale": config.scale, "seed": config.profile.seed, "overrides": dict(config.overrides)}
+    head = {"scale": config.scale, "seed": config.profile.seed, **seed_inputs(config.profile, *SEED_ROLES),
+            "overrides": dict(config.overrides)}
     if arm:
         head |= {"bands": arm.bands.to_dict(), "base_stage": arm.base.key, "edge_stage": arm.trained.key,
                  "prompts": len(arm.prompts), "steps": arm.trained.metrics["steps"]}

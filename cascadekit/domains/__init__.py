@@ -23,18 +23,22 @@ share a prompt.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
 from dataclasses import dataclass
-from functools import cache
-from typing import Any, Callable, Mapping, Sequence
+from functools import cache, partial
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from cascadekit.chat import render, with_flag
 from cascadekit.domains import code, general, instructions, math, swe, tools
 from cascadekit.domains.task import Judgement, Task
 from cascadekit.stages import digest
 from cascadekit.verify.tools import transcript
+
+if TYPE_CHECKING:
+    from cascadekit.profiles import DomainsConfig
 
 SPLITS = ("pretrain", "sft", "rl", "eval")
 ROLES = ("system", "user", "assistant", "tool")
@@ -210,6 +214,23 @@ def domains() -> dict[str, Domain]:
     }
 
 
+def configured(name: str, knobs: DomainsConfig) -> Domain:
+    """Domain ``name`` as the profile's ``domains`` knobs ask SFT, RL and evaluation to draw it.
+
+    At today's world it is :func:`domains`' own entry; otherwise its ``make_task``
+    takes the knob (:class:`cascadekit.profiles.DomainsConfig`). The base's
+    pretraining text never goes through here: it stays the same whatever the knobs.
+    """
+    options = {
+        "instructions": {"constraints": knobs.instruction_constraints}
+        if knobs.instruction_constraints != instructions.CONSTRAINTS else {},
+        "swe": {"rewrites": True} if knobs.swe_rewrites else {},
+        "general": {"teacher": knobs.general_teacher} if knobs.general_teacher else {},
+    }.get(name, {})
+    domain = domains()[name]
+    return dataclasses.replace(domain, make_task=partial(domain.make_task, **options)) if options else domain
+
+
 def stage_domains(stage: int) -> list[str]:
     """Domains taught by SFT stage ``stage`` (stage 2 keeps stage 1's and adds the rest)."""
     return [name for name, d in domains().items() if d.stage <= stage]
@@ -217,7 +238,8 @@ def stage_domains(stage: int) -> list[str]:
 
 __all__ = [
     "SPLITS", "Task", "Judgement", "Domain", "split_of", "draw_tasks", "chat_record", "chat_records",
-    "prompt_of", "gold_answer", "check_record", "raw_text", "surfaces_fingerprint", "domains", "stage_domains",
+    "prompt_of", "gold_answer", "check_record", "raw_text", "surfaces_fingerprint", "domains", "configured",
+    "stage_domains",
 ]
 
 

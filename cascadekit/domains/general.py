@@ -36,6 +36,12 @@ style can only rank right answers, which is the behaviour the paper says RLHF
 buys (less verbosity and repetition). :func:`judge` reports it as the score,
 with the parts in the details.
 
+With ``domains.general_teacher`` a share of the answers is written as a teacher
+distils them (:func:`distil`: the request restated, padding, sometimes the answer
+twice, closes :func:`quality` does not count, rarely a fact wrong), as the paper's
+SFT answers come from large teacher models; ``gold["length"]`` stays the concise
+answer's, so such an answer scores below the concise one and RLHF has style to cut.
+
 :func:`preference_pairs` makes the (chosen, rejected) pairs chapter 09's
 reward model trains on, by perturbing the gold response (a wrong fact, verbose
 padding, a repeated sentence, no close, a truncation) and ordering each pair by
@@ -61,6 +67,13 @@ CLOSES = ("Hope this helps.", "Glad to help.", "Happy to help.")
 BASE_WEIGHT = 0.4  # of a correct answer, whatever its style
 WEIGHTS = {"concision": 0.2, "no_repetition": 0.2, "close": 0.2}
 PADDING = "I read the whole problem with care before answering."
+#: A teacher's padding sentences (:func:`distil`); none names a quantity, a number or a relation.
+TEACHER_PADDING = (PADDING, "Let me go through the problem first.", "This follows directly from the problem text.",
+                   "That is what the problem says.")
+#: Closes a teacher adds besides :data:`CLOSES`; the hidden quality gives them no credit.
+TEACHER_CLOSES = ("Let me know if anything is unclear.", "I hope that answers your question.")
+TEACHER_REPEAT = 0.3  # the share of a teacher's answers that say the answer sentence twice
+TEACHER_SLIP = 0.05  # the share of a teacher's answers with one fact wrong: facts mostly right
 MAX_RESPONSE_CHARS = 1_000_000  # longer responses are not judged (score 0)
 MAX_GOLD_ITEMS = 100
 MAX_GOLD_LENGTH = 10_000
@@ -136,14 +149,46 @@ def _request(dag: Dag, rng: random.Random) -> tuple[str, str, str, dict[str, Any
             gold(query, [query], [str(count)], []))
 
 
-def make_task(rng: random.Random, ops: Sequence[int]) -> Task:
-    """The DAG problem text, then one request about its quantities, answered politely."""
+def _restatement(gold: dict[str, Any]) -> str:
+    """A teacher's opening: the request said back, naming no quantity but the subject (so no fact moves)."""
+    return {"describe": f"You asked me to describe {gold['subject']}.",
+            "list": f"You asked what {gold['subject']} depends on.",
+            "compare": "You asked which of the two is larger.",
+            "summarise": "You asked for a summary of the problem."}[gold["request"]]
+
+
+def distil(body: str, gold: dict[str, Any], rng: random.Random) -> str:
+    """``body`` (the concise answer sentence) as a teacher writes it: see :data:`TEACHER_PADDING` and the rates below.
+
+    The request restated, the body (said twice at :data:`TEACHER_REPEAT`, with one fact
+    wrong at :data:`TEACHER_SLIP`), one padding sentence, and a close from
+    :data:`CLOSES` or :data:`TEACHER_CLOSES` (which the hidden quality does not count).
+    """
+    if rng.random() < TEACHER_SLIP:
+        body = _wrong_fact(gold, body, rng) or body
+    said = [body, body] if rng.random() < TEACHER_REPEAT else [body]
+    return " ".join([_restatement(gold), *said, rng.choice(TEACHER_PADDING), rng.choice(CLOSES + TEACHER_CLOSES)])
+
+
+def make_task(rng: random.Random, ops: Sequence[int], teacher: float = 0.0) -> Task:
+    """The DAG problem text, then one request about its quantities, answered politely.
+
+    ``teacher`` (``domains.general_teacher``) is the share of answers a teacher writes
+    (:func:`distil`), drawn from a generator of the prompt's own, so the prompts stay as
+    they are; ``gold["length"]`` is the concise answer's, which :func:`quality` measures
+    concision against.
+    """
     dag = draw_dag(rng, ops)
     sentence, thinking, body, gold = _request(dag, rng)
     response = f"{body} {rng.choice(CLOSES)}"
     gold["length"] = len(_WORD.findall(response))
-    return Task(domain="general", prompt=f"{dag.problem.problem_text} {sentence}", thinking=thinking,
-                answer=response, no_think_answer=response, gold=gold)
+    prompt = f"{dag.problem.problem_text} {sentence}"
+    if teacher:
+        draw = random.Random(f"teacher/{prompt}")
+        if draw.random() < teacher:
+            response = distil(body, gold, draw)
+    return Task(domain="general", prompt=prompt, thinking=thinking, answer=response, no_think_answer=response,
+                gold=gold)
 
 
 # --- the hidden quality function ------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Instruction following: a DAG question whose answer must take a given form.
 
 Stands in for IFEval. The prompt is the world's DAG problem and question, then
-one to three verifiable instructions on the answer's *form*, each stated by its
+one to three verifiable instructions on the answer's *form* (a profile may ask for
+other counts: ``domains.instruction_constraints``), each stated by its
 one fixed sentence (:mod:`cascadekit.verify.instructions`): "Sharks equals 3
 more than the sum of tigers and eagles. Tigers equals 1. Eagles equals 10. How
 many sharks? Answer in lowercase. Use the word 'total'."
@@ -39,7 +40,10 @@ from cascadekit.verify.instructions import (
 )
 
 FILLERS = ("I checked each step.", "I am sure.")  # extra lines and words, in this order
-MAX_CONSTRAINTS = 3
+#: How many constraints a prompt carries unless the profile asks otherwise (``domains.instruction_constraints``).
+CONSTRAINTS = (1, 3)
+#: The most constraints a prompt may ask for.
+MAX_CONSTRAINTS = 5
 MAX_ANSWER = 10**6  # DAG values stay within 0..1000
 
 
@@ -93,10 +97,13 @@ def respond(answer: int, constraints: list[Constraint]) -> str:
     return text
 
 
-def make_task(rng: random.Random, ops: Sequence[int]) -> Task | None:
-    """A DAG question with one to three form instructions and a response meeting them (None if it cannot)."""
+def make_task(rng: random.Random, ops: Sequence[int], constraints: tuple[int, int] = CONSTRAINTS) -> Task | None:
+    """A DAG question with ``constraints`` (least, most) form instructions and a response meeting them (None if it cannot)."""
+    lo, hi = constraints
+    if not 1 <= lo <= hi <= MAX_CONSTRAINTS:
+        raise ValueError(f"constraints per prompt: need 1 <= least <= most <= {MAX_CONSTRAINTS}, got {constraints}")
     dag = draw_dag(rng, ops)
-    constraints = sample_constraints(rng, k=rng.randint(1, MAX_CONSTRAINTS))
+    constraints = sample_constraints(rng, k=rng.randint(lo, hi))
     response = respond(dag.answer, constraints)
     if not verify_instructions(response, constraints).strict_all:
         return None

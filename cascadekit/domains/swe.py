@@ -27,6 +27,12 @@ execution-free SWE RL reward, the SWE-RL sequence similarity of the patch to the
 gold one. Departures from the paper: a one-line bug in a one-function file
 instead of a real repository, and the spec in the prompt, so that the one right
 fix is determined by the prompt (one failing call alone would admit many).
+
+With ``domains.swe_rewrites`` that fix has several correct forms (``sharks = 3 + tigers +
+eagles`` fixes the file above as well as ``sharks = tigers + eagles + 3``): the reference
+patch is written in one, the SFT answer in one drawn apart, so lexical similarity to
+the reference stops being the same as passing the tests, as in SWE-bench, where a
+correct fix rarely reads like the developer's.
 """
 from __future__ import annotations
 
@@ -56,6 +62,26 @@ def wrong_expressions(right: str) -> list[str]:
     return wrong
 
 
+def equivalent_forms(dag: Dag, index: int, names: Sequence[str]) -> list[str]:
+    """Node ``index``'s right-hand side written other ways with the same value on every input (operands
+    reordered, a constant factored out), without :meth:`Dag.expression`'s own form."""
+    node = dag.graph.nodes[index]
+    p, c = [names[i] for i in node.parents], node.const
+    plus, backwards = " + ".join(p), " + ".join(reversed(p))
+    forms = {
+        "plus": [f"{c} + {p[0]}"],
+        "times": [f"{p[0]} * {c}"],
+        "difference": [f"-{p[-1]} + {p[0]}"],
+        "product": [f"{p[-1]} * {p[0]}"],
+        "sum": [backwards],
+        "total": [backwards],
+        "scaled_sum": [f"({plus}) * {c}", " + ".join(f"{c} * {name}" for name in p)],
+        "shifted_sum": [f"{c} + {plus}", f"{backwards} + {c}"],
+    }[node.kind]
+    right = dag.expression(index, names)
+    return list(dict.fromkeys(f for f in forms if f != right))
+
+
 def _call(source: str, function: str, args: Sequence[int]) -> Any:
     """Our own generated function's value (never model text: that only runs in the sandbox)."""
     namespace: dict[str, Any] = {}
@@ -81,7 +107,7 @@ def patch_text(line: str, fixed: str) -> str:
     return f"{FILE}\n<<<<<<< SEARCH\n{line}\n=======\n{fixed}\n>>>>>>> REPLACE"
 
 
-def make_task(rng: random.Random, ops: Sequence[int], context: int = 0) -> Task | None:
+def make_task(rng: random.Random, ops: Sequence[int], context: int = 0, rewrites: bool = False) -> Task | None:
     """A buggy calc.py, its spec and failing test, and the gold patch; None when the bug would not show.
 
     ``context`` more correct functions (other DAGs of the same ops) share calc.py
@@ -89,6 +115,11 @@ def make_task(rng: random.Random, ops: Sequence[int], context: int = 0) -> Task 
     lengthens as the paper extends SWE RL's input from 16K to 24K tokens. With
     ``context`` 0 nothing more is drawn, so the SFT and stage-table records stay as
     they were.
+
+    ``rewrites`` (``domains.swe_rewrites``) writes the fixed line of the reference
+    patch (``gold["patch"]``) and of the answer each in one of its correct forms
+    (:func:`equivalent_forms`), drawn apart from a generator of the prompt's own, so the
+    prompts (and the main generator) stay as they are.
     """
     dag = draw_dag(rng, ops)
     text = spec(dag)
@@ -111,18 +142,25 @@ def make_task(rng: random.Random, ops: Sequence[int], context: int = 0) -> Task 
     if got == want:
         return None
     call = f"{dag.function_name()}({', '.join(map(str, args))})"
-    patch = patch_text(f"    {ids[node]} = {bad}", f"    {ids[node]} = {right}")
     if context and buggy.count(f"\n    {ids[node]} = {bad}\n") != 1:  # the SEARCH line must be unique in the file
         return None
+    prompt = "\n".join(part for part in (
+        f"{FILE}\n```python\n{buggy}```", text,
+        f"Test failed: {call} returned {got}, expected {want}. Fix {FILE} with a search/replace patch.") if part)
+    reference = fix = right
+    if rewrites:
+        forms = [right, *equivalent_forms(dag, node, ids)]
+        draw = random.Random(f"swe-fix/{prompt}")
+        reference, fix = draw.choice(forms), draw.choice(forms)
+    line = f"    {ids[node]} = {bad}"
+    patch = patch_text(line, f"    {ids[node]} = {fix}")
     return Task(
         domain="swe",
-        prompt="\n".join(part for part in (
-            f"{FILE}\n```python\n{buggy}```", text,
-            f"Test failed: {call} returned {got}, expected {want}. Fix {FILE} with a search/replace patch.") if part),
-        thinking=f"The wrong line is {ids[node]} = {bad}. It should be {ids[node]} = {right}.",
+        prompt=prompt,
+        thinking=f"The wrong line is {ids[node]} = {bad}. It should be {ids[node]} = {fix}.",
         answer=patch,
         no_think_answer=patch,
-        gold={"file": FILE, "source": buggy, "patch": patch,
+        gold={"file": FILE, "source": buggy, "patch": patch_text(line, f"    {ids[node]} = {reference}"),
               "tests": {"module": MODULE, "function": dag.function_name(),
                         "cases": [[args, want]] + hidden_cases(dag, rng)}},
     )

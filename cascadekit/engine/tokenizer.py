@@ -1,7 +1,7 @@
 """A byte-level BPE tokenizer trained on the DAG world's own text.
 
 Nothing is downloaded: the vocabulary is learned from a corpus generated from
-the profile's seed, so the same profile always gives the same tokenizer.
+the profile's data seed, so the same profile always gives the same tokenizer.
 
 Two choices matter for arithmetic:
 
@@ -76,7 +76,7 @@ def corpus_texts(profile: Profile) -> list[str]:
     ops = range(world.ops_in_distribution[0], world.ops_hard[1] + 1)
     problems = generate_problems(
         ops=ops, contexts=tuple(world.contexts), n=profile.tokenizer.corpus_problems,
-        seed=profile.seed, split="pretrain", style=world.rendering,
+        seed=profile.seeds.data, split="pretrain", style=world.rendering,
     )
     return [p.training_text for p in problems]
 

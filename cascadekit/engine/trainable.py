@@ -15,13 +15,14 @@ One function, :func:`load_trainable`, reads the profile's ``engine`` section
   when asked) and adds its LoRA; otherwise the PEFT path above, and the note says
   why (not installed: ``pip install 'cascadekit[unsloth]'``; or no GPU).
 
-Unsloth patches transformers when imported, so it is imported only here and only
-when a profile asks for it on a GPU.
+Unsloth patches trl, transformers and peft when imported, so it must come before them:
+:mod:`cascadekit.engine.unsloth_first` imports it at the start of a run, and this module
+only uses it when that happened.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +68,12 @@ def engine_settings(engine: Any) -> dict[str, Any]:
 
 
 def unsloth_available() -> bool:
-    """Whether the ``unsloth`` package is installed (without importing it: the import patches transformers)."""
-    return importlib.util.find_spec("unsloth") is not None
+    """Whether Unsloth was imported before trl, transformers and peft (:mod:`cascadekit.engine.unsloth_first`).
+
+    Imported any later its patches miss, so the kit never imports it here: installed
+    but not imported first, the PEFT path trains (and the note says why).
+    """
+    return "unsloth" in sys.modules
 
 
 def load_trainable(source: str | os.PathLike, placement: Placement, engine: Any, *, lora: bool,
@@ -87,7 +92,8 @@ def load_trainable(source: str | os.PathLike, placement: Placement, engine: Any,
     if engine.unsloth and lora:
         if placement.on_gpu and unsloth_available():
             return _unsloth(source, placement, four_bit, rank, alpha, max_seq_length, allow_download)
-        fallback = ("; Unsloth is not installed (pip install 'cascadekit[unsloth]'), so PEFT's LoRA"
+        fallback = ("; Unsloth is not installed (pip install 'cascadekit[unsloth]') or was not imported before "
+                    "trl/transformers/peft (cascadekit experiment imports it first), so PEFT's LoRA"
                     if placement.on_gpu else "; Unsloth needs a CUDA GPU, so PEFT's LoRA")
     model = load_model(source, placement, allow_download=allow_download, quantization=engine.quantization)
     if four_bit:

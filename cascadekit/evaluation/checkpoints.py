@@ -10,33 +10,33 @@ judged by the domains' verifiers; the rows go into one table
 (:func:`cascadekit.evaluation.stage_table.stage_markdown`) and the paper-vs-run
 table of the last stage.
 
-Generation is vLLM's when the profile's ``evaluation.backend`` is ``vllm``, vLLM
-is installed and a GPU is there (greedy, like the transformers path), else
-transformers'; the summary says which. The kit's suites are the toy DAG
+Generation is vLLM's when the profile's ``engine.vllm`` asks for it, vLLM
+is installed and a GPU is there (:func:`cascadekit.engine.generation.uses_vllm`;
+greedy, like the transformers path, one engine at a time: each is freed before the
+next checkpoint loads), else transformers'; the summary says which. The kit's suites are the toy DAG
 surfaces: a released 8B model answers them, but the paper's benchmarks (AIME,
 LiveCodeBench, SWE-bench...) are not loaded here.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from cascadekit.atomic import atomic_write_text
-from cascadekit.chat import stop_token_ids
 from cascadekit.domains import check_record
 from cascadekit.evaluation.stage_table import (
-    Generator, aggregate, judge_records, paper_vs_run, rollout, stage_markdown, suite_records,
+    aggregate, judge_records, paper_vs_run, rollout, stage_markdown, suite_records,
 )
 from cascadekit.profiles import Profile
 from cascadekit.results import write_result
+from cascadekit.engine.generation import greedy_generator, uses_vllm
 from cascadekit.engine.runtime import (
-    DownloadNotAllowed, checkpoint_folder, choose_device, load_chat_tokenizer, load_model, require,
+    DownloadNotAllowed, checkpoint_folder, choose_device, load_chat_tokenizer, load_model,
 )
 
-__all__ = ["check_sources", "evaluate_checkpoints", "parse_checkpoints", "vllm_generator"]
+__all__ = ["check_sources", "evaluate_checkpoints", "parse_checkpoints"]
 
 #: What makes a folder a checkpoint: a model's config, or a LoRA adapter's (loaded onto its base).
 CONFIG_FILES = ("config.json", "adapter_config.json")
@@ -100,30 +100,6 @@ def _config(folder: Path, stage: str) -> dict[str, Any]:
     return config
 
 
-def vllm_generator(folder: Path, tokenizer: Any) -> Generator:
-    """Greedy vLLM completions of rendered prompts, cut at the chat's stop ids, as the transformers path gives them."""
-    vllm = require("vllm", "gpu", "vLLM generation")
-    llm = vllm.LLM(model=str(folder), dtype="bfloat16", seed=0)
-    stops = stop_token_ids(tokenizer)
-
-    def generate(prompts: Sequence[str], max_new_tokens: int, batch_size: int) -> list[tuple[str, int]]:
-        params = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=stops,
-                                     skip_special_tokens=False)
-        out = []
-        for result in llm.generate(list(prompts), params):
-            ids = list(result.outputs[0].token_ids)
-            n = len(ids) - (1 if ids and ids[-1] in stops else 0)
-            out.append((result.outputs[0].text, n))
-        return out
-
-    return generate
-
-
-def _use_vllm(profile: Profile) -> bool:
-    return (profile.evaluation.backend == "vllm" and choose_device(profile).on_gpu
-            and importlib.util.find_spec("vllm") is not None)
-
-
 def evaluate_checkpoints(checkpoints: Sequence[tuple[str, str]], profile: Profile, out: Path,
                          records: Sequence[dict[str, Any]] | None = None,
                          allow_download: bool | None = None,
@@ -139,15 +115,16 @@ def evaluate_checkpoints(checkpoints: Sequence[tuple[str, str]], profile: Profil
     records = list(suite_records(profile) if records is None else records)
     for record in records:
         check_record(record)
-    check_sources(checkpoints, allow_download)
-    use_vllm = _use_vllm(profile)
+    folders = check_sources(checkpoints, allow_download)
+    use_vllm = uses_vllm(profile)
     rows: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
-    for stage, source in checkpoints:
+    for (stage, source), folder in zip(checkpoints, folders):
         tokenizer = load_chat_tokenizer(source, allow_download=allow_download)
         if use_vllm:
-            answers = rollout(None, None, records, profile.sft.max_new_tokens, profile.evaluation.batch_size,
-                              vllm_generator(checkpoint_folder(source, allow_download=allow_download), tokenizer))
+            with greedy_generator(folder, tokenizer, profile) as generate_fn:
+                answers = rollout(None, None, records, profile.sft.max_new_tokens, profile.evaluation.batch_size,
+                                  generate_fn)
         else:
             model = load_model(source, choose_device(profile), allow_download=allow_download)
             answers = rollout(model, tokenizer, records, profile.sft.max_new_tokens, profile.evaluation.batch_size)

@@ -20,6 +20,7 @@ import numpy as np
 from cascadekit.bands import PRETRAIN_MIXTURE, RANGES, Bands
 from cascadekit.passk import pass_at_k
 from cascadekit.evaluation.sampler import cached_sample_completions
+from cascadekit.engine.generation import backend
 from cascadekit.engine.runtime import choose_device, load_model
 from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.profiles import Profile, WorldConfig
@@ -45,7 +46,7 @@ def eval_problems(profile: Profile, ops: Iterable[int], contexts: Sequence[str])
         p
         for op in ops
         for p in generate_problems(ops=[op], contexts=tuple(contexts), n=profile.evaluation.problems_per_op,
-                                   seed=profile.seed, split="eval", style=profile.world.rendering)
+                                   seed=profile.seeds.eval, split="eval", style=profile.world.rendering)
     ]
 
 
@@ -67,9 +68,15 @@ def judge_samples(problems: Sequence, completions: Sequence[Sequence[str]], band
 
 
 def evaluate(model, tokenizer, problems: Sequence, profile: Profile, bands: Bands | None = None) -> list[dict]:
-    """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``)."""
+    """Sample ``evaluation.samples`` completions per problem and judge each one (ranges from ``bands``).
+
+    ``model`` is a loaded model or a checkpoint folder; vLLM samples when ``engine.vllm``
+    asks and can (:func:`cascadekit.engine.generation.backend`), else transformers.
+    """
     prompts = [p.rl_prompt for p in problems]
-    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seed)
+    completions = cached_sample_completions(model, tokenizer, prompts, profile.evaluation, seed=profile.seeds.eval,
+                                            placement=choose_device(profile), backend=backend(profile),
+                                            engine=profile.engine)
     return judge_samples(problems, completions, bands or profile.world)
 
 
@@ -153,7 +160,7 @@ def training_answers(profile: Profile, n: int = 2000) -> list:
     """Answers of ``n`` pretraining problems: the distribution a guesser would copy."""
     world = profile.world
     ops = [op for name in PRETRAIN_MIXTURE for op in world.ops(name)]
-    problems = generate_problems(ops=ops, contexts=tuple(world.contexts), n=n, seed=profile.seed,
+    problems = generate_problems(ops=ops, contexts=tuple(world.contexts), n=n, seed=profile.seeds.data,
                                  split="pretrain", style=world.rendering)
     return [p.answer for p in problems]
 
@@ -199,6 +206,9 @@ def format_ladder(rows: Sequence[dict], n: int) -> str:
 
 def evaluate_checkpoint(stage: StageOutput, problems: Sequence[Problem], profile: Profile,
                         bands: Bands | None = None) -> list[dict[str, Any]]:
-    """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band."""
-    model = load_model(stage.checkpoint, choose_device(profile))
+    """Sample and judge ``problems`` with the stage's model: per-sample records, each labelled with its band.
+
+    vLLM loads the checkpoint folder itself; transformers gets the model loaded on the profile's device.
+    """
+    model = stage.checkpoint if backend(profile) == "vllm" else load_model(stage.checkpoint, choose_device(profile))
     return evaluate(model, load_tokenizer(stage.checkpoint), problems, profile, bands)

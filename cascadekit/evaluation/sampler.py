@@ -1,9 +1,11 @@
 """Sampling n completions per prompt, with Hugging Face ``generate`` on CPU or vLLM on GPUs.
 
-The backend comes from the profile (``evaluation.backend``): ``hf`` batches
-prompts with left padding and a KV cache through ``model.generate`` (several
-prompts x ``num_return_sequences`` per call); ``vllm`` hands the whole list to
-a vLLM engine. Both stop at ``</answer>`` (a single token here) or EOS and
+The caller names the backend, from the profile's ``engine.vllm``
+(:func:`cascadekit.engine.generation.backend`: ``vllm`` only with CUDA and the
+vllm package): ``hf`` batches prompts with left padding and a KV cache through
+``model.generate`` (several prompts x ``num_return_sequences`` per call); ``vllm``
+hands the whole list to a vLLM engine (sized by the profile's ``engine`` knobs,
+freed when it is done). Both stop at ``</answer>`` (a single token here) or EOS and
 return the completion text after the prompt, ``</answer>`` included.
 
 Either backend takes a loaded model or a checkpoint (a folder or a hub name,
@@ -20,7 +22,6 @@ same questions read the completions back instead of generating them again.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import tempfile
@@ -33,9 +34,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.artifacts import MANIFEST, PROVENANCE
 from cascadekit.atomic import atomic_write_json
-from cascadekit.profiles import EvaluationConfig
+from cascadekit.profiles import EngineConfig, EvaluationConfig
 from cascadekit.stages import STAGE_FILE, Stage, run_stage
-from cascadekit.engine.runtime import Placement, checkpoint_folder, load_model, save_checkpoint
+from cascadekit.engine.generation import offline_engine
+from cascadekit.engine.runtime import Placement, checkpoint_folder, load_model, require, save_checkpoint
 from cascadekit.engine.tokenizer import tag_id
 
 STOP = "</answer>"
@@ -77,29 +79,30 @@ def model_digest(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> 
 def cached_sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase,
                               prompts: Sequence[str], cfg: EvaluationConfig, seed: int = 0,
                               n: int | None = None, *, placement: Placement | None = None,
-                              allow_download: bool | None = None) -> list[list[str]]:
+                              allow_download: bool | None = None, backend: str = "hf",
+                              engine: EngineConfig | None = None) -> list[list[str]]:
     """:func:`sample_completions`, itself a cached stage (kind ``samples``) keyed by the model's content.
 
     The key holds the model's digest (:func:`model_digest`, or :func:`folder_digest`
     of a checkpoint folder), the prompts, every sampling setting, ``n`` and ``seed``,
-    and the device and precision the model runs in (sampling can differ between
+    the backend, and the device and precision the model runs in (sampling can differ between
     them). A hub name is not content and is sampled every time.
     """
     n = n or cfg.samples
     content = folder_digest(model) if isinstance(model, (str, Path)) else model_digest(model, tokenizer)
     if content is None:
         return sample_completions(model, tokenizer, prompts, cfg, seed, n, placement=placement,
-                                  allow_download=allow_download)
+                                  allow_download=allow_download, backend=backend, engine=engine)
     device = str(model.device) if isinstance(model, PreTrainedModel) else (placement.device if placement else "cpu")
     dtype = str(model.dtype) if isinstance(model, PreTrainedModel) else (placement.dtype if placement else "float32")
     prompts_digest = hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16]
     inputs = {"model": content, "prompts": prompts_digest, "n_prompts": len(prompts), "samples": n, "seed": seed,
               "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
-              "batch_size": cfg.batch_size, "backend": cfg.backend, "device": device, "dtype": dtype}
+              "batch_size": cfg.batch_size, "backend": backend, "device": device, "dtype": dtype}
 
     def build(folder: Path) -> dict[str, int]:
         completions = sample_completions(model, tokenizer, prompts, cfg, seed, n, placement=placement,
-                                         allow_download=allow_download)
+                                         allow_download=allow_download, backend=backend, engine=engine)
         atomic_write_json(folder / COMPLETIONS_FILE, completions)
         return {"completions": sum(map(len, completions))}
 
@@ -110,19 +113,20 @@ def cached_sample_completions(model: PreTrainedModel | str | Path, tokenizer: Pr
 def sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase,
                        prompts: Sequence[str], cfg: EvaluationConfig, seed: int = 0,
                        n: int | None = None, *, placement: Placement | None = None,
-                       allow_download: bool | None = None) -> list[list[str]]:
+                       allow_download: bool | None = None, backend: str = "hf",
+                       engine: EngineConfig | None = None) -> list[list[str]]:
     """``n`` (default ``cfg.samples``) sampled completions for each prompt, in prompt order.
 
     ``model`` is a loaded model or a checkpoint (a folder or a hub name), for
-    either backend. A checkpoint for the ``hf`` backend is loaded by
+    either ``backend`` (``hf`` or ``vllm``; ``engine`` sizes the vLLM engine). A checkpoint for the ``hf`` backend is loaded by
     :func:`cascadekit.engine.runtime.load_model` on ``placement`` (default: the CPU in
     float32); ``allow_download`` follows :func:`cascadekit.engine.runtime.download_allowed`.
     """
     n = n or cfg.samples
-    if cfg.backend == "vllm":
-        return _sample_vllm(model, tokenizer, prompts, cfg, n, seed, allow_download)
-    if cfg.backend != "hf":
-        raise ValueError(f"unknown sampling backend {cfg.backend!r}; choose 'hf' or 'vllm'")
+    if backend == "vllm":
+        return _sample_vllm(model, tokenizer, prompts, cfg, n, seed, allow_download, engine)
+    if backend != "hf":
+        raise ValueError(f"unknown sampling backend {backend!r}; choose 'hf' or 'vllm'")
     if isinstance(model, (str, Path)):
         model = load_model(model, placement, allow_download=allow_download)
     return _sample_hf(model, tokenizer, prompts, cfg, n, seed)
@@ -164,31 +168,20 @@ def _sample_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, promp
 
 
 def _sample_vllm(model: PreTrainedModel | str | Path, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
-                 cfg: EvaluationConfig, n: int, seed: int, allow_download: bool | None) -> list[list[str]]:
+                 cfg: EvaluationConfig, n: int, seed: int, allow_download: bool | None,
+                 engine: EngineConfig | None) -> list[list[str]]:
     """vLLM sampling from a checkpoint folder; an in-memory model is saved to a temporary one first."""
-    try:
-        from vllm import LLM, SamplingParams  # lazy: vLLM is a GPU extra, absent from the CPU install
-    except ImportError as err:
-        raise RuntimeError(
-            "the profile asks for the vllm sampling backend but vllm is not installed; "
-            "install the gpu extra (pip install 'cascadekit[gpu]') or set evaluation.backend=hf"
-        ) from err
-    params = SamplingParams(n=n, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens,
-                            stop=[STOP], include_stop_str_in_output=True, skip_special_tokens=False, seed=seed)
+    vllm = require("vllm", "gpu", "the vllm sampling backend")
+    params = vllm.SamplingParams(n=n, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_new_tokens,
+                                 stop=[STOP], include_stop_str_in_output=True, skip_special_tokens=False, seed=seed)
     if isinstance(model, (str, Path)):
-        return _generate_vllm(LLM, checkpoint_folder(model, allow_download=allow_download), prompts, params, seed)
+        return _generate_vllm(checkpoint_folder(model, allow_download=allow_download), prompts, params, seed, engine)
     with tempfile.TemporaryDirectory(prefix="cascadekit-vllm-") as tmp:
         folder = save_checkpoint(model, tokenizer, Path(tmp) / "checkpoint", merge_lora=True)
-        return _generate_vllm(LLM, folder, prompts, params, seed)
+        return _generate_vllm(folder, prompts, params, seed, engine)
 
 
-def _generate_vllm(llm_class: type, folder: Path, prompts: Sequence[str], params: object,
-                   seed: int) -> list[list[str]]:
-    llm = llm_class(model=str(folder), seed=seed)
-    try:
-        return [[_cut(c.text) for c in result.outputs] for result in llm.generate(list(prompts), params)]
-    finally:
-        del llm  # free the engine's GPU memory before training resumes
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+def _generate_vllm(folder: Path, prompts: Sequence[str], params: object, seed: int,
+                   engine: EngineConfig | None) -> list[list[str]]:
+    with offline_engine(folder, engine, seed=seed) as generate:  # freed before training resumes
+        return [[_cut(c.text) for c in result.outputs] for result in generate(list(prompts), params)]

@@ -36,12 +36,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import parse_assistant, render, stop_token_ids, turn_ids
 from cascadekit.claims import binomial_interval, bootstrap_interval
-from cascadekit.domains import check_record, chat_records, domains, draw_tasks, prompt_of, records_digest
+from cascadekit.domains import check_record, chat_records, configured, domains, draw_tasks, prompt_of, records_digest
 from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
 from cascadekit.stages import Stage, StageOutput, run_stage
 from cascadekit.profiles import Profile
+from cascadekit.engine.generation import GreedyGenerator, greedy_generator, uses_vllm
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 
 #: The most assistant turns a tool-calling rollout may take (the toy DAGs need at most 5).
@@ -87,7 +88,7 @@ def suite_records(profile: Profile, names: Iterable[str] | None = None) -> list[
     ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
     records = []
     for name in names or domains():
-        for task in draw_tasks(domains()[name], profile.sft.eval_tasks, profile.seed, "eval", ops):
+        for task in draw_tasks(configured(name, profile.domains), profile.sft.eval_tasks, profile.seeds.eval, "eval", ops):
             records.extend(chat_records(task))
     return records
 
@@ -109,8 +110,13 @@ def repetition_rate(text: str, n: int = REPETITION_N) -> float:
 
 @torch.inference_mode()
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
-             max_new_tokens: int, batch_size: int) -> list[tuple[str, int]]:
-    """Greedy completions (text up to ``<|im_end|>``, and its token count) in prompt order."""
+             max_new_tokens: int, batch_size: int, temperature: float = 0.0,
+             top_p: float = 1.0) -> list[tuple[str, int]]:
+    """Completions (text up to ``<|im_end|>``, and its token count) in prompt order.
+
+    Greedy at ``temperature`` 0 (the stage table); above it, sampled at that
+    temperature and ``top_p`` (no top-k) from torch's current random state.
+    """
     tokenizer.padding_side = "left"
     model.eval()
     stop = stop_token_ids(tokenizer)
@@ -120,7 +126,9 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
         idx = order[start:start + batch_size]
         batch = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
                           add_special_tokens=False).to(model.device)
-        generated = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0 \
+            else {"do_sample": False}
+        generated = model.generate(**batch, **sampling, max_new_tokens=max_new_tokens,
                                    eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
         for i, row in zip(idx, generated[:, batch["input_ids"].shape[1]:].tolist()):
             ids = turn_ids(row, stop)
@@ -142,16 +150,12 @@ class Rollout:
         return transcript(self.turns, self.results) if self.results else self.turns[0]
 
 
-#: A batch generator: ``(prompts, max_new_tokens, batch_size) -> [(text up to <|im_end|>, token count)]``.
-Generator = Callable[[Sequence[str], int, int], list[tuple[str, int]]]
-
-
 def rollout(model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase | None, records: Sequence[dict[str, Any]],
-            max_new_tokens: int, batch_size: int, generate_fn: Generator | None = None) -> list[Rollout]:
+            max_new_tokens: int, batch_size: int, generate_fn: GreedyGenerator | None = None) -> list[Rollout]:
     """Answer every record, turn by turn: a turn with tool calls gets the tool's results and another turn.
 
     Turns come from :func:`generate` on ``model``, or from ``generate_fn`` when given (vLLM:
-    :func:`cascadekit.evaluation.checkpoints.vllm_generator`).
+    :func:`cascadekit.engine.generation.greedy_generator`).
     """
     chats = [list(prompt_of(r)) for r in records]
     rollouts = [Rollout([], []) for _ in records]
@@ -223,26 +227,38 @@ def aggregate(samples: Sequence[dict[str, Any]], stage: str) -> list[StageRow]:
     return rows
 
 
-def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records: Sequence[dict[str, Any]],
-             profile: Profile, stage: str) -> tuple[list[StageRow], list[dict[str, Any]]]:
+def evaluate(model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase | None,
+             records: Sequence[dict[str, Any]], profile: Profile, stage: str,
+             generate_fn: GreedyGenerator | None = None) -> tuple[list[StageRow], list[dict[str, Any]]]:
     """Roll out every record, judge it, and aggregate per (domain, mode); also the per-sample results.
 
     Every record is checked first (:func:`cascadekit.domains.check_record`), so a
     malformed one is one clear error naming its field, before any generation.
+    ``generate_fn`` (vLLM's) generates instead of ``model`` when given.
     """
     for record in records:
         check_record(record)
-    rollouts = rollout(model, tokenizer, records, profile.sft.max_new_tokens, profile.evaluation.batch_size)
+    rollouts = rollout(model, tokenizer, records, profile.sft.max_new_tokens, profile.evaluation.batch_size,
+                       generate_fn)
     samples = judge_records(records, rollouts, stage)
     return aggregate(samples, stage), samples
 
 
 def evaluate_checkpoint(checkpoint: str | Path, profile: Profile, stage: str,
                         records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`evaluate` on a checkpoint loaded on the profile's device: ``rows`` (dicts), ``samples``, ``wall_s``."""
+    """:func:`evaluate` on a checkpoint: ``rows`` (dicts), ``samples``, ``wall_s``.
+
+    The checkpoint is loaded on the profile's device and generates with transformers,
+    or vLLM loads it itself when ``engine.vllm`` asks and can
+    (:func:`cascadekit.engine.generation.uses_vllm`; its engine is freed afterwards).
+    """
     started = time.perf_counter()
-    model = load_model(checkpoint, choose_device(profile))
-    rows, samples = evaluate(model, load_tokenizer(checkpoint), records, profile, stage)
+    tokenizer = load_tokenizer(checkpoint)
+    if uses_vllm(profile):
+        with greedy_generator(checkpoint, tokenizer, profile) as generate_fn:
+            rows, samples = evaluate(None, None, records, profile, stage, generate_fn)
+    else:
+        rows, samples = evaluate(load_model(checkpoint, choose_device(profile)), tokenizer, records, profile, stage)
     return {"rows": [asdict(r) for r in rows], "samples": samples, "wall_s": round(time.perf_counter() - started, 1)}
 
 
@@ -281,11 +297,16 @@ def cached_stage_table(stage: StageOutput, profile: Profile, name: str,
 
 
 def _suite_inputs(profile: Profile, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """What a stage table depends on besides its checkpoint: the suite and the decoding settings."""
+    """What a stage table depends on besides its checkpoint: the suite and the decoding settings.
+
+    vLLM's greedy answers can differ from transformers', so a table it generates says so in
+    its key; transformers' tables (every shipped one) keep the key they had.
+    """
     placement = choose_device(profile)
-    return {"suite": records_digest(records), "n": len(records), "max_new_tokens": profile.sft.max_new_tokens,
-            "batch_size": profile.evaluation.batch_size, "max_rounds": MAX_ROUNDS, "device": placement.device,
-            "dtype": placement.dtype}
+    inputs = {"suite": records_digest(records), "n": len(records), "max_new_tokens": profile.sft.max_new_tokens,
+              "batch_size": profile.evaluation.batch_size, "max_rounds": MAX_ROUNDS, "device": placement.device,
+              "dtype": placement.dtype}
+    return {**inputs, "generation": "vllm"} if uses_vllm(profile) else inputs
 
 
 def _cached_table(inputs: dict[str, Any], name: str, build_table: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -23,7 +23,9 @@ stretch RoPE (``--hf-overrides`` with YaRN ``rope_parameters``).
 ``--accumulation N`` becomes ``engine.accumulation`` of the stage's profile
 (``--set=engine.accumulation=N`` on the experiment's command line), which every
 trainer's arguments read; the DeepSpeed config says ``auto`` and takes the
-Trainer's value, so the two never disagree. A stage that generates no rollouts
+Trainer's value, so the two never disagree; for an RL stage it replaces the profile's
+``engine.rl_micro_batch`` (set to 0 on the experiment's command line too), which would
+otherwise fix GRPO's split itself. A stage that generates no rollouts
 (SFT) gets no server (``engine.vllm`` server becomes ``colocate`` for it): no
 extra node in the Slurm script, every GPU trains.
 ``cascadekit launch STAGE --dry-run`` prints them; without ``--dry-run`` it runs
@@ -63,7 +65,8 @@ import yaml
 
 from cascadekit.chapters.cascade import TABLE
 from cascadekit.profiles import Profile, load_profile
-from cascadekit.training.grpo import VLLM_SERVER_ENV as SERVER_ENV
+from cascadekit.engine.generation import VLLM_SERVER_ENV as SERVER_ENV
+from cascadekit.training.grpo import micro_batches
 
 __all__ = ["CONFIGS", "LaunchError", "Plan", "RL_STAGES", "SERVER_ENVIRONMENT", "STAGES", "VLLM_PORT",
            "accelerate_config", "launch_profile", "plan", "shell", "validate_config"]
@@ -232,11 +235,11 @@ def _check_batch(profile: Profile, stage: str, processes: int, accumulation: int
             raise LaunchError(f"sft.batch_size={profile.sft.batch_size} does not split into {accumulation} "
                               f"accumulation steps: change --accumulation")
         return
-    completions = profile.rl.prompts_per_step * profile.rl.group_size
-    if completions % (processes * accumulation):
-        raise LaunchError(f"{profile.rl.prompts_per_step} prompts x {profile.rl.group_size} rollouts = {completions} "
-                          f"completions per step do not split over {processes} training processes x {accumulation} "
-                          f"accumulation steps: change the node count, rl.prompts_per_step or --accumulation")
+    try:  # the trainer's own split (engine.rl_micro_batch or the accumulation), refused here rather than on the nodes
+        micro_batches(profile.rl, profile.engine, processes, accumulation)
+    except ValueError as err:
+        raise LaunchError(f"{err}: change the node count, rl.prompts_per_step, engine.rl_micro_batch or "
+                          f"--accumulation") from None
 
 
 def launch_profile(scale: str, stage: str, overrides: dict[str, Any]) -> tuple[Profile, dict[str, Any]]:
@@ -251,6 +254,8 @@ def launch_profile(scale: str, stage: str, overrides: dict[str, Any]) -> tuple[P
     mode = overrides.get("engine.vllm", load_profile(scale).engine.vllm)
     if stage not in RL_STAGES and mode == "server":
         overrides = {**overrides, "engine.vllm": "colocate", "engine.vllm_gpus": 0}
+    if stage in RL_STAGES and overrides.get("engine.accumulation", 1) != 1 and "engine.rl_micro_batch" not in overrides:
+        overrides = {**overrides, "engine.rl_micro_batch": 0}  # --accumulation gives GRPO's split instead
     return load_profile(scale, overrides), overrides
 
 

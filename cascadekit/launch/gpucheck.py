@@ -185,8 +185,8 @@ def check_grpo(folder: Path, work: Path) -> str:
     from cascadekit.engine.runtime import load_model, load_tokenizer
     from cascadekit.training.grpo import build_grpo_config, make_grpo_trainer
 
-    profile = load_profile("small", {"evaluation.backend": "hf", "rl.prompts_per_step": 4, "rl.group_size": 8,
-                                     "rl.max_completion_length": 128, "rl.use_lora": False})
+    profile = load_profile("small", {"engine.vllm": "none", "engine.rl_micro_batch": 0, "rl.prompts_per_step": 4,
+                                     "rl.group_size": 8, "rl.max_completion_length": 128, "rl.use_lora": False})
     tokenizer = load_tokenizer(_saved_model(folder, full_vocabulary=False))
     model = load_model(folder, _placement())
     prompts = Dataset.from_dict({"prompt": [f"what is {i} plus {i} ?" for i in range(4)]})
@@ -194,7 +194,7 @@ def check_grpo(folder: Path, work: Path) -> str:
     def length_reward(completions: list[str], **_: Any) -> list[float]:
         return [len(c) / 100 for c in completions]
 
-    config = build_grpo_config(profile, str(work), max_steps=1, disable_tqdm=True, num_processes=1, num_nodes=1)
+    config = build_grpo_config(profile, str(work), max_steps=1, disable_tqdm=True, num_processes=1)
     trainer = make_grpo_trainer(model, tokenizer, prompts, length_reward, config)
     start = time.perf_counter()
     trainer.train()

@@ -41,10 +41,19 @@ workers on the same cores as generation slow generation down, so streaming pays
 most when verification runs elsewhere (other cores, other machines) or waits on
 something other than this CPU.
 
-Scope: TRL 1.16's HF generation path on one process (the kit's CPU and one-GPU
-runs); it wraps the trainer's private ``_generate_and_score_completions`` and the
-model's ``generate``, and :meth:`~StreamingRewards.attach` fails loudly if they
-move. The reward must score each completion on its own (the domain verifiers do).
+Under vLLM (``use_vllm``, colocated or a server) or a custom ``rollout_func`` there is
+no decoding loop to watch: the engine hands the whole batch back at once. Then the
+trainer's ``_generate`` is wrapped instead, and every rollout of the finished batch
+goes to the pool as soon as it returns, so verification runs on the ``workers``
+threads while TRL builds its tensors and computes the old (and reference)
+log-probabilities, which it does before it scores (``stats["sent_after_generation"]``).
+The rewards are the same either way.
+
+Scope: TRL 1.16's GRPO on one process per batch (each process verifies its own
+rollouts); it wraps the trainer's private ``_generate_and_score_completions`` and
+``_generate`` (and, for HF generation, the model's ``generate``), and
+:meth:`~StreamingRewards.attach` fails loudly if they move. The reward must score
+each completion on its own (the domain verifiers do).
 """
 from __future__ import annotations
 
@@ -111,8 +120,8 @@ class StreamingRewards(TrainerCallback):
         self._sent: dict[int, tuple[str, Future]] = {}
         self._verdicts: dict[str, Future] = {}  # this batch's verifications, by rollout (row_key)
         self._hooked: Any = None  # the model whose generate is wrapped
-        self.stats = {"completions": 0, "sent_while_generating": 0, "reverified": 0, "repeats": 0, "verify_s": 0.0,
-                      "wait_s": 0.0}
+        self.stats = {"completions": 0, "sent_while_generating": 0, "sent_after_generation": 0, "reverified": 0,
+                      "repeats": 0, "verify_s": 0.0, "wait_s": 0.0}
 
     # -- the pool ----------------------------------------------------------
     @property
@@ -211,12 +220,17 @@ class StreamingRewards(TrainerCallback):
 
     # -- inside TRL ----------------------------------------------------------
     def attach(self, trainer: Any) -> None:
-        """Hook ``trainer`` (a TRL 1.16 ``GRPOTrainer``, HF generation) so rollouts are verified as they finish."""
-        if getattr(trainer.args, "use_vllm", False) or getattr(trainer, "rollout_func", None) is not None:
-            raise ValueError("StreamingRewards hooks TRL's HF generation path, not vLLM or a custom rollout_func")
+        """Hook ``trainer`` (a TRL 1.16 ``GRPOTrainer``) so rollouts are verified as they finish.
+
+        HF generation: each rollout as it emits its end token. vLLM or a custom
+        ``rollout_func``: the whole batch as soon as the engine returns it.
+        """
         for name in ("_generate_and_score_completions", "_generate"):
             if not callable(getattr(trainer, name, None)):
                 raise RuntimeError(f"TRL moved GRPOTrainer.{name}: StreamingRewards needs updating")
+        if getattr(trainer.args, "use_vllm", False) or getattr(trainer, "rollout_func", None) is not None:
+            self._attach_after_generation(trainer)
+            return
         model = trainer.model
         if not callable(getattr(model, "generate", None)):
             raise RuntimeError("the trainer's model has no generate method")
@@ -243,6 +257,29 @@ class StreamingRewards(TrainerCallback):
         trainer._generate_and_score_completions = step
         model.generate = generate
         self._hooked = model
+        trainer.add_callback(self)
+
+    def _attach_after_generation(self, trainer: Any) -> None:
+        """Send every rollout of a batch to the pool when ``_generate`` returns it (vLLM: no decoding loop to watch)."""
+        inner_step, inner_generate = trainer._generate_and_score_completions, trainer._generate
+
+        @wraps(inner_step)
+        def step(inputs: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+            self.begin(inputs)
+            return inner_step(inputs, *args, **kwargs)
+
+        @wraps(inner_generate)
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            out = inner_generate(*args, **kwargs)
+            completion_ids = out[1]  # TRL 1.16: (prompt_ids, completion_ids, ...), this process's rows
+            if self.stream and len(completion_ids) == len(self._rows):
+                for row, ids in enumerate(completion_ids):
+                    self.stats["sent_after_generation"] += 1
+                    self.submit(row, self.decode(ids))
+            return out
+
+        trainer._generate_and_score_completions = step
+        trainer._generate = generate
         trainer.add_callback(self)
 
     def _sent_early(self, row: int, ids: list[int]) -> None:

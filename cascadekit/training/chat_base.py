@@ -31,7 +31,7 @@ from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.domains import domains, draw_tasks, raw_text, surfaces_fingerprint
 from cascadekit.engine.models import start_model
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile
+from cascadekit.profiles import Profile, seed_inputs
 from cascadekit.engine.runtime import (
     base_model_source, choose_device, download_allowed, load_chat_tokenizer, load_tokenizer, save_checkpoint,
 )
@@ -49,12 +49,12 @@ def surface_ops(profile: Profile) -> range:
 
 
 def domain_texts(profile: Profile, name: str, n: int) -> list[str]:
-    """``n`` raw-text documents of one domain from its ``pretrain`` split."""
-    return [raw_text(t) for t in draw_tasks(domains()[name], n, profile.seed, "pretrain", surface_ops(profile))]
+    """``n`` raw-text documents of one domain from its ``pretrain`` split (never through the ``domains`` knobs)."""
+    return [raw_text(t) for t in draw_tasks(domains()[name], n, profile.seeds.data, "pretrain", surface_ops(profile))]
 
 
 def base_texts(profile: Profile, tokenizer: PreTrainedTokenizerBase, tokens: int) -> list[str]:
-    """Raw documents filling ``tokens`` with an equal share of tokens per domain, shuffled."""
+    """Raw documents filling ``tokens`` with an equal share of tokens per domain, shuffled by the base's ``seed``."""
     texts = []
     for name in domains():
         probe = domain_texts(profile, name, LENGTH_PROBES)
@@ -78,7 +78,10 @@ def build_chat_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
 
 
 def _surfaces(profile: Profile) -> dict[str, Any]:
-    return {"ops": list(profile.sft.ops), "surfaces": surfaces_fingerprint(surface_ops(profile)), "seed": profile.seed}
+    """What the tokenizer's and the base's keys share: the surfaces, ``seed`` and the data seed (never the
+    training seed: every training seed starts from the one base)."""
+    return {"ops": list(profile.sft.ops), "surfaces": surfaces_fingerprint(surface_ops(profile)), "seed": profile.seed,
+            **seed_inputs(profile, "data")}
 
 
 def _tokenizer_stage(profile: Profile) -> Stage:

@@ -55,7 +55,8 @@ from cascadekit.chat import stop_token_ids
 from cascadekit.domains import check_record, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, lora_config, save_checkpoint
 from cascadekit.engine.runtime import training_precision
-from cascadekit.profiles import Profile, RLConfig, precision_inputs
+from cascadekit.engine.trainable import engine_settings
+from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
 from cascadekit.stages import Stage, StageOutput, run_stage
 
 #: TRL's ``beta`` for each divergence the kit names.
@@ -187,8 +188,8 @@ def build_distillation_config(profile: Profile, output_dir: str, rl: RLConfig, d
                               **overrides: Any) -> DistillationConfig:
     """TRL's distillation config for one MOPD stage: GRPO's batch (``prompts_per_step x group_size`` samples a step).
 
-    Sampling temperature, length limit, learning rate and seed are the RL
-    settings'; ``divergence`` picks TRL's ``beta``. Every sample is used for one
+    Sampling temperature, length limit and learning rate are the RL settings', the
+    seed the training seed's; ``divergence`` picks TRL's ``beta``. Every sample is used for one
     update (TRL's distillation generates once per optimizer step).
     """
     if divergence not in DIVERGENCES:
@@ -202,7 +203,7 @@ def build_distillation_config(profile: Profile, output_dir: str, rl: RLConfig, d
         output_dir=output_dir, per_device_train_batch_size=samples // accumulation,
         gradient_accumulation_steps=accumulation, beta=DIVERGENCES[divergence], temperature=rl.temperature,
         top_p=1.0, top_k=0, max_completion_length=rl.max_completion_length, learning_rate=rl.lr, max_steps=steps,
-        seed=profile.seed, shuffle_dataset=False, **training_precision(profile), gradient_checkpointing=on_gpu,
+        seed=profile.seeds.train, shuffle_dataset=False, **training_precision(profile), gradient_checkpointing=on_gpu,
         logging_steps=1, save_strategy="no", report_to="none",
     )
     kwargs.update(overrides)
@@ -247,8 +248,8 @@ def mopd_stage(start: StageOutput, records: Sequence[Mapping[str, Any]], teacher
     distinct = list(dict.fromkeys(t.key for t in teachers.values()))
     inputs = {"start": start.key, "teachers": {d: t.key for d, t in sorted(teachers.items())},
               "prompts": records_digest(records), "n_prompts": len(records), "divergence": divergence,
-              "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed, **precision_inputs(profile),
-              **({"trl": overrides} if overrides else {})}
+              "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed, **seed_inputs(profile, "train"),
+              **precision_inputs(profile), **engine_settings(profile.engine), **({"trl": overrides} if overrides else {})}
 
     def build(folder: Path) -> Mapping[str, Any]:
         placement = choose_device(profile)

@@ -37,16 +37,46 @@ import pandas as pd
 import torch
 from datasets import Dataset
 from accelerate import PartialState
+from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from cascadekit.profiles import Profile, RLConfig
+from cascadekit.profiles import EngineConfig, Profile, RLConfig
+from cascadekit.engine.generation import grpo_arguments
 from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint, training_precision
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
-#: ``host:port`` of a running ``vllm serve`` (set by :mod:`cascadekit.launch` for server mode).
-VLLM_SERVER_ENV = "CASCADEKIT_VLLM_SERVER"
+
+
+def micro_batches(rl: RLConfig, engine: EngineConfig, num_processes: int,
+                  gradient_accumulation_steps: int | None = None) -> tuple[int, int]:
+    """``(per-process micro-batch, accumulation steps)`` of one GRPO step, whose batch they never change.
+
+    The step's ``prompts_per_step x group_size`` completions split over the
+    processes; ``engine.rl_micro_batch`` (when above 0) cuts each process's share
+    into micro-batches of that many completions and the accumulation follows.
+    Otherwise the accumulation is ``gradient_accumulation_steps`` (default
+    ``engine.accumulation``, what ``cascadekit launch --accumulation`` sets). Asking
+    for both, or a batch that does not split evenly, is one ValueError.
+    """
+    completions = rl.prompts_per_step * rl.group_size
+    accumulation = engine.accumulation if gradient_accumulation_steps is None else gradient_accumulation_steps
+    where = f"{rl.prompts_per_step} prompts x {rl.group_size} rollouts = {completions} completions per step"
+    if engine.rl_micro_batch:
+        if accumulation != 1:
+            raise ValueError(f"engine.rl_micro_batch={engine.rl_micro_batch} sets GRPO's accumulation itself; "
+                             f"{accumulation} accumulation steps were asked too: set one of them "
+                             f"(engine.rl_micro_batch=0 to give the accumulation)")
+        share, rest = divmod(completions, num_processes)
+        if rest or share % engine.rl_micro_batch:
+            raise ValueError(f"{where} do not split over {num_processes} training processes in micro-batches of "
+                             f"engine.rl_micro_batch={engine.rl_micro_batch}")
+        return engine.rl_micro_batch, share // engine.rl_micro_batch
+    if completions % (num_processes * accumulation):
+        raise ValueError(f"{where} do not split evenly over {num_processes} processes x {accumulation} "
+                         f"accumulation steps")
+    return completions // (num_processes * accumulation), accumulation
 
 
 def build_grpo_config(
@@ -56,7 +86,6 @@ def build_grpo_config(
     rl: RLConfig | None = None,
     max_steps: int | None = None,
     num_processes: int | None = None,
-    num_nodes: int | None = None,
     gradient_accumulation_steps: int | None = None,
     **overrides: Any,
 ) -> GRPOConfig:
@@ -66,49 +95,38 @@ def build_grpo_config(
     stage with its own length limit, learning rate or temperature passes its own).
 
     One optimizer step sees ``prompts_per_step * group_size`` completions, split
-    over ``num_processes`` devices and ``gradient_accumulation_steps``
-    micro-batches (``engine.accumulation`` when not given: what ``cascadekit launch
+    over ``num_processes`` devices and into micro-batches (:func:`micro_batches`:
+    ``engine.rl_micro_batch`` completions each, or ``gradient_accumulation_steps``
+    of them, ``engine.accumulation`` when not given: what ``cascadekit launch
     --accumulation`` sets); TRL generates them all at once (``steps_per_generation`` equals
     the accumulation steps), so each rollout batch makes exactly one update.
     ``max_steps`` defaults to ``rl.samples / rl.prompts_per_step`` (``samples``
-    counts prompts, each with ``group_size`` rollouts). ``num_processes`` and
-    ``num_nodes`` default to the job's (``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, as
-    ``accelerate launch`` and ``torchrun`` set them; one process without them).
+    counts prompts, each with ``group_size`` rollouts). ``num_processes``
+    defaults to the job's (``WORLD_SIZE``, as ``accelerate launch`` and ``torchrun``
+    set it; one process without it).
 
     Device and precision come from :func:`cascadekit.engine.runtime.training_precision` (a GPU
     profile on a machine without CUDA runs on the CPU in float32, or under bf16
     autocast with ``engine.precision: bf16-autocast``: the update half of the step). vLLM generates
-    the rollouts when the profile runs on a GPU with the ``vllm`` backend:
-    ``colocate`` on one node; ``server`` when ``num_nodes > 1``, with a ``vllm serve`` process started beside the trainer and found through the
-    ``vllm_server_host``/``vllm_server_port`` (or ``vllm_server_base_url``)
-    overrides. TRL then also recomputes the trainer's log-probabilities of the
+    the rollouts when ``engine.vllm`` says so and it can (:func:`cascadekit.engine.generation.grpo_arguments`:
+    CUDA and the vllm package, else transformers with a warning): ``colocate`` inside the
+    training processes, ``server`` from a ``vllm serve`` process started beside the trainer
+    (:mod:`cascadekit.launch`, found through ``CASCADEKIT_VLLM_SERVER``). TRL then also recomputes the trainer's log-probabilities of the
     sampled tokens to correct vLLM's numerical mismatch (its
     ``vllm_importance_sampling_correction``); the policy ratio stays 1.
     """
     rl = rl or profile.rl
-    if gradient_accumulation_steps is None:
-        gradient_accumulation_steps = profile.engine.accumulation
     if num_processes is None:  # the launcher's processes (torchrun/accelerate set WORLD_SIZE), else one
         num_processes = int(os.environ.get("WORLD_SIZE", 1))
-    if num_nodes is None:
-        num_nodes = max(1, num_processes // int(os.environ.get("LOCAL_WORLD_SIZE", num_processes)))
-    completions_per_step = rl.prompts_per_step * rl.group_size
-    micro_batches = num_processes * gradient_accumulation_steps
-    if completions_per_step % micro_batches:
-        raise ValueError(
-            f"{rl.prompts_per_step} prompts x {rl.group_size} rollouts = {completions_per_step} completions per step "
-            f"do not split evenly over {num_processes} processes x {gradient_accumulation_steps} accumulation steps"
-        )
-    placement = choose_device(profile)
-    on_gpu = placement.on_gpu
-    use_vllm = on_gpu and profile.evaluation.backend == "vllm"
+    per_device, accumulation = micro_batches(rl, profile.engine, num_processes, gradient_accumulation_steps)
+    on_gpu = choose_device(profile).on_gpu
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
         # strict on-policy: one generation batch = one optimizer step, used once
         num_generations=rl.group_size,
-        per_device_train_batch_size=completions_per_step // micro_batches,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        steps_per_generation=gradient_accumulation_steps,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,
         num_iterations=1,
         # objective
         loss_type="dapo",  # token-level aggregation over the whole batch
@@ -122,22 +140,19 @@ def build_grpo_config(
         # optimisation
         learning_rate=rl.lr,
         max_steps=max_steps if max_steps is not None else max(1, rl.samples // rl.prompts_per_step),
-        seed=profile.seed,
+        seed=profile.seeds.train,
         # hardware
         **training_precision(profile),
         # the one activation-checkpointing switch in every mode: fsdp.yaml leaves FSDP's off (transformers
         # refuses both; cascadekit.launch.validate_config holds the shipped config to it)
         gradient_checkpointing=on_gpu,
-        use_vllm=use_vllm,
+        # rollouts: engine.vllm alone, with its memory knobs (cascadekit.engine.generation)
+        **grpo_arguments(profile),
         # bookkeeping: a curve point per step, checkpoints left to the caller
         logging_steps=1,
         save_strategy="no",
         report_to="none",
     )
-    if use_vllm:  # a server across nodes, or where the profile puts vLLM on GPUs of its own
-        kwargs["vllm_mode"] = "server" if num_nodes > 1 or profile.engine.vllm == "server" else "colocate"
-        if kwargs["vllm_mode"] == "server" and os.environ.get(VLLM_SERVER_ENV):  # set by cascadekit.launch
-            kwargs["vllm_server_base_url"] = f"http://{os.environ[VLLM_SERVER_ENV]}"
     kwargs.update(overrides)
     return GRPOConfig(**kwargs)
 
@@ -424,7 +439,8 @@ def make_grpo_trainer(
         reward_funcs=list(reward_funcs) if isinstance(reward_funcs, Sequence) else reward_funcs,
         args=config,
         train_dataset=prompts_dataset,
-        peft_config=lora_config() if use_lora else None,  # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter)
+        # TRL wraps the model (cascadekit.engine.runtime.with_lora's adapter), unless it came with one (QLoRA, Unsloth)
+        peft_config=lora_config() if use_lora and not isinstance(model, PeftModel) else None,
         callbacks=list(callbacks),
     )
     if not config.disable_tqdm:
@@ -434,7 +450,7 @@ def make_grpo_trainer(
 
 
 def train_grpo(
-    model: PreTrainedModel,
+    model: PreTrainedModel | Callable[[], PreTrainedModel],
     tokenizer: PreTrainedTokenizerBase,
     prompts_dataset: Dataset,
     reward_funcs: RewardFunc | Sequence[RewardFunc],
@@ -455,12 +471,15 @@ def train_grpo(
     :func:`build_grpo_config`. Each of ``hooks`` is called with the trainer before
     training (e.g. :meth:`cascadekit.training.async_rewards.StreamingRewards.attach`).
     The model is trained in place (with LoRA when ``rl.use_lora``, in which
-    case ``result.model`` is the PEFT model).
+    case ``result.model`` is the PEFT model). ``model`` may be a function that
+    loads it: it is called once the training arguments exist, so DeepSpeed ZeRO-3
+    partitions the weights as they load instead of every process loading them whole.
     """
     rl = rl or profile.rl
     if reward_weights is not None:
         config_overrides["reward_weights"] = list(reward_weights)
     config = build_grpo_config(profile, output_dir, rl=rl, max_steps=max_steps, **config_overrides)
+    model = model if isinstance(model, torch.nn.Module) else model()
     trainer = make_grpo_trainer(
         model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks
     )

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from cascadekit.stages import Stage, StageOutput, run_stage
 
 from cascadekit.training.pipeline import chat_grpo, chat_rl_dataset, records_digest
-from cascadekit.profiles import Profile, RLConfig
+from cascadekit.profiles import Profile, RLConfig, seed_inputs
 from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.dynamic_sampling import screen_prompts
@@ -90,7 +90,7 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
             chat_rl_dataset(records), reward,
             target=len(records), group_size=rl.group_size, temperature=rl.temperature,
             max_completion_length=rl.max_completion_length, chunk_size=SCREEN_CHUNK,
-            readmit_prob=profile.math_rl.readmit, seed=profile.seed + epoch, keep_markup=True,
+            readmit_prob=profile.math_rl.readmit, seed=profile.seeds.train + epoch, keep_markup=True,
         )
         report = result.report
         return {"kept": sorted(int(i) for i in report.loc[report["kept"], "index"]),
@@ -100,7 +100,7 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
 
     inputs = {"start": start.key, "prompts": records_digest(records), "n_prompts": len(records),
               "reward": reward.__name__, "rl": dataclasses.asdict(rl), "readmit": profile.math_rl.readmit,
-              "epoch": epoch, "seed": profile.seed}
+              "epoch": epoch, "seed": profile.seed, **seed_inputs(profile, "train")}
     return run_stage(Stage("dynamic-filter", inputs, build))
 
 

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from datasets import Dataset
+from transformers import PreTrainedModel
 
 from cascadekit.bands import MIDTRAIN_MIXTURE, Bands
 from cascadekit.chat import END_OF_TURN, stop_token_ids
 from cascadekit.domains import check_record, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, save_checkpoint
 from cascadekit.engine.tokenizer import load_tokenizer
-from cascadekit.profiles import Profile, RLConfig, precision_inputs
+from cascadekit.engine.trainable import Note, engine_settings, load_trainable
+from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
 from cascadekit.stages import Stage, StageOutput, digest, run_folder, run_stage
 from cascadekit.training.async_rewards import StreamingRewards
@@ -63,7 +65,8 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
     if not tokens:
         return start
     inputs = {"start": start.key, "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
-              **profile.sections("pretrain", "world", "seed"), **precision_inputs(profile)}
+              **profile.sections("pretrain", "world", "seed"), **seed_inputs(profile, "data", "train"),
+              **precision_inputs(profile)}
     run_dir = run_folder("midtrain", inputs)  # Trainer checkpoints, to resume
 
     def build(folder: Path) -> Mapping[str, Any]:
@@ -130,6 +133,21 @@ def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
                               "gold": [json.dumps(r["gold"]) for r in records]})
 
 
+def _policy(start: StageOutput, profile: Profile, rl: RLConfig) -> tuple[PreTrainedModel, Note | None]:
+    """The policy a GRPO stage trains, and which path it took: as the checkpoint loads (no note), or QLoRA / Unsloth.
+
+    With ``engine.quantization: 4bit`` or ``engine.unsloth`` the model comes from
+    :func:`cascadekit.engine.trainable.load_trainable` with its LoRA adapter already on
+    (the frozen NF4 base, or Unsloth's loader), as SFT's does; TRL then adds none.
+    Otherwise TRL adds the adapter itself when ``rl.use_lora`` (the CPU scales' path).
+    """
+    placement = choose_device(profile)
+    if profile.engine.quantization == "none" and not profile.engine.unsloth:
+        return load_model(start.checkpoint, placement), None
+    return load_trainable(start.checkpoint, placement, profile.engine, lora=rl.use_lora,
+                          max_seq_length=profile.model.max_positions)
+
+
 def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: RewardFn | Sequence[RewardFn],
                 profile: Profile, work_dir: Path, chat: bool = False, in_order: bool = False, workers: int = 0,
                 watched: Sequence[RewardFn] = (), rl: RLConfig | None = None) -> StageOutput:
@@ -147,11 +165,18 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
 
     def build(folder: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        model = load_model(start.checkpoint, choose_device(profile))
+        notes = []
+
+        def load() -> PreTrainedModel:  # called by train_grpo once its training arguments exist (ZeRO-3 init)
+            model, note = _policy(start, profile, rl)
+            notes.append(note)
+            if chat:
+                model.generation_config.eos_token_id = stop_token_ids(tokenizer)
+            return model
+
         scored, overrides, hooks, streaming = list(rewards), {}, [], None
         extra = list(watched)
         if chat:
-            model.generation_config.eos_token_id = stop_token_ids(tokenizer)
             scored = [reading_markup(r, tokenizer, END_OF_TURN) for r in scored]
             extra = [reading_markup(r, tokenizer, END_OF_TURN) for r in extra]
         if chat and workers:  # it reads the chat markers itself, from the same ids
@@ -163,12 +188,14 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
         if extra:
             overrides["reward_weights"] = [1.0] * len(scored) + [0.0] * len(extra)
         funcs = [*scored, *extra]
-        result = train_grpo(model, tokenizer, dataset, funcs if len(funcs) > 1 else funcs[0], profile, str(work_dir),
+        result = train_grpo(load, tokenizer, dataset, funcs if len(funcs) > 1 else funcs[0], profile, str(work_dir),
                             rl=rl, max_steps=steps, hooks=hooks, **overrides)
         save_checkpoint(result.model, tokenizer, folder, merge_lora=True)
         metrics = {"steps": len(result.curves), "curves": result.curves.to_dict(orient="records"),
                    "train_s": round(result.train_seconds, 1), "prompts": len(dataset),
                    "phases": result.timings.round(3).to_dict(orient="records")}
+        if notes[0] is not None:
+            metrics["trainable"] = str(notes[0])
         timed = {r.__name__: round(r.seconds, 2) for r in rewards if hasattr(r, "seconds")}
         if timed:
             metrics["reward_s"] = timed
@@ -180,7 +207,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
 
     inputs = {"start": start.key, "prompts": prompts_id, "n_prompts": len(dataset),
               "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed,
-              **precision_inputs(profile)}
+              **seed_inputs(profile, "train"), **precision_inputs(profile), **engine_settings(profile.engine)}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:

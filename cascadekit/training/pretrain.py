@@ -50,7 +50,7 @@ from transformers import (
 from cascadekit.artifacts import cache_root
 from cascadekit.bands import MIDTRAIN_MIXTURE, PRETRAIN_MIXTURE, Bands
 from cascadekit.engine.models import start_model
-from cascadekit.profiles import PretrainConfig, Profile, precision_inputs
+from cascadekit.profiles import PretrainConfig, Profile, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
     base_model_source, choose_device, download_allowed, load_model, save_checkpoint, training_precision,
 )
@@ -90,10 +90,13 @@ class BlockDataset(torch.utils.data.Dataset):
 
 
 def mixture_texts(profile: Profile, mixture: Mapping[str, float], n: int, split: str,
-                  contexts: Sequence[str] | None = None, bands: Bands | None = None) -> list[str]:
+                  contexts: Sequence[str] | None = None, bands: Bands | None = None,
+                  shuffle_seed: int | None = None) -> list[str]:
     """``n`` training texts from ``split``, a ``mixture`` weight per op band, shuffled.
 
     The bands are the profile's unless ``bands`` (measured on a base) are given.
+    The problems follow the data seed; the order ``shuffle_seed`` (default
+    ``seed``, the base's: mid-training passes the training seed).
     """
     world = profile.world
     bands = bands or Bands.of_world(world)
@@ -103,10 +106,10 @@ def mixture_texts(profile: Profile, mixture: Mapping[str, float], n: int, split:
         if count:
             problems = generate_problems(
                 ops=bands.ops(range_name), contexts=tuple(contexts or world.contexts), n=count,
-                seed=profile.seed * 1000 + i, split=split, style=world.rendering,
+                seed=profile.seeds.data * 1000 + i, split=split, style=world.rendering,
             )
             texts.extend(p.training_text for p in problems)
-    random.Random(profile.seed).shuffle(texts)
+    random.Random(profile.seed if shuffle_seed is None else shuffle_seed).shuffle(texts)
     return texts
 
 
@@ -121,15 +124,19 @@ def problems_for_budget(profile: Profile, tokenizer: PreTrainedTokenizerBase, mi
 
 
 def training_blocks(profile: Profile, tokenizer: PreTrainedTokenizerBase, mixture: Mapping[str, float],
-                    split: str, tokens: int, bands: Bands | None = None) -> torch.Tensor:
-    """Tokenized, packed blocks for one stage (repeated by the Trainer if fewer than the budget)."""
+                    split: str, tokens: int, bands: Bands | None = None, seed: int | None = None) -> torch.Tensor:
+    """Tokenized, packed blocks for one stage (repeated by the Trainer if fewer than the budget), shuffled by ``seed``."""
     n = problems_for_budget(profile, tokenizer, mixture, tokens, split, bands)
-    texts = mixture_texts(profile, mixture, n, split, bands=bands)
+    texts = mixture_texts(profile, mixture, n, split, bands=bands, shuffle_seed=seed)
     return pack(tokenizer(texts)["input_ids"], profile.pretrain.seq_len, tokenizer.eos_token_id)
 
 
-def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profile: Profile) -> TrainingArguments:
+def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profile: Profile,
+                       seed: int | None = None) -> TrainingArguments:
     """Trainer settings: AdamW, warmup then cosine to ``min_lr_ratio * lr``, clip 1.0.
+
+    The Trainer's seed is ``seed``, by default the profile's ``seed``: a pretrained
+    base's (mid-training passes the training seed).
 
     Device and precision come from :func:`cascadekit.engine.runtime.training_precision`
     (bf16 when the profile asks for bf16 and the device has it, bf16 autocast on
@@ -150,8 +157,8 @@ def training_arguments(cfg: PretrainConfig, out_dir: Path, max_steps: int, profi
         save_total_limit=2,
         logging_steps=max(1, max_steps // 200),
         report_to="none",
-        seed=profile.seed,
-        data_seed=profile.seed,
+        seed=profile.seed if seed is None else seed,
+        data_seed=profile.seed if seed is None else seed,
         dataloader_drop_last=True,
     )
 
@@ -299,10 +306,11 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
 
 def train_lm(model: PreTrainedModel, blocks: torch.Tensor, profile: Profile, run_dir: Path,
              tokens: int | None = None, callbacks: Sequence[TrainerCallback] = (),
-             cfg: PretrainConfig | None = None) -> list[tuple[int, int, float]]:
+             cfg: PretrainConfig | None = None, seed: int | None = None) -> list[tuple[int, int, float]]:
     """Train ``model`` on packed ``blocks`` for a token budget; resume from ``run_dir``'s last good checkpoint.
 
-    Returns the loss log. ``tokens`` defaults to ``profile.pretrain.tokens``.
+    Returns the loss log. ``tokens`` defaults to ``profile.pretrain.tokens``, the
+    Trainer's ``seed`` to the profile's ``seed`` (:func:`training_arguments`).
     """
     cfg = cfg or profile.pretrain
     tokens_per_step = cfg.batch_size * cfg.seq_len
@@ -310,7 +318,7 @@ def train_lm(model: PreTrainedModel, blocks: torch.Tensor, profile: Profile, run
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(
         model=model,
-        args=training_arguments(cfg, run_dir, max_steps, profile),
+        args=training_arguments(cfg, run_dir, max_steps, profile, seed),
         train_dataset=BlockDataset(blocks),
         data_collator=default_data_collator,
         callbacks=list(callbacks),
@@ -326,11 +334,14 @@ def _save_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, log:
 
 def train_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
                 mixture: Mapping[str, float], split: str, tokens: int, run_dir: Path,
-                callbacks: Sequence[TrainerCallback] = (),
-                cfg: PretrainConfig | None = None, bands: Bands | None = None) -> list[tuple[int, int, float]]:
-    """Build one training stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``."""
-    blocks = training_blocks(profile, tokenizer, mixture, split, tokens, bands)
-    log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks, cfg=cfg)
+                callbacks: Sequence[TrainerCallback] = (), cfg: PretrainConfig | None = None,
+                bands: Bands | None = None, seed: int | None = None) -> list[tuple[int, int, float]]:
+    """Build one training stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``.
+
+    ``seed`` shuffles and trains (default the profile's ``seed``, a base's).
+    """
+    blocks = training_blocks(profile, tokenizer, mixture, split, tokens, bands, seed)
+    log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks, cfg=cfg, seed=seed)
     _save_stage(model, tokenizer, log, dest)
     shutil.rmtree(run_dir, ignore_errors=True)
     return log
@@ -366,23 +377,35 @@ def midtrain_config(cfg: PretrainConfig) -> PretrainConfig:
 def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, tokens: int,
              mixture: Mapping[str, float] = MIDTRAIN_MIXTURE,
              callbacks: Sequence[TrainerCallback] = (), bands: Bands | None = None) -> list[tuple[int, int, float]]:
-    """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture`` over ``bands``; save to ``dest``."""
+    """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture`` over ``bands``; save to ``dest``.
+
+    What a chapter trains, so shuffled and trained by the training seed (the base it starts from is not).
+    """
     tokenizer = load_tokenizer(checkpoint)
     model = load_model(checkpoint, choose_device(profile))
     return train_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
-                       cfg=midtrain_config(profile.pretrain), bands=bands)
+                       cfg=midtrain_config(profile.pretrain), bands=bands, seed=profile.seeds.train)
+
+
+def _extended(key: str, extra: Mapping[str, str | int]) -> str:
+    """``key`` itself without ``extra``, else a key of the same length hashing both (so fixed keys stay fixed)."""
+    if not extra:
+        return key
+    return hashlib.sha256(json.dumps([key, extra], sort_keys=True).encode()).hexdigest()[:len(key)]
 
 
 def tokenizer_key(profile: Profile) -> str:
-    return profile.hash("world", "tokenizer", "seed")
+    """The Part I tokenizer's key: the sections it reads, and the data seed when it is not ``seed``."""
+    return _extended(profile.hash("world", "tokenizer", "seed"), seed_inputs(profile, "data"))
 
 
 def pretrain_key(profile: Profile) -> str:
-    """The pretraining key: the sections it reads, and the precision when it is not fp32 (fp32 keys as before)."""
+    """The pretraining key: the sections it reads, the data seed when it is not ``seed`` and the precision
+    when it is not fp32 (keys as before otherwise; a base never reads the training seed)."""
     key = profile.hash("world", "tokenizer", "model", "pretrain", "seed")
-    if precision := precision_inputs(profile):
-        return hashlib.sha256(json.dumps([key, precision], sort_keys=True).encode()).hexdigest()[:len(key)]
-    return key
+    if precision := precision_inputs(profile):  # the key precision alone gave (built before the seeds)
+        key = _extended(key, precision)
+    return _extended(key, seed_inputs(profile, "data"))
 
 
 def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
@@ -396,7 +419,8 @@ def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
         build_tokenizer(profile).save_pretrained(folder)
         return {}
 
-    stage = Stage("tokenizer", profile.sections("world", "tokenizer", "seed"), build, tokenizer_key(profile))
+    stage = Stage("tokenizer", {**profile.sections("world", "tokenizer", "seed"), **seed_inputs(profile, "data")},
+                  build, tokenizer_key(profile))
     return load_tokenizer(run_stage(stage).checkpoint)
 
 
@@ -415,7 +439,8 @@ def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (
         pretrain(profile, tokenizer, folder, run_dir, callbacks)  # its loss log is a file of the checkpoint
         return {}
 
-    inputs = {**profile.sections("world", "tokenizer", "model", "pretrain", "seed"), **precision_inputs(profile)}
+    inputs = {**profile.sections("world", "tokenizer", "model", "pretrain", "seed"), **precision_inputs(profile),
+              **seed_inputs(profile, "data")}
     return run_stage(Stage("pretrain", inputs, build, key), rebuild=rebuild).checkpoint
 
 

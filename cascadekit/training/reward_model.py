@@ -55,7 +55,7 @@ from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, training_precision
 from cascadekit.training.dynamic_sampling import sample_groups
 
@@ -74,7 +74,8 @@ def preference_records(profile: Profile, split: str, tasks: int, seed: int,
     and ``source``: ``perturbed`` (the gold answer and its perturbations), or, with
     a ``policy`` checkpoint and ``reward_model.policy_samples`` > 0, also ``policy``
     (that many of the policy's own sampled answers per prompt, paired by quality,
-    as human raters compare a model's responses).
+    as human raters compare a model's responses). ``seed`` (a data seed) draws the
+    prompts and the perturbations; the policy is sampled with the training seed.
     """
     cfg = profile.reward_model
     ops = range(profile.sft.ops[0], profile.sft.ops[1] + 1)
@@ -82,7 +83,7 @@ def preference_records(profile: Profile, split: str, tasks: int, seed: int,
     drawn = draw_tasks(domains()["general"], tasks, seed, split, ops)
     records = [chat_record(task, i % 2 == 0) for i, task in enumerate(drawn)]
     prompts = [prompt_text(r) for r in records]
-    sampled = (policy_samples(policy, prompts, cfg.policy_samples, profile, seed)
+    sampled = (policy_samples(policy, prompts, cfg.policy_samples, profile, profile.seeds.train)
                if policy is not None and cfg.policy_samples else [[] for _ in drawn])
     out = []
     for task, record, prompt, answers in zip(drawn, records, prompts, sampled):
@@ -202,7 +203,7 @@ def reward_config(profile: Profile, out_dir: Path) -> RewardConfig:
         gradient_accumulation_steps=steps,
         learning_rate=cfg.lr, lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0, max_length=None,
         **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
-        seed=profile.seed, data_seed=profile.seed,
+        seed=profile.seeds.train, data_seed=profile.seeds.train,
     )
 
 
@@ -250,16 +251,18 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> Sta
     interval, overall and per mode) and the calibration.
     """
     cfg = profile.reward_model
-    train = preference_records(profile, "rl", cfg.tasks, profile.seed, start)
-    held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seed, start)
+    train = preference_records(profile, "rl", cfg.tasks, profile.seeds.data, start)
+    held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seeds.data, start)
     inputs = {"start": start.key, "layers": layers, "reward_model": dataclasses.asdict(cfg),
-              "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed, **precision_inputs(profile)}
+              "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed,
+              **seed_inputs(profile, "train"), **precision_inputs(profile)}
     run_dir = run_folder("reward-model", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
+        args = reward_config(profile, run_dir)  # before the model: ZeRO-3 partitions it as it loads
         model = load_reward_model(start.checkpoint, layers)
-        trainer = RewardTrainer(model=model, args=reward_config(profile, run_dir), processing_class=tokenizer,
+        trainer = RewardTrainer(model=model, args=args, processing_class=tokenizer,
                                 train_dataset=_tokenized(train, tokenizer))
         started = time.perf_counter()
         trainer.train()

@@ -33,8 +33,9 @@ import dataclasses
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import torch
 from datasets import Dataset
 from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
@@ -42,9 +43,9 @@ from trl import SFTConfig, SFTTrainer
 
 from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
-from cascadekit.domains import chat_records, check_record, domains, draw_tasks, prompt_of, stage_domains
+from cascadekit.domains import chat_records, check_record, configured, draw_tasks, prompt_of, stage_domains
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.profiles import Profile, domains_inputs, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
     choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
 )
@@ -71,7 +72,7 @@ def stage_records(profile: Profile, stage: int) -> list[dict[str, Any]]:
         return released_stage_records(profile, stage, n)
     records = []
     for name in stage_domains(stage):
-        tasks = draw_tasks(domains()[name], n, profile.seed * 10 + stage, "sft", surface_ops(profile))
+        tasks = draw_tasks(configured(name, profile.domains), n, profile.seeds.data * 10 + stage, "sft", surface_ops(profile))
         records.extend(r for t in tasks for r in chat_records(t))
     return records
 
@@ -117,7 +118,9 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
     :func:`cascadekit.engine.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one).
 
     Each device's ``sft.batch_size`` rows per step are ``engine.accumulation``
-    micro-batches (``cascadekit launch --accumulation``); the step stays the same."""
+    micro-batches (``cascadekit launch --accumulation``); the step stays the same.
+    On a GPU the activations are checkpointed (recomputed in the backward pass):
+    a 16K-token row's activations would not fit beside the model otherwise."""
     cfg = profile.sft
     steps = profile.engine.accumulation
     if cfg.batch_size % steps:
@@ -136,11 +139,12 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
         weight_decay=0.0,
         max_grad_norm=1.0,
         **training_precision(profile),
+        gradient_checkpointing=choose_device(profile).on_gpu,
         logging_steps=max(1, steps_hint // 50),
         save_strategy="no",
         report_to="none",
-        seed=profile.seed,
-        data_seed=profile.seed,
+        seed=profile.seeds.train,
+        data_seed=profile.seeds.train,
         dataset_num_proc=None,
     )
 
@@ -150,12 +154,20 @@ def trainable(model: PreTrainedModel, profile: Profile) -> PreTrainedModel:
     return with_lora(model, LORA_RANK, LORA_ALPHA) if profile.sft.use_lora and not isinstance(model, PeftModel) else model
 
 
-def train_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, profile: Profile, stage: int,
-                run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> tuple[PreTrainedModel, dict[str, Any]]:
-    """One SFT stage on ``model``; returns the trained model and the stage's loss log and data counts."""
+def train_stage(model: PreTrainedModel | Callable[[], PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
+                profile: Profile, stage: int, run_dir: Path,
+                callbacks: Sequence[TrainerCallback] = ()) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """One SFT stage on ``model``; returns the trained model and the stage's loss log and data counts.
+
+    ``model`` may be a function that loads it: it is called once the training
+    arguments exist, which is what lets DeepSpeed ZeRO-3 partition the weights as
+    they load (``zero3_init_flag``) instead of every process loading them whole.
+    """
     dataset, dropped = sft_dataset(stage_records(profile, stage), tokenizer, seq_len(profile, stage))
     steps_hint = int(len(dataset) * profile.sft.epochs / profile.sft.batch_size)
-    trainer = SFTTrainer(model=trainable(model, profile), args=sft_config(profile, stage, run_dir, steps_hint),
+    args = sft_config(profile, stage, run_dir, steps_hint)
+    model = model if isinstance(model, torch.nn.Module) else model()
+    trainer = SFTTrainer(model=trainable(model, profile), args=args,
                          train_dataset=dataset, processing_class=tokenizer, callbacks=list(callbacks))
     started = time.perf_counter()
     trainer.train()
@@ -178,18 +190,25 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
     inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
-              **engine_settings(profile.engine), **precision_inputs(profile)}
+              **seed_inputs(profile, "data", "train"), **engine_settings(profile.engine), **precision_inputs(profile),
+              **domains_inputs(profile)}
     run_dir = run_folder("sft", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
-        model, note = load_trainable(start.checkpoint, choose_device(profile), profile.engine,
-                                     lora=profile.sft.use_lora, rank=LORA_RANK, alpha=LORA_ALPHA,
-                                     max_seq_length=seq_len(profile, stage))
-        model, info = train_stage(model, tokenizer, profile, stage, run_dir, callbacks)
+        notes = []
+
+        def load() -> PreTrainedModel:
+            model, note = load_trainable(start.checkpoint, choose_device(profile), profile.engine,
+                                         lora=profile.sft.use_lora, rank=LORA_RANK, alpha=LORA_ALPHA,
+                                         max_seq_length=seq_len(profile, stage))
+            notes.append(note)
+            return model
+
+        model, info = train_stage(load, tokenizer, profile, stage, run_dir, callbacks)
         save_checkpoint(model, tokenizer, dest, merge_lora=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-        return {**info, "trainable": str(note)}
+        return {**info, "trainable": str(notes[0])}
 
     return run_stage(Stage("sft", inputs, build))
 

@@ -49,7 +49,7 @@ from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
-from cascadekit.profiles import Profile, precision_inputs
+from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import load_tokenizer, save_checkpoint, training_precision
 from cascadekit.rewards import completion_text
 from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
@@ -85,17 +85,20 @@ def constructed(task: Task, think: bool, rng: random.Random) -> list[tuple[str, 
     return out
 
 
-def judge_examples(tasks: Sequence[Task], profile: Profile, seed: int,
+def judge_examples(tasks: Sequence[Task], profile: Profile, offset: int,
                    policy: StageOutput | None = None) -> list[dict[str, Any]]:
     """Labelled candidates for ``tasks`` (half asked in each mode): ``prompt``, ``answer``, ``source``, ``label``.
 
     With a ``policy`` checkpoint, ``swe_rl.judge_samples`` of its sampled answers per prompt join them.
+    The corruptions are drawn from the data seed, the policy's answers from the training seed, each plus
+    ``offset`` (0 for the training examples, 1 for the held-out ones).
     """
-    rng = random.Random(f"swe-judge/{seed}")
+    seeds = profile.seeds
+    rng = random.Random(f"swe-judge/{seeds.data + offset}")
     records = [chat_record(task, i % 2 == 0) for i, task in enumerate(tasks)]
     prompts = [prompt_text(r) for r in records]
     n = profile.swe_rl.judge_samples
-    sampled = (policy_samples(policy, prompts, n, profile, seed) if policy is not None and n
+    sampled = (policy_samples(policy, prompts, n, profile, seeds.train + offset) if policy is not None and n
                else [[] for _ in tasks])
     rows = []
     for task, record, prompt, answers in zip(tasks, records, prompts, sampled):
@@ -156,26 +159,26 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k.startswith("judge_")}
     inputs = {"start": start.key, **settings, "tasks": _digest(train), "held_out": _digest(held_out),
               "sampling": {"temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens},
-              "seed": profile.seed, **precision_inputs(profile)}
+              "seed": profile.seed, **seed_inputs(profile, "data", "train"), **precision_inputs(profile)}
     run_dir = run_folder("swe-judge", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
-        train_examples = judge_examples(train, profile, profile.seed, start)
-        held_examples = judge_examples(held_out, profile, profile.seed + 1, start)
+        train_examples = judge_examples(train, profile, 0, start)
+        held_examples = judge_examples(held_out, profile, 1, start)
         tokenizer = load_tokenizer(start.checkpoint)
         tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
+        args = TrainingArguments(  # before the model: ZeRO-3 partitions it as it loads
+            output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs,
+            per_device_train_batch_size=cfg.judge_batch_size, learning_rate=cfg.judge_lr,
+            lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
+            **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
+            seed=profile.seeds.train, data_seed=profile.seeds.train)
         model = load_reward_model(start.checkpoint, cfg.judge_layers, labels=2)
         model.config.pad_token_id = tokenizer.pad_token_id
         limit = model.config.max_position_embeddings
         encoded = tokenizer([scored_text(e["prompt"], e["answer"]) for e in train_examples], truncation=True,
                             max_length=limit, add_special_tokens=False)
         data = Dataset.from_dict({**encoded, "labels": [e["label"] for e in train_examples]})
-        args = TrainingArguments(
-            output_dir=str(run_dir), num_train_epochs=cfg.judge_epochs,
-            per_device_train_batch_size=cfg.judge_batch_size, learning_rate=cfg.judge_lr,
-            lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
-            **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
-            seed=profile.seed, data_seed=profile.seed)
         trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer))
         started = time.perf_counter()
         trainer.train()

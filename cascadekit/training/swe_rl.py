@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from cascadekit.domains import Domain, Task, chat_record, domains, draw_tasks
-from cascadekit.domains import swe
+from cascadekit.domains import Domain, Task, chat_record, configured, draw_tasks
 from cascadekit.stages import StageOutput
 from cascadekit.training.pipeline import chat_grpo
-from cascadekit.profiles import Profile, RLConfig
+from cascadekit.profiles import DomainsConfig, Profile, RLConfig
 from cascadekit.rewards import RewardFn, completion_text
 from cascadekit.training.swe_judge import SemanticJudge, executed, judge_stage
 from cascadekit.verify.patch import patch_similarity
@@ -50,9 +49,10 @@ class ContextStage:
     grpo: StageOutput
 
 
-def swe_domain(context: int) -> Domain:
-    """The SWE domain whose calc.py holds ``context`` other functions beside the buggy one."""
-    return dataclasses.replace(domains()["swe"], make_task=functools.partial(swe.make_task, context=context))
+def swe_domain(context: int, knobs: DomainsConfig = DomainsConfig()) -> Domain:
+    """The SWE domain whose calc.py holds ``context`` other functions beside the buggy one (and ``knobs``' rewrites)."""
+    domain = configured("swe", knobs)
+    return dataclasses.replace(domain, make_task=functools.partial(domain.make_task, context=context))
 
 
 def swe_tasks(profile: Profile, n: int, split: str, seed: int, contexts: Sequence[int]) -> list[Task]:
@@ -62,21 +62,23 @@ def swe_tasks(profile: Profile, n: int, split: str, seed: int, contexts: Sequenc
     for i, context in enumerate(contexts):
         share = n // len(contexts) + (i < n % len(contexts))
         if share:
-            tasks += draw_tasks(swe_domain(context), share, seed + 100 * context, split, range(lo, hi + 1))
+            tasks += draw_tasks(swe_domain(context, profile.domains), share, seed + 100 * context, split,
+                                range(lo, hi + 1))
     return tasks
 
 
 def stage_records(profile: Profile, context: int) -> list[dict[str, Any]]:
     """One stage's prompts: ``swe_rl.prompts`` over files with 0 to ``context`` other functions, in ``/think``."""
-    tasks = swe_tasks(profile, profile.swe_rl.prompts, "rl", profile.seed + PROMPT_SEED, range(context + 1))
+    tasks = swe_tasks(profile, profile.swe_rl.prompts, "rl", profile.seeds.data + PROMPT_SEED, range(context + 1))
     return [chat_record(task, True) for task in tasks]
 
 
 def judge_from(start: StageOutput, profile: Profile) -> StageOutput:
     """The semantic judge, trained from ``start`` (the SFT checkpoint) on prompts over every context SWE RL trains."""
     contexts = range(max(profile.swe_rl.contexts) + 1)
-    train = swe_tasks(profile, profile.swe_rl.judge_tasks, "rl", profile.seed + JUDGE_SEED, contexts)
-    held_out = swe_tasks(profile, profile.swe_rl.judge_eval_tasks, "eval", profile.seed + JUDGE_EVAL_SEED, contexts)
+    train = swe_tasks(profile, profile.swe_rl.judge_tasks, "rl", profile.seeds.data + JUDGE_SEED, contexts)
+    held_out = swe_tasks(profile, profile.swe_rl.judge_eval_tasks, "eval", profile.seeds.data + JUDGE_EVAL_SEED,
+                         contexts)
     return judge_stage(start, train, held_out, profile)
 
 

@@ -69,6 +69,8 @@ ALLOWED = {
         "a cache builder: writes into get_or_build's temporary folder",
     ("training/reward_model.py", "policy_samples.build", "(folder / SAMPLES_FILE).write_text"):
         "a cache builder: writes into get_or_build's temporary folder",
+    ("course/replicates.py", "_run_child", "log.open"):
+        "a training seed's log, streamed while its child runs: a log, read as it grows, never a result",
 }
 
 
