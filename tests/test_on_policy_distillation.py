@@ -7,14 +7,13 @@ from cascadekit.chapters import ch15_on_policy_distillation as ch
 from cascadekit.chapters.cascade import TARGET_DOMAINS, check_order
 
 
-def _samples(scores: dict[str, float]) -> list[dict]:
-    """Four prompts per RL domain (two per mode), ``round(4 * score)`` of them right."""
-    out = []
-    for domain in TARGET_DOMAINS:
-        right = round(4 * scores.get(domain, 0.0))
-        out += [{"domain": domain, "think": i % 2 == 0, "score": float(i < right), "tokens": 10, "repetition": 0.0}
-                for i in range(4)]
-    return out
+#: Four prompts per RL domain, two per mode: the suite every table asks.
+SUITE = [{"domain": domain, "think": i % 2 == 0} for domain in TARGET_DOMAINS for i in range(4)]
+
+
+def _samples(scores: dict[str, float]) -> list[float]:
+    """Each suite prompt's score: ``round(4 * score)`` of a domain's four right."""
+    return [float(i % 4 < round(4 * scores.get(x["domain"], 0.0))) for i, x in enumerate(SUITE)]
 
 
 def _metrics() -> dict:
@@ -26,8 +25,16 @@ def _metrics() -> dict:
     for arm in (ch.FORWARD, ch.SINGLE):
         by_step[arm].update({"5": student, "10": student})
     teachers = {d: ch.STUDENT for d in TARGET_DOMAINS} | {"math": "Math RL"}
-    return {"teachers": teachers, "by_step": by_step,
+    return {"suite": SUITE, "teachers": teachers, "by_step": by_step,
             "per_sample": {"student": student, "teacher SWE RL": student, "teacher Math RL": teacher}}
+
+
+def test_a_table_is_kept_as_its_scores_in_suite_order():
+    table = {"samples": [{**x, "score": 0.5, "completion": "..."} for x in SUITE]}
+    assert ch.scores_of(table, SUITE) == [0.5] * len(SUITE)
+    assert ch.samples({"suite": SUITE}, [1.0] * len(SUITE))[0] == {**SUITE[0], "score": 1.0}
+    with pytest.raises(ValueError, match="same prompts in the same order"):
+        ch.scores_of({"samples": table["samples"][::-1]}, SUITE)
 
 
 def test_segments_cut_in_order_and_fold_a_short_tail_into_the_last():

@@ -45,7 +45,7 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teachers, joint_records, joint_rl,
                                          joint_rl_settings, mopd_prompts, mopd_teachers, validation_scores)
 from cascadekit.claims import claim_row
-from cascadekit.evaluation.stage_claims import compact, paired_change, picked
+from cascadekit.evaluation.stage_claims import paired_change, picked
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function
@@ -138,25 +138,43 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     for name in dict.fromkeys(chosen.values()):  # the student's own table once: rows are not repeated
         tables[f"teacher {name}"] = (tables["student"] if name == STUDENT
                                      else cached_stage_table(checkpoint(name, profile), profile, name))
+    suite = [{"domain": x["domain"], "think": x["think"]} for x in tables["student"]["samples"]]
     runs, by_step = {}, {}
     for arm in ARMS:
         started = time.perf_counter()
         outputs = _arm(arm, student, parts, profile, teachers[arm], work_dir)
         runs[arm] = run_record(outputs, profile)
         timings[f"{arm}_s"] = round(time.perf_counter() - started, 1)
-        step, by_step[arm] = 0, {"0": compact({"s": tables["student"]})["s"]}
+        step, by_step[arm] = 0, {"0": scores_of(tables["student"], suite)}
         for out, seg in zip(outputs, runs[arm]["segments"]):
             step += seg["steps"]
             table = cached_stage_table(out, profile, f"{arm} step {step}")
-            by_step[arm][str(step)] = compact({"s": table})["s"]
+            by_step[arm][str(step)] = scores_of(table, suite)
             tables[f"{arm} step {step}"] = table
             timings[f"table {arm} step {step}_s"] = table["wall_s"]
     return {
         "rows": [row for t in {id(t): t for t in tables.values()}.values() for row in t["rows"]],
-        "per_sample": {name: compact({"s": t})["s"] for name, t in tables.items()},
+        "suite": suite, "per_sample": {name: scores_of(t, suite) for name, t in tables.items() if " step " not in name},
         "by_step": by_step, "validation": scores, "teachers": chosen, "student_key": student.key,
         "prompts": mopd_prompts(profile), "runs": runs, "timings": timings, "profile": profile.to_dict(),
     }
+
+
+def scores_of(table: Mapping[str, Any], suite: Sequence[Mapping[str, Any]]) -> list[float]:
+    """A stage table's per-prompt scores in suite order: the results keep every table this compactly.
+
+    Every table asks the same suite in the same order (a ValueError if not), so one
+    list of (domain, mode) beside them, ``suite``, says what each score is.
+    """
+    samples = table["samples"]
+    if [(x["domain"], x["think"]) for x in samples] != [(x["domain"], x["think"]) for x in suite]:
+        raise ValueError("the stage tables did not ask the same prompts in the same order")
+    return [float(x["score"]) for x in samples]
+
+
+def samples(metrics: Mapping[str, Any], scores: Sequence[float]) -> list[dict[str, Any]]:
+    """Per-prompt scores as the samples the paired claims read (domain, mode, score)."""
+    return [{**x, "score": v} for x, v in zip(metrics["suite"], scores)]
 
 
 # ---------------------------------------------------------------------------
@@ -171,7 +189,7 @@ def regressed(metrics: Mapping[str, Any]) -> list[str]:
 
 def final(metrics: Mapping[str, Any], arm: str) -> list[Mapping[str, Any]]:
     """An arm's per-sample stage-table results after its last segment."""
-    return metrics["by_step"][arm][list(metrics["by_step"][arm])[-1]]
+    return samples(metrics, metrics["by_step"][arm][list(metrics["by_step"][arm])[-1]])
 
 
 def _score(samples: Sequence[Mapping[str, Any]], domain: str) -> float:
@@ -181,14 +199,14 @@ def _score(samples: Sequence[Mapping[str, Any]], domain: str) -> float:
 
 def teacher_score(metrics: Mapping[str, Any], domain: str) -> float:
     """The score of ``domain``'s teacher on the evaluation suite (both modes)."""
-    return _score(metrics["per_sample"][f"teacher {metrics['teachers'][domain]}"], domain)
+    return _score(samples(metrics, metrics["per_sample"][f"teacher {metrics['teachers'][domain]}"]), domain)
 
 
 def steps_to_recover(metrics: Mapping[str, Any], arm: str, domain: str, within: float = RECOVERED) -> int | None:
     """The first evaluated step at which ``domain`` scores within ``within`` of its teacher (None: never)."""
     target = teacher_score(metrics, domain) - within
-    for step, samples in metrics["by_step"][arm].items():
-        if _score(samples, domain) >= target:
+    for step, scores in metrics["by_step"][arm].items():
+        if _score(samples(metrics, scores), domain) >= target:
             return int(step)
     return None
 
@@ -198,7 +216,7 @@ def domain_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for domain in TARGET_DOMAINS:
         row: dict[str, Any] = {"domain": domain, "teacher": metrics["teachers"][domain],
-                               "student": round(_score(metrics["per_sample"]["student"], domain), 3),
+                               "student": round(_score(samples(metrics, metrics["per_sample"]["student"]), domain), 3),
                                "teacher score": round(teacher_score(metrics, domain), 3)}
         for arm in ARMS:
             row[arm] = round(_score(final(metrics, arm), domain), 3)
@@ -226,7 +244,7 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chapter's paper-vs-run rows, each a paired change over the suite's prompts with its interval."""
     names = regressed(metrics) or list(TARGET_DOMAINS)
     label = ", ".join(names) if regressed(metrics) else "none is: every RL domain"
-    student = metrics["per_sample"]["student"]
+    student = samples(metrics, metrics["per_sample"]["student"])
     mopd, grpo = final(metrics, MOPD), final(metrics, GRPO)
     return [
         claim_row(f"MOPD recovers the cascade's regressions: MOPD minus the student on the domains whose teacher is "
@@ -253,7 +271,8 @@ def plot_recovery(metrics: Mapping[str, Any]) -> Figure:
     for ax, domain in zip(axes[0], TARGET_DOMAINS):
         for arm in ARMS:
             steps = [int(s) for s in metrics["by_step"][arm]]
-            ax.plot(steps, [_score(v, domain) for v in metrics["by_step"][arm].values()], marker="o", label=arm)
+            ax.plot(steps, [_score(samples(metrics, v), domain) for v in metrics["by_step"][arm].values()], marker="o",
+                    label=arm)
         target = teacher_score(metrics, domain)
         ax.axhline(target, color="black", lw=1, ls="--", label="teacher")
         ax.axhspan(target - RECOVERED, target, color="grey", alpha=0.2)
