@@ -37,6 +37,9 @@ WRONG_FUNCTIONS = {
     "13.1": lambda rewards, executed: sum(r >= 0.8 and e == 0 for r, e in zip(rewards, executed)) / len(rewards),
     "14.1": lambda domain, batch, scores: [scores[i] if d == domain else None  # indexes the batch, not the domain
                                            for i, d in enumerate(batch) if i < len(scores)],
+    "15.1": lambda p_student, p_teacher: sum(t * math.log(t / s) for s, t in zip(p_student, p_teacher)  # forward
+                                             if t > 0 and s > 0),
+    "15.2": lambda kl, tokens: sum(kl.values()) / len(kl),  # the domains' means, unweighted
 }
 
 
@@ -77,7 +80,7 @@ def shown_forms(value: object) -> list[str]:
 
 
 def test_every_chapter_on_main_has_two_exercises() -> None:
-    assert CHAPTERS_WITH_EXERCISES == [f"{i:02d}" for i in range(1, 15)]
+    assert CHAPTERS_WITH_EXERCISES == [f"{i:02d}" for i in range(1, 16)]
     for chapter in CHAPTERS_WITH_EXERCISES:
         assert len(exercises(chapter)) >= 2, chapter
     assert all(re.fullmatch(r"\d\d\.\d+", i) for i in IDS) and len(set(IDS)) == len(IDS)

@@ -10,7 +10,7 @@ from cascadekit import chapters
 from cascadekit.results import RESULTS_DIR, ResultsWriter, load_metrics, markdown_table
 
 #: Results folders written by each chapter's current code (08's six-separate-domains is an older run's).
-FOLDERS = [("08", ""), ("08", "lora-r16"), ("09", ""), ("10", ""), ("11", ""), ("12", ""), ("13", "")]
+FOLDERS = [("08", ""), ("08", "lora-r16"), ("09", ""), ("10", ""), ("11", ""), ("12", ""), ("13", ""), ("15", "")]
 
 
 @pytest.mark.parametrize("chapter, sub", FOLDERS, ids=lambda v: v or "top")

@@ -47,6 +47,11 @@ its own verification time. Where the kit departs from the cascade: one length
 limit for all (the longest of the stages'), RL's own learning rate, no dynamic
 filtering and no length or context schedule, as a mixed run cannot follow
 five schedules at once.
+
+Chapter 15's multi-domain on-policy distillation reads the cascade too: each RL
+domain's teacher is the stage that scores best on that domain's validation prompts
+(:func:`validation_records`, :func:`domain_teachers`), and MOPD is a stage an order
+may place anywhere (:data:`PLACEABLE`, ``cascadekit cascade --order``).
 """
 from __future__ import annotations
 
@@ -58,11 +63,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from cascadekit.artifacts import cache_root
-from cascadekit.domains import chat_record, configured, domains, draw_tasks
+from cascadekit.domains import chat_record, chat_records, configured, domains, draw_tasks, prompt_text
+from cascadekit.evaluation.stage_table import stage_table
 from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.stages import StageOutput
 from cascadekit.training.chat_base import chat_base
+from cascadekit.training.distillation import mopd_stage, select_teachers
 from cascadekit.training.math_rl import LengthStage, length_extension, math_reward
 from cascadekit.training.pipeline import chat_grpo
 from cascadekit.training.reward_model import RewardModelScore, reward_model_stage
@@ -377,9 +384,9 @@ def unified_swe_rl(profile: Profile, work_dir: Path) -> StageOutput:
 
 def check_order(order: Sequence[str]) -> tuple[str, ...]:
     """``order`` as a tuple, after checking it names each RL stage at most once."""
-    unknown = [name for name in order if name not in ORDER]
+    unknown = [name for name in order if name not in ORDER and name not in PLACEABLE]
     if unknown:
-        raise ValueError(f"unknown cascade stage {unknown[0]!r}: use {', '.join(ORDER)}")
+        raise ValueError(f"unknown cascade stage {unknown[0]!r}: use {', '.join((*ORDER, *PLACEABLE))}")
     if len(set(order)) != len(order):
         raise ValueError(f"a cascade runs each stage once, got {list(order)}")
     return tuple(order)
@@ -401,8 +408,8 @@ def run_cascade(profile: Profile, work_dir: Path, order: Sequence[str] = ORDER,
     in_table = True
     for name in check_order(order):
         started = time.perf_counter()
-        spec = STAGES[name]
-        in_table = in_table and spec.after == stages[-1].name
+        spec = STAGES[name] if name in STAGES else PLACEABLE[name]
+        in_table = in_table and name in STAGES and spec.after == stages[-1].name
         if in_table:
             stages.append(cascade_stage(name, profile, work_dir))
         else:
@@ -506,7 +513,87 @@ def joint_rl_settings(profile: Profile) -> RLConfig:
     return dataclasses.replace(profile.rl, max_completion_length=longest)
 
 
-def joint_rl(profile: Profile, prompts: Mapping[str, int], work_dir: Path) -> StageOutput:
-    """Joint RL from the SFT checkpoint: every domain's prompts mixed in one GRPO run, each with its own reward."""
-    return chat_grpo(sft_checkpoint(profile), joint_records(profile, prompts), profile, work_dir,
+def joint_rl(profile: Profile, prompts: Mapping[str, int], work_dir: Path, start: StageOutput | None = None,
+             records: Sequence[Mapping[str, Any]] | None = None) -> StageOutput:
+    """Joint RL from ``start`` (default: the SFT checkpoint): every domain's prompts mixed in one GRPO run, each
+    with its own reward. ``records`` (default: :func:`joint_records` of ``prompts``) lets chapter 15 run the same
+    GRPO over one segment of its mixed prompts at a time."""
+    records = joint_records(profile, prompts) if records is None else records
+    return chat_grpo(start or sft_checkpoint(profile), records, profile, work_dir,
                      reward=joint_rewards(profile), in_order=True, rl=joint_rl_settings(profile))
+
+
+# ---------------------------------------------------------------------------
+# Multi-domain on-policy distillation (chapter 15)
+# ---------------------------------------------------------------------------
+
+#: The seed offset of the validation prompts that choose each domain's MOPD teacher.
+VALIDATION_SEED = 15
+
+
+def validation_records(profile: Profile, names: Sequence[str] = TARGET_DOMAINS) -> list[dict[str, Any]]:
+    """``sft.eval_tasks`` validation prompts per domain, each in both modes: never the evaluation suite.
+
+    Drawn like the stage table's suite (the same ops, ``sft.ops``, the evaluation seed) but
+    from the RL split, with a seed offset of their own and without any prompt an RL stage trains on,
+    so a teacher is chosen on prompts neither the evaluation nor the training sees.
+    """
+    lo, hi = profile.sft.ops
+    n, pools = profile.sft.eval_tasks, domain_pools(profile)
+    records = []
+    for name in names:
+        trained = {prompt_text(r) for r in pools.get(name, ())}
+        tasks = [t for t in draw_tasks(configured(name, profile.domains), 2 * n, profile.seeds.eval + VALIDATION_SEED,
+                                       "rl", range(lo, hi + 1))
+                 if prompt_text(chat_record(t, True)) not in trained and prompt_text(chat_record(t, False)) not in trained]
+        if len(tasks) < n:
+            raise ValueError(f"{name}: only {len(tasks)} of {n} validation prompts are outside the RL pools")
+        records += [record for task in tasks[:n] for record in chat_records(task)]
+    return records
+
+
+def validation_scores(profile: Profile, candidates: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """Each candidate stage's mean validation score per RL domain (both modes), in the table's order.
+
+    Every stage of the cascade is a candidate by default; each table is a cached
+    stage table of its checkpoint on :func:`validation_records`.
+    """
+    records = validation_records(profile)
+    scores = {}
+    for name in candidates or [spec.name for spec in TABLE]:
+        samples = stage_table(checkpoint(name, profile).checkpoint, profile, f"validation {name}", records)["samples"]
+        scores[name] = {d: sum(s["score"] for s in samples if s["domain"] == d)
+                        / max(1, sum(s["domain"] == d for s in samples)) for d in TARGET_DOMAINS}
+    return scores
+
+
+def domain_teachers(profile: Profile) -> dict[str, str]:
+    """Each RL domain's MOPD teacher: the cascade stage that scores best on its validation prompts (once per process)."""
+    return _once("MOPD teachers", profile, lambda: select_teachers(validation_scores(profile), TARGET_DOMAINS))
+
+
+def mopd_teachers(profile: Profile, single: str | None = None) -> dict[str, StageOutput]:
+    """Each RL domain's teacher checkpoint: its own (:func:`domain_teachers`), or stage ``single`` for every domain."""
+    chosen = {d: single for d in TARGET_DOMAINS} if single else domain_teachers(profile)
+    return {domain: checkpoint(name, profile) for domain, name in chosen.items()}
+
+
+def mopd_prompts(profile: Profile) -> dict[str, int]:
+    """MOPD's prompts per RL domain: a sixteenth of ``rl.samples`` each (at least one step's worth).
+
+    The follow-up paper's MOPD ran 30-52 steps where its RL stages ran hundreds;
+    at toy scale this is 32 prompts per domain, 20 steps in all.
+    """
+    per_domain = max(profile.rl.prompts_per_step, profile.rl.samples // 16)
+    return {domain: per_domain for domain in TARGET_DOMAINS}
+
+
+def _mopd(start: StageOutput, profile: Profile, work_dir: Path) -> Built:
+    run = mopd_stage(start, joint_records(profile, mopd_prompts(profile)), mopd_teachers(profile), profile, work_dir,
+                     rl=joint_rl_settings(profile))
+    return (run,), run, 0.0
+
+
+#: Stages an order may place anywhere that are not the cascade's own (``cascadekit cascade --order``). MOPD
+#: distils from the cascade's per-domain teachers wherever it stands; the paper places it after multi-domain RL.
+PLACEABLE = {"MOPD": StageSpec("MOPD", None, None, _mopd, "SWE RL", "15")}

@@ -46,19 +46,26 @@ def _seconds(metrics: dict[str, Any], path: str | tuple[str, ...]) -> float:
     return float(value)
 
 
+def _committed(spec: ChapterSpec, results_dir: Path) -> dict[str, Any] | None:
+    """The chapter's committed metrics; None for a chapter without an experiment or not yet committed."""
+    path = None if spec.results is None else results_dir / spec.results / "metrics.json"
+    return json.loads(path.read_text()) if path is not None and path.exists() else None
+
+
 def recorded_seconds(spec: ChapterSpec, which: str, results_dir: Path = RESULTS_DIR) -> float | None:
-    """The sum of the chapter's ``which`` paths (``shipped`` or ``retrain``) in its committed metrics."""
-    if spec.results is None:
-        return None
-    metrics = json.loads((results_dir / spec.results / "metrics.json").read_text())
-    return float(sum(_seconds(metrics, path) for path in getattr(spec, which)))
+    """The sum of the chapter's ``which`` paths (``shipped`` or ``retrain``) in its committed metrics.
+
+    None for a chapter without an experiment, or whose run is not committed yet.
+    """
+    metrics = _committed(spec, results_dir)
+    return None if metrics is None else float(sum(_seconds(metrics, path) for path in getattr(spec, which)))
 
 
 def committed_threads(spec: ChapterSpec, results_dir: Path = RESULTS_DIR) -> str:
     """The CPU threads the committed run used, from the command that produced it."""
-    if spec.results is None:
+    metrics = _committed(spec, results_dir)
+    if metrics is None:
         return ""
-    metrics = json.loads((results_dir / spec.results / "metrics.json").read_text())
     found = re.search(r"--threads (\d+)", metrics.get("produced_by", {}).get("command", ""))
     return found.group(1) if found else "all"
 
@@ -96,7 +103,8 @@ def time_columns(results_dir: Path = RESULTS_DIR) -> tuple[dict[str, dict[str, s
         totals[column_title(scale)] = f"**{format_duration(listed)}** (code {run.code_version})"
     shipped = {n: recorded_seconds(e, "shipped", results_dir) for n, e in chapters.items()}
     rebuild = {n: recorded_seconds(e, "retrain", results_dir) for n, e in chapters.items()}
-    columns[RETRAIN_TITLE] = {n: format_duration(s) if s is not None else "nothing to train" for n, s in shipped.items()}
+    columns[RETRAIN_TITLE] = {n: format_duration(s) if s is not None else "nothing to train" if e.results is None
+                              else "not committed yet" for (n, s), e in zip(shipped.items(), chapters.values())}
     columns[REBUILD_TITLE] = {n: format_duration(r) if r else "nothing shipped" if shipped[n] is not None else ""
                               for n, r in rebuild.items()}
     columns[THREADS_TITLE] = {n: committed_threads(e, results_dir) for n, e in chapters.items()}

@@ -1,0 +1,371 @@
+"""Chapter 15: multi-domain on-policy distillation (MOPD), the follow-up paper's recipe after the cascade.
+
+Regenerate the toy results (``data/results/15_on_policy_distillation``) with::
+
+    cascadekit experiment 15 --scale toy --threads 1
+
+The follow-up paper (Nemotron-Cascade 2) keeps domain-wise RL but adds MOPD: the
+student samples its own answers and, on each prompt, the strongest intermediate
+checkpoint for that prompt's domain scores every token (a per-token reverse KL),
+so what earlier stages knew and later ones forgot comes back under dense
+supervision. Four arms start from the cascade's final checkpoint (SWE RL's), on
+the same mixed prompts of the five RL domains (:func:`cascadekit.chapters.cascade.mopd_prompts`),
+at equal optimizer steps and equal sampled answers per step:
+
+* **MOPD** — each domain's teacher is the cascade stage that scores best on that
+  domain's validation prompts (:func:`cascadekit.chapters.cascade.domain_teachers`),
+  reverse KL (:class:`cascadekit.training.distillation.RoutedDistillationTrainer`);
+* **MOPD, forward KL** — the same teachers, ``KL(teacher || student)``;
+* **MOPD, one teacher** — the last stage (``Options.single_teacher``) teaches
+  every domain: the control for routing. With the default it is the student
+  itself, whose loss starts at zero everywhere: everything MOPD moves, routing moved;
+* **GRPO** — continued joint GRPO over the same prompts with each domain's own
+  reward (:func:`cascadekit.chapters.cascade.joint_rl`), the RL alternative.
+
+Each arm runs in segments of ``Options.eval_every`` steps, each a cached stage
+from the one before, with the stage table after every segment: the scores per
+step, and the steps each domain takes to come within :data:`RECOVERED` of its
+teacher. Where the kit departs from the paper: every segment is its own trainer,
+so the optimizer state and the linear learning-rate decay restart each segment
+(the same in every arm); one training seed per run (intervals are over prompts).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from matplotlib import pyplot as plt
+from matplotlib.figure import Figure
+
+from cascadekit.chapters import ChapterConfig
+from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teachers, joint_records, joint_rl,
+                                         joint_rl_settings, mopd_prompts, mopd_teachers, validation_scores)
+from cascadekit.claims import claim_row
+from cascadekit.evaluation.stage_claims import paired_change, picked
+from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
+from cascadekit.exercises import Exercise
+from cascadekit.exercises.answers import Case, Function
+from cascadekit.profiles import Profile
+from cascadekit.results import markdown_table
+from cascadekit.stages import StageOutput
+from cascadekit.training.distillation import mopd_stage
+
+STUDENT = "SWE RL"  # the cascade's final stage: MOPD's student
+MOPD, FORWARD, SINGLE, GRPO = "MOPD", "MOPD, forward KL", "MOPD, one teacher", "GRPO"
+ARMS = (MOPD, FORWARD, SINGLE, GRPO)
+#: A domain is recovered when its score is within this of its teacher's.
+RECOVERED = 0.02
+#: The follow-up paper's figures beside each claim (Nemotron-Cascade 2, as issue 33 quotes them).
+PAPER = {
+    "recovers": "ArenaHard v2 hard prompts 71.5 -> 85.5 in 52 MOPD steps",
+    "faster": "AIME25 92.0 in 30 MOPD steps; GRPO reached 91.0 in 25",
+    "routing": "per-domain teachers (the paper's design; no single-teacher figure reported)",
+    "reverse": "reverse KL (the paper's choice)",
+    "rlhf": "ArenaHard: RLHF needed about 160 steps for what MOPD reached in 52",
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Chapter 15's own settings."""
+
+    eval_every: int = 5  # optimizer steps per segment: the stage table runs after each
+    single_teacher: str = STUDENT  # the one-teacher arm's teacher (a cascade stage)
+
+
+def segments(records: Sequence[Mapping[str, Any]], size: int) -> list[list[Mapping[str, Any]]]:
+    """``records`` cut into consecutive segments of ``size`` prompts (the last keeps the rest)."""
+    if size < 1:
+        raise ValueError(f"a segment needs at least one prompt, got {size}")
+    cut = [list(records[i:i + size]) for i in range(0, len(records), size)]
+    if len(cut) > 1 and len(cut[-1]) < size:
+        tail = cut.pop()
+        cut[-1] += tail
+    return cut
+
+
+def _arm(name: str, start: StageOutput, parts: Sequence[Sequence[Mapping[str, Any]]], profile: Profile,
+         teachers: Mapping[str, StageOutput], work_dir: Path) -> list[StageOutput]:
+    """One arm's segments, each a cached stage from the one before."""
+    rl, done, outputs = joint_rl_settings(profile), start, []
+    for i, part in enumerate(parts):
+        folder = work_dir / f"{name.replace(' ', '-').replace(',', '')}-{i}"
+        if name == GRPO:
+            done = joint_rl(profile, {}, folder, start=done, records=part)
+        else:
+            done = mopd_stage(done, part, teachers, profile, folder, "forward" if name == FORWARD else "reverse", rl)
+        outputs.append(done)
+    return outputs
+
+
+def run_record(outputs: Sequence[StageOutput], profile: Profile) -> dict[str, Any]:
+    """What the results keep of an arm: each segment's key, steps, time, tokens and curves (steps numbered on)."""
+    rl, steps, curves, segments_ = joint_rl_settings(profile), 0, [], []
+    for out in outputs:
+        m = out.metrics
+        tokens = m.get("completion_tokens")
+        if tokens is None:  # GRPO: mean completion length per step x the step's samples
+            tokens = round(sum(c.get("completion_length", 0.0) for c in m["curves"]) * rl.prompts_per_step
+                           * rl.group_size)
+        segments_.append({"key": out.key, "steps": m["steps"], "train_s": m["train_s"], "completion_tokens": tokens})
+        keep = ("step", "kl", "reward", "completion_length", "entropy")
+        curves += [{**{k: v for k, v in c.items() if k in keep or k.startswith(("kl/", "reward/"))},
+                    "step": steps + c["step"]} for c in m["curves"]]
+        steps += m["steps"]
+    return {"segments": segments_, "curves": curves, "steps": steps,
+            "train_s": round(sum(s["train_s"] for s in segments_), 1),
+            "completion_tokens": sum(s["completion_tokens"] for s in segments_)}
+
+
+def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
+    """Teachers chosen on validation, the four arms in segments, the stage table after every segment."""
+    profile, options, work_dir = config.profile, config.options, Path(work_dir)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    student = checkpoint(STUDENT, profile, work_dir / "cascade")
+    scores = validation_scores(profile)
+    chosen = domain_teachers(profile)
+    timings["teachers_s"] = round(time.perf_counter() - started, 1)
+    records = joint_records(profile, mopd_prompts(profile))
+    parts = segments(records, options.eval_every * profile.rl.prompts_per_step)
+    teachers = {MOPD: mopd_teachers(profile), FORWARD: mopd_teachers(profile),
+                SINGLE: mopd_teachers(profile, options.single_teacher), GRPO: {}}
+    tables = {"student": cached_stage_table(student, profile, STUDENT)}
+    for name in dict.fromkeys(chosen.values()):  # the student's own table once: rows are not repeated
+        tables[f"teacher {name}"] = (tables["student"] if name == STUDENT
+                                     else cached_stage_table(checkpoint(name, profile), profile, name))
+    suite = [{"domain": x["domain"], "think": x["think"]} for x in tables["student"]["samples"]]
+    runs, by_step = {}, {}
+    for arm in ARMS:
+        started = time.perf_counter()
+        outputs = _arm(arm, student, parts, profile, teachers[arm], work_dir)
+        runs[arm] = run_record(outputs, profile)
+        timings[f"{arm}_s"] = round(time.perf_counter() - started, 1)
+        step, by_step[arm] = 0, {"0": scores_of(tables["student"], suite)}
+        for out, seg in zip(outputs, runs[arm]["segments"]):
+            step += seg["steps"]
+            table = cached_stage_table(out, profile, f"{arm} step {step}")
+            by_step[arm][str(step)] = scores_of(table, suite)
+            tables[f"{arm} step {step}"] = table
+            timings[f"table {arm} step {step}_s"] = table["wall_s"]
+    return {
+        "rows": [row for t in {id(t): t for t in tables.values()}.values() for row in t["rows"]],
+        "suite": suite, "per_sample": {name: scores_of(t, suite) for name, t in tables.items() if " step " not in name},
+        "by_step": by_step, "validation": scores, "teachers": chosen, "student_key": student.key,
+        "prompts": mopd_prompts(profile), "runs": runs, "timings": timings, "profile": profile.to_dict(),
+    }
+
+
+def scores_of(table: Mapping[str, Any], suite: Sequence[Mapping[str, Any]]) -> list[float]:
+    """A stage table's per-prompt scores in suite order: the results keep every table this compactly.
+
+    Every table asks the same suite in the same order (a ValueError if not), so one
+    list of (domain, mode) beside them, ``suite``, says what each score is.
+    """
+    samples = table["samples"]
+    if [(x["domain"], x["think"]) for x in samples] != [(x["domain"], x["think"]) for x in suite]:
+        raise ValueError("the stage tables did not ask the same prompts in the same order")
+    return [float(x["score"]) for x in samples]
+
+
+def samples(metrics: Mapping[str, Any], scores: Sequence[float]) -> list[dict[str, Any]]:
+    """Per-prompt scores as the samples the paired claims read (domain, mode, score)."""
+    return [{**x, "score": v} for x, v in zip(metrics["suite"], scores)]
+
+
+# ---------------------------------------------------------------------------
+# Measures
+# ---------------------------------------------------------------------------
+
+
+def regressed(metrics: Mapping[str, Any]) -> list[str]:
+    """The domains whose teacher is not the student: where validation says an earlier stage did better."""
+    return [d for d, t in metrics["teachers"].items() if t != STUDENT]
+
+
+def final(metrics: Mapping[str, Any], arm: str) -> list[Mapping[str, Any]]:
+    """An arm's per-sample stage-table results after its last segment."""
+    return samples(metrics, metrics["by_step"][arm][list(metrics["by_step"][arm])[-1]])
+
+
+def _score(samples: Sequence[Mapping[str, Any]], domain: str) -> float:
+    values = [float(s["score"]) for s in picked(samples, [domain])]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def teacher_score(metrics: Mapping[str, Any], domain: str) -> float:
+    """The score of ``domain``'s teacher on the evaluation suite (both modes)."""
+    return _score(samples(metrics, metrics["per_sample"][f"teacher {metrics['teachers'][domain]}"]), domain)
+
+
+def steps_to_recover(metrics: Mapping[str, Any], arm: str, domain: str, within: float = RECOVERED) -> int | None:
+    """The first evaluated step at which ``domain`` scores within ``within`` of its teacher (None: never)."""
+    target = teacher_score(metrics, domain) - within
+    for step, scores in metrics["by_step"][arm].items():
+        if _score(samples(metrics, scores), domain) >= target:
+            return int(step)
+    return None
+
+
+def domain_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per RL domain: teacher, student, teacher and each arm's final score, and each arm's steps to recover."""
+    rows = []
+    for domain in TARGET_DOMAINS:
+        row: dict[str, Any] = {"domain": domain, "teacher": metrics["teachers"][domain],
+                               "student": round(_score(samples(metrics, metrics["per_sample"]["student"]), domain), 3),
+                               "teacher score": round(teacher_score(metrics, domain), 3)}
+        for arm in ARMS:
+            row[arm] = round(_score(final(metrics, arm), domain), 3)
+        for arm in ARMS:
+            found = steps_to_recover(metrics, arm, domain)
+            row[f"steps to recover, {arm}"] = "never" if found is None else found
+        rows.append(row)
+    return rows
+
+
+def cost_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per arm: optimizer steps, sampled completion tokens and training wall time."""
+    return [{"arm": arm, "steps": r["steps"], "completion tokens": r["completion_tokens"], "train s": r["train_s"]}
+            for arm, r in metrics["runs"].items()]
+
+
+# ---------------------------------------------------------------------------
+# Claims
+# ---------------------------------------------------------------------------
+
+RESULTS_TITLE = "Chapter 15: multi-domain on-policy distillation"
+
+
+def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chapter's paper-vs-run rows, each a paired change over the suite's prompts with its interval."""
+    names = regressed(metrics) or list(TARGET_DOMAINS)
+    label = ", ".join(names) if regressed(metrics) else "none is: every RL domain"
+    student = samples(metrics, metrics["per_sample"]["student"])
+    mopd, grpo = final(metrics, MOPD), final(metrics, GRPO)
+    return [
+        claim_row(f"MOPD recovers the cascade's regressions: MOPD minus the student on the domains whose teacher is "
+                  f"an earlier stage ({label})", PAPER["recovers"], *paired_change(student, mopd, names=names), "up"),
+        claim_row(f"at equal steps MOPD ends above continued GRPO on those domains ({label})", PAPER["faster"],
+                  *paired_change(grpo, mopd, names=names), "up"),
+        claim_row(f"per-domain teachers beat one teacher (the last stage): MOPD minus MOPD with one teacher ({label})",
+                  PAPER["routing"], *paired_change(final(metrics, SINGLE), mopd, names=names), "up"),
+        claim_row(f"reverse KL beats forward KL: MOPD minus MOPD with forward KL ({label})", PAPER["reverse"],
+                  *paired_change(final(metrics, FORWARD), mopd, names=names), "up"),
+        claim_row("MOPD lifts the whole suite: MOPD minus the student, every domain and mode", "not reported",
+                  *paired_change(student, mopd), "up"),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Figures and notes
+# ---------------------------------------------------------------------------
+
+
+def plot_recovery(metrics: Mapping[str, Any]) -> Figure:
+    """Per RL domain: each arm's score after every segment, the teacher's score and the recovery band."""
+    fig, axes = plt.subplots(1, len(TARGET_DOMAINS), figsize=(3.2 * len(TARGET_DOMAINS), 3.2), squeeze=False)
+    for ax, domain in zip(axes[0], TARGET_DOMAINS):
+        for arm in ARMS:
+            steps = [int(s) for s in metrics["by_step"][arm]]
+            ax.plot(steps, [_score(samples(metrics, v), domain) for v in metrics["by_step"][arm].values()], marker="o",
+                    label=arm)
+        target = teacher_score(metrics, domain)
+        ax.axhline(target, color="black", lw=1, ls="--", label="teacher")
+        ax.axhspan(target - RECOVERED, target, color="grey", alpha=0.2)
+        ax.set(title=f"{domain} (teacher {metrics['teachers'][domain]})", xlabel="optimizer step")
+    axes[0][0].set_ylabel("stage-table score (both modes)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(metrics: Mapping[str, Any]) -> Figure:
+    """Left: MOPD's mean divergence per step, per domain (reverse KL arm); right: GRPO's mean reward per step."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4))
+    curves = metrics["runs"][MOPD]["curves"]
+    for column in sorted({k for c in curves for k in c if k.startswith("kl/")}):
+        points = [(c["step"], c[column]) for c in curves if column in c]
+        left.plot(*zip(*points), marker=".", label=column.removeprefix("kl/"))
+    left.plot([c["step"] for c in curves], [c.get("kl", np.nan) for c in curves], color="black", label="batch")
+    left.set(title="MOPD: per-token reverse KL to the domain's teacher", xlabel="optimizer step")
+    left.legend(fontsize=7)
+    grpo = metrics["runs"][GRPO]["curves"]
+    right.plot([c["step"] for c in grpo], [c.get("reward", np.nan) for c in grpo], color="black", label="batch")
+    for column in sorted({k for c in grpo for k in c if k.startswith("reward/")}):
+        points = [(c["step"], c[column]) for c in grpo if c.get(column) is not None]
+        if points:
+            right.plot(*zip(*points), marker=".", label=column.removeprefix("reward/").split(":")[0])
+    right.set(title="GRPO: mean reward per step", xlabel="optimizer step")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
+    """Recovery per domain and the KL / reward curves."""
+    return {"recovery": plot_recovery(metrics), "curves": plot_curves(metrics)}
+
+
+def teacher_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The validation scores each teacher was chosen on: one row per candidate stage."""
+    return [{"stage": stage, **{d: round(v, 3) for d, v in scores.items()}}
+            for stage, scores in metrics["validation"].items()]
+
+
+def notes(metrics: Mapping[str, Any]) -> str:
+    """Teachers and their validation scores, each domain's scores and recovery steps, the costs, the stage tables."""
+    return (f"### Teachers: validation score per candidate (never the evaluation suite)\n\n"
+            f"{markdown_table(teacher_rows(metrics))}\n\nChosen: {json.dumps(metrics['teachers'])}\n\n"
+            f"### Per domain: student, teacher and each arm after {metrics['runs'][MOPD]['steps']} steps "
+            f"(recovered: within {RECOVERED} of the teacher)\n\n{markdown_table(domain_rows(metrics))}\n\n"
+            f"### Cost per arm\n\n{markdown_table(cost_rows(metrics))}\n\n"
+            f"### Stage tables\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Intervals are over the suite's prompts ({metrics['profile']['sft']['eval_tasks']} per domain and mode, "
+            f"greedy), one training seed. Timings (s): {json.dumps(metrics['timings'])}")
+
+
+# ---------------------------------------------------------------------------
+# Exercises
+# ---------------------------------------------------------------------------
+
+
+def _distributions() -> list[Case]:
+    return [([0.5, 0.5], [0.25, 0.75]), ([0.9, 0.1], [0.5, 0.5]), ([1.0, 0.0], [0.5, 0.5]),
+            ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]), ([0.7, 0.2, 0.1], [0.1, 0.2, 0.7]), ([0.25] * 4, [0.1, 0.2, 0.3, 0.4])]
+
+
+def _reverse_kl(p_student: Sequence[float], p_teacher: Sequence[float]) -> float:
+    return float(sum(s * np.log(s / t) for s, t in zip(p_student, p_teacher) if s > 0))
+
+
+def _batches() -> list[Case]:
+    return [({"math": 0.4, "code": 0.1}, {"math": 30, "code": 10}), ({"swe": 1.0}, {"swe": 7}),
+            ({"general": 0.2, "instructions": 0.6, "math": 0.0}, {"general": 100, "instructions": 20, "math": 5}),
+            ({"math": 0.3, "code": 0.3}, {"math": 1, "code": 99})]
+
+
+def _batch_loss(kl: Mapping[str, float], tokens: Mapping[str, int]) -> float:
+    return sum(kl[d] * tokens[d] for d in kl) / sum(tokens.values())
+
+
+EXERCISES = [
+    Exercise("15.1", "The reverse KL of one token",
+             "At one position of a student's answer, the student's next-token distribution is `p_student` and the "
+             "domain teacher's is `p_teacher` (lists of probabilities over the same vocabulary). Write "
+             "`reverse_kl(p_student, p_teacher)`: the per-token loss MOPD minimises, in nats.",
+             Function(_distributions, _reverse_kl), "the expectation is under the *student*: sum p_s log(p_s / p_t); a "
+             "token the student never writes (p_s = 0) adds nothing.",
+             "import math\n\ndef reverse_kl(p_student, p_teacher):\n    ...\n\nanswer = reverse_kl"),
+    Exercise("15.2", "One loss for a batch of several teachers",
+             "A MOPD batch mixes domains, each scored by its own teacher. `kl[domain]` is the mean per-token "
+             "divergence of that domain's answers and `tokens[domain]` how many completion tokens they have. "
+             "Write `batch_loss(kl, tokens)`: the batch's loss as the routed trainer computes it (one token-level "
+             "mean over the whole batch, as if one teacher had scored every token).",
+             Function(_batches, _batch_loss), "each domain's part is divided by the whole batch's token count, not "
+             "its own: weigh each domain's mean by its tokens.",
+             "def batch_loss(kl, tokens):\n    ...\n\nanswer = batch_loss", homework=True),
+]

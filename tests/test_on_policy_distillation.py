@@ -1,0 +1,75 @@
+"""Chapter 15's measures on a hand-made run: segments, the domains to recover, steps to recover, the claims."""
+from __future__ import annotations
+
+import pytest
+
+from cascadekit.chapters import ch15_on_policy_distillation as ch
+from cascadekit.chapters.cascade import TARGET_DOMAINS, check_order
+
+
+#: Four prompts per RL domain, two per mode: the suite every table asks.
+SUITE = [{"domain": domain, "think": i % 2 == 0} for domain in TARGET_DOMAINS for i in range(4)]
+
+
+def _samples(scores: dict[str, float]) -> list[float]:
+    """Each suite prompt's score: ``round(4 * score)`` of a domain's four right."""
+    return [float(i % 4 < round(4 * scores.get(x["domain"], 0.0))) for i, x in enumerate(SUITE)]
+
+
+def _metrics() -> dict:
+    student = _samples({"math": 0.25, "code": 0.5})
+    teacher = _samples({"math": 1.0, "code": 0.5})
+    by_step = {arm: {"0": student} for arm in ch.ARMS}
+    by_step[ch.MOPD].update({"5": _samples({"math": 0.5, "code": 0.5}), "10": _samples({"math": 1.0, "code": 0.5})})
+    by_step[ch.GRPO].update({"5": _samples({"math": 0.25, "code": 0.5}), "10": _samples({"math": 0.5, "code": 0.5})})
+    for arm in (ch.FORWARD, ch.SINGLE):
+        by_step[arm].update({"5": student, "10": student})
+    teachers = {d: ch.STUDENT for d in TARGET_DOMAINS} | {"math": "Math RL"}
+    return {"suite": SUITE, "teachers": teachers, "by_step": by_step,
+            "per_sample": {"student": student, "teacher SWE RL": student, "teacher Math RL": teacher}}
+
+
+def test_a_table_is_kept_as_its_scores_in_suite_order():
+    table = {"samples": [{**x, "score": 0.5, "completion": "..."} for x in SUITE]}
+    assert ch.scores_of(table, SUITE) == [0.5] * len(SUITE)
+    assert ch.samples({"suite": SUITE}, [1.0] * len(SUITE))[0] == {**SUITE[0], "score": 1.0}
+    with pytest.raises(ValueError, match="same prompts in the same order"):
+        ch.scores_of({"samples": table["samples"][::-1]}, SUITE)
+
+
+def test_segments_cut_in_order_and_fold_a_short_tail_into_the_last():
+    assert ch.segments(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5, 6]]
+    assert ch.segments(list(range(6)), 3) == [[0, 1, 2], [3, 4, 5]]
+    assert ch.segments([1], 5) == [[1]]
+    with pytest.raises(ValueError, match="at least one prompt"):
+        ch.segments([1, 2], 0)
+
+
+def test_the_domains_to_recover_are_those_whose_teacher_is_an_earlier_stage():
+    metrics = _metrics()
+    assert ch.regressed(metrics) == ["math"]
+    assert ch.teacher_score(metrics, "math") == 1.0 and ch.teacher_score(metrics, "code") == 0.5
+
+
+def test_steps_to_recover_is_the_first_evaluated_step_within_the_tolerance():
+    metrics = _metrics()
+    assert ch.steps_to_recover(metrics, ch.MOPD, "math") == 10
+    assert ch.steps_to_recover(metrics, ch.GRPO, "math") is None
+    assert ch.steps_to_recover(metrics, ch.GRPO, "math", within=0.5) == 10
+    assert ch.steps_to_recover(metrics, ch.GRPO, "code") == 0  # already at its teacher
+    rows = {r["domain"]: r for r in ch.domain_rows(metrics)}
+    assert rows["math"]["steps to recover, MOPD"] == 10 and rows["math"]["steps to recover, GRPO"] == "never"
+
+
+def test_the_claims_read_the_recovered_domains_and_their_direction():
+    rows = ch.claims(_metrics())
+    assert len(rows) == 5 and all("(math)" in r["claim"] for r in rows[:4])
+    assert rows[0]["this run"] == pytest.approx(0.75)  # MOPD minus the student on math
+    assert rows[1]["this run"] == pytest.approx(0.5)  # MOPD minus GRPO on math
+    assert rows[3]["this run"] == pytest.approx(0.75)  # reverse minus forward
+
+
+def test_mopd_can_stand_anywhere_in_a_cascade_order():
+    assert check_order(["RLHF", "IF-RL", "MOPD", "Math RL"]) == ("RLHF", "IF-RL", "MOPD", "Math RL")
+    with pytest.raises(ValueError, match="each stage once"):
+        check_order(["MOPD", "RLHF", "MOPD"])
