@@ -158,3 +158,16 @@ def test_mopd_runs_as_a_stage_of_a_cascade_order(tmp_path):
     mopd = stages[-1]
     assert mopd.runs[0].metrics["steps"] == sum(mopd_prompts(profile).values()) // profile.rl.prompts_per_step
     assert mopd.checkpoint.key != stages[-2].checkpoint.key and mopd.prompts(profile) > 0
+
+
+def test_the_routing_control_is_the_best_stage_overall_but_never_the_student():
+    from cascadekit.training.distillation import select_single_teacher
+
+    scores = {"SFT": {"math": 0.6, "code": 0.2}, "Math RL": {"math": 0.7, "code": 0.3},
+              "SWE RL": {"math": 0.9, "code": 0.9}}
+    assert select_single_teacher(scores, ["math", "code"], exclude="SWE RL") == "Math RL"
+    assert select_single_teacher(scores, ["math", "code"]) == "SWE RL"
+    tie = {"SFT": {"math": 0.5}, "RLHF": {"math": 0.5}}
+    assert select_single_teacher(tie, ["math"]) == "RLHF"  # a tie goes to the later stage, as select_teachers
+    with pytest.raises(ValueError, match="other than 'SWE RL'"):
+        select_single_teacher({"SWE RL": {"math": 1.0}}, ["math"], exclude="SWE RL")

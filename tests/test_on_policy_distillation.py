@@ -25,7 +25,7 @@ def _metrics() -> dict:
     for arm in (ch.FORWARD, ch.SINGLE):
         by_step[arm].update({"5": student, "10": student})
     teachers = {d: ch.STUDENT for d in TARGET_DOMAINS} | {"math": "Math RL"}
-    return {"suite": SUITE, "teachers": teachers, "by_step": by_step,
+    return {"suite": SUITE, "teachers": teachers, "single_teacher": "Math RL", "by_step": by_step,
             "per_sample": {"student": student, "teacher SWE RL": student, "teacher Math RL": teacher}}
 
 

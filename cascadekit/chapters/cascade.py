@@ -69,7 +69,7 @@ from cascadekit.profiles import Profile, RLConfig
 from cascadekit.rewards import RewardFn, verifier_reward
 from cascadekit.stages import StageOutput
 from cascadekit.training.chat_base import chat_base
-from cascadekit.training.distillation import mopd_stage, select_teachers
+from cascadekit.training.distillation import mopd_stage, select_single_teacher, select_teachers
 from cascadekit.training.math_rl import LengthStage, length_extension, math_reward
 from cascadekit.training.pipeline import chat_grpo
 from cascadekit.training.reward_model import RewardModelScore, reward_model_stage
@@ -570,6 +570,11 @@ def validation_scores(profile: Profile, candidates: Sequence[str] | None = None)
 def domain_teachers(profile: Profile) -> dict[str, str]:
     """Each RL domain's MOPD teacher: the cascade stage that scores best on its validation prompts (once per process)."""
     return _once("MOPD teachers", profile, lambda: select_teachers(validation_scores(profile), TARGET_DOMAINS))
+
+
+def single_teacher(profile: Profile, student: str) -> str:
+    """The routing control's one teacher: the stage best on the mean over RL domains on validation, not ``student``."""
+    return select_single_teacher(validation_scores(profile), TARGET_DOMAINS, exclude=student)
 
 
 def mopd_teachers(profile: Profile, single: str | None = None) -> dict[str, StageOutput]:

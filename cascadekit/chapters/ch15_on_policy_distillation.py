@@ -16,9 +16,11 @@ at equal optimizer steps and equal sampled answers per step:
   domain's validation prompts (:func:`cascadekit.chapters.cascade.domain_teachers`),
   reverse KL (:class:`cascadekit.training.distillation.RoutedDistillationTrainer`);
 * **MOPD, forward KL** — the same teachers, ``KL(teacher || student)``;
-* **MOPD, one teacher** — the last stage (``Options.single_teacher``) teaches
-  every domain: the control for routing. With the default it is the student
-  itself, whose loss starts at zero everywhere: everything MOPD moves, routing moved;
+* **MOPD, one teacher** — one stage teaches every domain: the control for routing.
+  By default it is the stage with the best mean validation score over the RL
+  domains, the student left out (:func:`cascadekit.chapters.cascade.single_teacher`):
+  taught by itself the student has zero loss and never moves, so "the last stage"
+  would be no control at all. ``Options.single_teacher`` names another;
 * **GRPO** — continued joint GRPO over the same prompts with each domain's own
   reward (:func:`cascadekit.chapters.cascade.joint_rl`), the RL alternative.
 
@@ -43,7 +45,8 @@ from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
 from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teachers, joint_records, joint_rl,
-                                         joint_rl_settings, mopd_prompts, mopd_teachers, validation_scores)
+                                         joint_rl_settings, mopd_prompts, mopd_teachers, single_teacher,
+                                         validation_scores)
 from cascadekit.claims import claim_row
 from cascadekit.evaluation.stage_claims import paired_change, picked
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
@@ -74,7 +77,7 @@ class Options:
     """Chapter 15's own settings."""
 
     eval_every: int = 5  # optimizer steps per segment: the stage table runs after each
-    single_teacher: str = STUDENT  # the one-teacher arm's teacher (a cascade stage)
+    single_teacher: str = ""  # the one-teacher arm's teacher (a cascade stage); "": the best overall on validation
 
 
 def segments(records: Sequence[Mapping[str, Any]], size: int) -> list[list[Mapping[str, Any]]]:
@@ -132,8 +135,9 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     timings["teachers_s"] = round(time.perf_counter() - started, 1)
     records = joint_records(profile, mopd_prompts(profile))
     parts = segments(records, options.eval_every * profile.rl.prompts_per_step)
-    teachers = {MOPD: mopd_teachers(profile), FORWARD: mopd_teachers(profile),
-                SINGLE: mopd_teachers(profile, options.single_teacher), GRPO: {}}
+    one = options.single_teacher or single_teacher(profile, STUDENT)
+    teachers = {MOPD: mopd_teachers(profile), FORWARD: mopd_teachers(profile), SINGLE: mopd_teachers(profile, one),
+                GRPO: {}}
     tables = {"student": cached_stage_table(student, profile, STUDENT)}
     for name in dict.fromkeys(chosen.values()):  # the student's own table once: rows are not repeated
         tables[f"teacher {name}"] = (tables["student"] if name == STUDENT
@@ -155,7 +159,7 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     return {
         "rows": [row for t in {id(t): t for t in tables.values()}.values() for row in t["rows"]],
         "suite": suite, "per_sample": {name: scores_of(t, suite) for name, t in tables.items() if " step " not in name},
-        "by_step": by_step, "validation": scores, "teachers": chosen, "student_key": student.key,
+        "by_step": by_step, "validation": scores, "teachers": chosen, "single_teacher": one, "student_key": student.key,
         "prompts": mopd_prompts(profile), "runs": runs, "timings": timings, "profile": profile.to_dict(),
     }
 
@@ -251,7 +255,8 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
                   f"an earlier stage ({label})", PAPER["recovers"], *paired_change(student, mopd, names=names), "up"),
         claim_row(f"at equal steps MOPD ends above continued GRPO on those domains ({label})", PAPER["faster"],
                   *paired_change(grpo, mopd, names=names), "up"),
-        claim_row(f"per-domain teachers beat one teacher (the last stage): MOPD minus MOPD with one teacher ({label})",
+        claim_row(f"per-domain teachers beat one teacher ({metrics['single_teacher']} for every domain): MOPD minus "
+                  f"MOPD with that one teacher ({label})",
                   PAPER["routing"], *paired_change(final(metrics, SINGLE), mopd, names=names), "up"),
         claim_row(f"reverse KL beats forward KL: MOPD minus MOPD with forward KL ({label})", PAPER["reverse"],
                   *paired_change(final(metrics, FORWARD), mopd, names=names), "up"),

@@ -118,6 +118,21 @@ def select_teachers(scores: Mapping[str, Mapping[str, float]], domains: Sequence
     return chosen
 
 
+def select_single_teacher(scores: Mapping[str, Mapping[str, float]], domains: Sequence[str],
+                          exclude: str = "") -> str:
+    """The one teacher of the routing control: the candidate with the best mean validation score over ``domains``.
+
+    ``exclude`` (the student) is left out: a student taught by itself has zero loss
+    everywhere and never moves, which would make the control say nothing. A tie
+    goes to the later candidate, as in :func:`select_teachers`.
+    """
+    ranked = [(sum(float(s[d]) for d in domains) / len(domains), i, name)
+              for i, (name, s) in enumerate(scores.items()) if name != exclude and all(d in s for d in domains)]
+    if not ranked:
+        raise ValueError(f"no candidate teacher other than {exclude!r} was scored on every domain")
+    return max(ranked)[2]
+
+
 class RoutedDistillationTrainer(DistillationTrainer):
     """TRL's on-policy distillation with one teacher per domain: each example is scored by its domain's teacher.
 
