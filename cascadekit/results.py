@@ -61,7 +61,10 @@ class ResultsWriter:
     Committed results (``data/results``) come only from the toy scale and a clean
     tree (changes under ``data/results`` itself are fine: that is what the run
     rewrites), so every committed number names a commit that reproduces it. A
-    ``draft`` may write from a dirty tree; its provenance says ``-dirty``.
+    ``draft`` may write from a dirty tree; its provenance says ``-dirty``. The
+    provenance's code version and commit are read when the writer is made, before
+    the work: a run that takes an hour names the code it ran, not whatever was
+    committed while it ran.
     """
 
     def __init__(self, chapter: str, scale: str, command: str, out: Path | None = None, draft: bool = False,
@@ -75,6 +78,7 @@ class ResultsWriter:
             shown = ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
             raise ResultsRefused(f"committed results need a clean tree, but these files have uncommitted changes: "
                                  f"{shown}. Commit them first, or pass --draft (or --out elsewhere).")
+        self.started = provenance(command)
 
     @property
     def folder(self) -> Path:
@@ -87,8 +91,10 @@ class ResultsWriter:
         A writer made with ``keep_provenance`` (a rewrite from committed metrics)
         keeps the metrics' own ``produced_by`` where they carry one.
         """
+        if not (self.keep_provenance and metrics.get("produced_by")):
+            metrics = {**metrics, "produced_by": {**self.started, "date": provenance(self.command)["date"]}}
         save_chapter_results(self.chapter, metrics, figures, title, rows, self.command, notes, self.root,
-                             self.keep_provenance)
+                             keep_provenance=True)
 
 
 def results_dir(chapter: str, root: Path | None = None) -> Path:

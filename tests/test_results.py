@@ -60,3 +60,16 @@ def test_a_rewrite_keeps_the_runs_provenance_only_when_asked(tmp_path: Path) -> 
         tmp_path / "99_demo" / "paper_vs_run.md").read_text()
     written = write_result(tmp_path / "result.json", {"probe": "p"}, "cascadekit probe p")
     assert list(json.loads(written.read_text())) == ["produced_by", "probe"]
+
+
+def test_a_run_names_the_commit_it_started_from(tmp_path: Path, monkeypatch) -> None:
+    """The provenance is read when the writer is made: commits made while a long run trains do not rename it."""
+    from cascadekit import results
+
+    monkeypatch.setattr(results, "git_commit", lambda: "started")
+    writer = results.ResultsWriter("99_x", "smoke", "cascadekit experiment 99", out=tmp_path)
+    monkeypatch.setattr(results, "git_commit", lambda: "committed-later")
+    writer.save({"value": 1}, {}, "Title", [{"claim": "c"}])
+    saved = json.loads((tmp_path / "99_x" / "metrics.json").read_text())
+    assert saved["produced_by"]["git_commit"] == "started"
+    assert "commit started" in (tmp_path / "99_x" / "paper_vs_run.md").read_text()
