@@ -220,13 +220,33 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     writer = ResultsWriter(folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
     work = Path(args.work) if args.work else Path("runs") / config.spec.folder
     if seeds is not None and len(seeds) > 1:
-        return _replicates(args, seeds, work)
+        combined = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None,
+                                 args.draft)  # made now, as every writer: it names the commit the seeds ran
+        return _replicates(args, seeds, work) or _combine(config.spec, seeds, combined)
     results = writer.folder  # made now: a results folder that cannot be made fails before any work
     set_threads(args.threads)
     print(config.profile.summary(), file=sys.stderr, flush=True)
     metrics = chapters.run(config, work if seeds is None else seed_folder(work, seeds[0]))
     chapters.write(config.spec.id, metrics, writer)
     print(f"results: {results}")
+    return 0
+
+
+def _combine(spec: Any, seeds: list[int], writer: Any) -> int:
+    """The seeds' results as one (the chapter's ``combine``), written beside their ``train-seed-N`` folders."""
+    from cascadekit import chapters
+    from cascadekit.course.replicates import seed_folder
+    from cascadekit.results import load_metrics
+
+    per_seed = {seed: load_metrics(str(seed_folder(Path(spec.folder), seed)), writer.root) for seed in seeds}
+    if missing := [seed for seed, metrics in per_seed.items() if metrics is None]:
+        raise ValueError(f"train seed(s) {', '.join(map(str, missing))} finished without readable results")
+    combined = chapters.combine(spec.id, per_seed)
+    if combined is None:
+        print(f"chapter {spec.id} has no combined claims: each seed's results stay in its train-seed-N folder")
+        return 0
+    chapters.write(spec.id, combined, writer)
+    print(f"results over train seeds {', '.join(map(str, seeds))}: {writer.folder}")
     return 0
 
 

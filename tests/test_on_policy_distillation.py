@@ -69,6 +69,22 @@ def test_the_claims_read_the_recovered_domains_and_their_direction():
     assert rows[3]["this run"] == pytest.approx(0.75)  # reverse minus forward
 
 
+def test_the_claims_of_several_training_seeds_are_over_seeds_then_prompts():
+    one, other = _metrics(), _metrics()
+    other["by_step"][ch.MOPD]["10"] = _samples({"math": 0.5, "code": 0.5})  # this seed recovers less
+    combined = ch.combine({0: one, 1: other})
+    assert combined["train_seeds"] == [0, 1] and combined["by_step"] == one["by_step"]  # the first seed's run on top
+    rows = ch.claims(combined)
+    assert rows[0]["this run"] == pytest.approx((0.75 + 0.25) / 2)  # the mean of the two seeds' changes
+    assert "(seeds: 0.750, 0.250)" in rows[0]["95% interval"]
+    assert rows[0]["family"] == "primary" and rows[0]["Holm"].startswith(("reproduced", "cannot tell"))
+    assert ch.claims(ch.combine({0: one}))[0]["95% interval"] == ch.claims(one)[0]["95% interval"]
+    assert [r["train seed"] for r in ch.seed_rows(combined)] == [0, 1]
+    other["teachers"] = {**other["teachers"], "math": "SFT"}
+    with pytest.raises(ValueError, match="another teachers"):
+        ch.combine({0: one, 1: other})
+
+
 def test_mopd_can_stand_anywhere_in_a_cascade_order():
     assert check_order(["RLHF", "IF-RL", "MOPD", "Math RL"]) == ("RLHF", "IF-RL", "MOPD", "Math RL")
     with pytest.raises(ValueError, match="each stage once"):

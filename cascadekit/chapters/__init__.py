@@ -2,7 +2,7 @@
 
 A chapter is a unit. Its module ``cascadekit/chapters/chNN_<folder>.py`` holds
 what the chapter runs and says, in these slots (the protocol every chapter
-module follows; :func:`run` and :func:`write` are the only callers):
+module follows; :func:`run`, :func:`combine` and :func:`write` are the only callers):
 
 * ``run(config, work_dir) -> metrics``: the experiment, every training step a
   cached stage (:mod:`cascadekit.stages`);
@@ -12,6 +12,9 @@ module follows; :func:`run` and :func:`write` are the only callers):
   results folder and the book show beside the claims;
 * ``committed(metrics, folder) -> metrics`` (optional): what ``metrics.json``
   keeps (a chapter with many samples thins them and writes a spread beside it);
+* ``combine(per_seed) -> metrics`` (optional): one result of several training
+  seeds' runs (``cascadekit experiment NN --train-seed 0,1,2``), whose claims are
+  over seeds, then prompts (:func:`combine`);
 * ``RESULTS_TITLE``: the heading of ``paper_vs_run.md``; ``EXERCISES``: its tasks;
 * ``Options`` (optional): a dataclass of the chapter's own settings, which no
   other chapter reads and no scale profile holds. ``chapters.yaml`` and the
@@ -152,6 +155,15 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     metrics.setdefault("config", config.record())
     metrics.setdefault("wall_s", round(time.perf_counter() - started, 1))
     return metrics
+
+
+def combine(chapter: str, per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """One result of several training seeds' runs, for a chapter whose claims read replicates (its ``combine``).
+
+    None for a chapter without one: its seeds' results stay in their own folders.
+    """
+    module = chapter_module(chapter)
+    return module.combine(per_seed) if hasattr(module, "combine") else None
 
 
 def write(chapter: str, metrics: dict[str, Any], writer: ResultsWriter) -> None:

@@ -47,8 +47,8 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teachers, joint_records, joint_rl,
                                          joint_rl_settings, mopd_prompts, mopd_teachers, single_teacher,
                                          validation_scores)
-from cascadekit.claims import claim_row
-from cascadekit.evaluation.stage_claims import paired_change, picked
+from cascadekit.claims import holm_rows
+from cascadekit.evaluation.stage_claims import change_row, picked
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function
@@ -244,25 +244,63 @@ def cost_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 RESULTS_TITLE = "Chapter 15: multi-domain on-policy distillation"
 
 
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims and notes read.
+REPLICATE_FIELDS = ("suite", "teachers", "single_teacher", "by_step", "per_sample", "runs")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs: the first seed's run, with every seed's under ``replicates``.
+
+    The figures, the per-domain tables and the notebook read the first seed's run
+    as they read a one-seed result; the claims read every seed's
+    (:func:`replicates`). The seeds share the student, the teachers and the suite
+    (none of them reads the training seed): a ValueError if they do not.
+    """
+    if not per_seed:
+        raise ValueError("no training seed's results to combine")
+    runs = {int(seed): dict(m) for seed, m in per_seed.items()}
+    first = runs[min(runs)] if 0 in runs else runs[next(iter(runs))]
+    for seed, m in runs.items():
+        for shared in ("suite", "teachers", "student_key"):
+            if m.get(shared) != first.get(shared):
+                raise ValueError(f"training seed {seed}'s run has another {shared} than the first seed's")
+    kept = {str(seed): {k: m[k] for k in REPLICATE_FIELDS if k in m} for seed, m in sorted(runs.items())}
+    return {**{k: v for k, v in first.items() if k != "produced_by"}, "train_seeds": sorted(runs), "replicates": kept}
+
+
+def replicates(metrics: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Each training seed's run: the ``replicates`` of a combined result, else the one run."""
+    return list(metrics["replicates"].values()) if "replicates" in metrics else [metrics]
+
+
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The chapter's paper-vs-run rows, each a paired change over the suite's prompts with its interval."""
+    """The chapter's paper-vs-run rows: paired changes over training seeds, then prompts, with the Holm column.
+
+    The primary claim is the recipe's own ("MOPD recovers the cascade's regressions");
+    the others are its controls and the secondary family.
+    """
     names = regressed(metrics) or list(TARGET_DOMAINS)
     label = ", ".join(names) if regressed(metrics) else "none is: every RL domain"
-    student = samples(metrics, metrics["per_sample"]["student"])
-    mopd, grpo = final(metrics, MOPD), final(metrics, GRPO)
-    return [
-        claim_row(f"MOPD recovers the cascade's regressions: MOPD minus the student on the domains whose teacher is "
-                  f"an earlier stage ({label})", PAPER["recovers"], *paired_change(student, mopd, names=names), "up"),
-        claim_row(f"at equal steps MOPD ends above continued GRPO on those domains ({label})", PAPER["faster"],
-                  *paired_change(grpo, mopd, names=names), "up"),
-        claim_row(f"per-domain teachers beat one teacher ({metrics['single_teacher']} for every domain): MOPD minus "
-                  f"MOPD with that one teacher ({label})",
-                  PAPER["routing"], *paired_change(final(metrics, SINGLE), mopd, names=names), "up"),
-        claim_row(f"reverse KL beats forward KL: MOPD minus MOPD with forward KL ({label})", PAPER["reverse"],
-                  *paired_change(final(metrics, FORWARD), mopd, names=names), "up"),
-        claim_row("MOPD lifts the whole suite: MOPD minus the student, every domain and mode", "not reported",
-                  *paired_change(student, mopd), "up"),
-    ]
+    runs = replicates(metrics)
+
+    def arm(name: str) -> list[list[Mapping[str, Any]]]:
+        return [final(m, name) for m in runs]
+
+    student = [samples(m, m["per_sample"]["student"]) for m in runs]
+    return holm_rows([
+        change_row(f"MOPD recovers the cascade's regressions: MOPD minus the student on the domains whose teacher is "
+                   f"an earlier stage ({label})", PAPER["recovers"], student, arm(MOPD), "up", names=names,
+                   primary=True),
+        change_row(f"at equal steps MOPD ends above continued GRPO on those domains ({label})", PAPER["faster"],
+                   arm(GRPO), arm(MOPD), "up", names=names),
+        change_row(f"per-domain teachers beat one teacher ({metrics['single_teacher']} for every domain): MOPD minus "
+                   f"MOPD with that one teacher ({label})", PAPER["routing"], arm(SINGLE), arm(MOPD), "up",
+                   names=names),
+        change_row(f"reverse KL beats forward KL: MOPD minus MOPD with forward KL ({label})", PAPER["reverse"],
+                   arm(FORWARD), arm(MOPD), "up", names=names),
+        change_row("MOPD lifts the whole suite: MOPD minus the student, every domain and mode", "not reported",
+                   student, arm(MOPD), "up"),
+    ])
 
 
 # ---------------------------------------------------------------------------
@@ -321,13 +359,26 @@ def teacher_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
             for stage, scores in metrics["validation"].items()]
 
 
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: the student's and each arm's final mean score on the domains to recover."""
+    names = regressed(metrics) or list(TARGET_DOMAINS)
+
+    def mean(rows: Sequence[Mapping[str, Any]]) -> float:
+        return round(float(np.mean([float(x["score"]) for x in picked(rows, names)])), 3)
+
+    return [{"train seed": seed, "student": mean(samples(m, m["per_sample"]["student"])),
+             **{arm: mean(final(m, arm)) for arm in ARMS}}
+            for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics))]
+
+
 def notes(metrics: Mapping[str, Any]) -> str:
     """Teachers and their validation scores, each domain's scores and recovery steps, the costs, the stage tables."""
     return (f"### Teachers: validation score per candidate (never the evaluation suite)\n\n"
             f"{markdown_table(teacher_rows(metrics))}\n\nChosen: {json.dumps(metrics['teachers'])}\n\n"
             f"### Per domain: student, teacher and each arm after {metrics['runs'][MOPD]['steps']} steps "
             f"(recovered: within {RECOVERED} of the teacher)\n\n{markdown_table(domain_rows(metrics))}\n\n"
-            f"### Cost per arm\n\n{markdown_table(cost_rows(metrics))}\n\n"
+            f"### Each training seed: mean score on the domains to recover\n\n{markdown_table(seed_rows(metrics))}\n\n"
+            f"### Cost per arm (the first seed's run)\n\n{markdown_table(cost_rows(metrics))}\n\n"
             f"### Stage tables\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Intervals are over the suite's prompts ({metrics['profile']['sft']['eval_tasks']} per domain and mode, "
             f"greedy), one training seed. Timings (s): {json.dumps(metrics['timings'])}")
