@@ -18,7 +18,7 @@ import pytest
 from cascadekit.chapters import cascade
 from cascadekit.engine import runtime
 from cascadekit.profiles import load_profile
-from cascadekit.training import math_rl
+from cascadekit.training import math_rl, released_rl
 from cascadekit.training.pipeline import chat_rl_dataset
 from cascadekit.training.released_data import released_sets
 from cascadekit.training.released_rl import (
@@ -224,3 +224,26 @@ def test_the_released_reward_scores_a_mixed_batch_by_domain(no_math_verify):
     assert verdict("general", {}, "hi").reason.startswith("no released verifier for domain 'general'")
     with pytest.raises(ValueError, match="needs 'domain' and 'gold' dataset columns"):
         released_reward(["p"], ["x"], domain=["math"])
+
+
+def test_each_rl_builder_of_the_table_trains_on_its_released_set(monkeypatch, tmp_path):
+    """The TABLE's builders (Math RL's is run for real under two ranks in test_distributed) on released data."""
+    runs = {}
+
+    def fake_grpo(start, records, profile, work_dir, reward=None, **kwargs):
+        runs[work_dir.name] = ({r["domain"] for r in records}, len(records), reward)
+        return start
+
+    monkeypatch.setattr(cascade, "chat_grpo", fake_grpo)
+    monkeypatch.setattr(released_rl, "chat_grpo", fake_grpo)
+    monkeypatch.setattr(cascade, "largest_reward_model", lambda profile: "reward model")
+    monkeypatch.setattr(cascade, "RewardModelScore", lambda model: f"score by the {model}")
+    monkeypatch.setattr(cascade, "judge", lambda profile: pytest.fail("the released SWE RL trains no judge"))
+    profile = released_profile()
+    for name in ("RLHF", "IF-RL", "Code RL", "SWE RL"):
+        spec = cascade.STAGES[name]
+        runs_, last, _ = spec.build("start", profile, tmp_path / spec.slug)
+        assert last == "start" and len(runs_) == 1
+    assert runs == {"rlhf": ({"general"}, 2, "score by the reward model"),
+                    "if-rl": ({"instructions"}, 2, released_reward), "code-rl": ({"code"}, 2, released_reward),
+                    "swe-rl": ({"swe"}, 1, released_reward)}
