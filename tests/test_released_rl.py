@@ -158,8 +158,8 @@ def test_math_with_the_real_math_verify_on_the_main_thread_and_a_worker():
     pytest.importorskip("math_verify", reason="the [released] extra is not installed")
     cases = [("\\boxed{0.5}", "\\frac{1}{2}", 1.0), ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0), ("\\boxed{3}", "2", 0.0)]
     for text, gold, score in cases:
-        assert verify_math(text, gold) == checks.Verdict(score, f"math-verify: {'equivalent' if score else 'not equivalent'} "
-                                                                f"to {gold!r}")
+        said = "equivalent" if score else "not equivalent"
+        assert verify_math(text, gold) == checks.Verdict(score, f"math-verify: {said} to {gold!r}")
     with ThreadPoolExecutor(2) as pool:
         assert [v.score for v in pool.map(lambda c: verify_math(c[0], c[1]), cases)] == [c[2] for c in cases]
 

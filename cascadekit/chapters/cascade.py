@@ -65,7 +65,9 @@ from cascadekit.stages import StageOutput
 from cascadekit.training.chat_base import chat_base
 from cascadekit.training.math_rl import LengthStage, length_extension, math_reward
 from cascadekit.training.pipeline import chat_grpo
-from cascadekit.training.released_rl import available_pools, is_released, released_records, released_reward, released_swe_rl
+from cascadekit.training.released_rl import (
+    available_pools, is_released, released_records, released_reward, released_swe_rl,
+)
 from cascadekit.training.reward_model import RewardModelScore, reward_model_stage
 from cascadekit.training.sft import sft_stages
 from cascadekit.training.swe_judge import SemanticJudge
@@ -475,12 +477,13 @@ def joint_rewards(profile: Profile) -> list[DomainReward]:
 def domain_pools(profile: Profile) -> dict[str, list[dict[str, Any]]]:
     """Each RL domain's prompt pool, exactly as its cascade stage draws it; on released data, a domain whose
     file is missing is skipped with a note."""
-    pools = {"general": lambda: rlhf_records(profile, "half-half"), "instructions": lambda: if_rl_records(profile, False),
+    pools = {"general": lambda: rlhf_records(profile, "half-half"),
+             "instructions": lambda: if_rl_records(profile, False),
              "math": lambda: math_records(profile), "code": lambda: code_rl_records(profile),
              "swe": lambda: [r for context in profile.swe_rl.contexts for r in stage_records(profile, context)]}
     if is_released(profile):
         pools["swe"] = lambda: released_records(profile, "swe", profile.swe_rl.prompts, True)
-        return available_pools(profile, pools)
+        return available_pools(pools)
     return {domain: build() for domain, build in pools.items()}
 
 

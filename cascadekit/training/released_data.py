@@ -233,7 +233,7 @@ def _io_tests(spec: ReleasedSet, value: Any, where: str) -> list[list[str]]:
         raise MissingField(f"{spec.name} ({where}): field 'tests' must be a non-empty list of {{input, output}}")
     pairs = []
     for i, case in enumerate(value):
-        if not (isinstance(case, Mapping) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
+        if not (isinstance(case, Mapping) and all(isinstance(case.get(k), str) for k in ("input", "output"))):
             raise MissingField(f"{spec.name} ({where}): tests[{i}] needs string 'input' and 'output'")
         pairs.append([case["input"], case["output"]])
     return pairs

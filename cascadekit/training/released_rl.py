@@ -77,8 +77,7 @@ def _in_mode(record: dict[str, Any], think: bool) -> dict[str, Any]:
     return {**record, "think": think, "messages": [{**turn, "content": with_flag(turn["content"], think)}]}
 
 
-def available_pools(profile: Profile, pools: Mapping[str, Callable[[], list[dict[str, Any]]]]
-                    ) -> dict[str, list[dict[str, Any]]]:
+def available_pools(pools: Mapping[str, Callable[[], list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
     """Each domain's pool, built; a domain whose released file is missing is skipped with a note (a warning)."""
     built = {}
     for domain, build in pools.items():

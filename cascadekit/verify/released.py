@@ -60,8 +60,9 @@ _SPACING = re.compile(r"\\[,!;: ]|\\left|\\right|\s+")
 
 
 def _latex_key(text: str) -> str:
-    """A boxed answer with spacing, ``$``, ``\\left``/``\\right`` and a final period removed, ``\\dfrac`` as ``\\frac``."""
-    return _SPACING.sub("", text.strip().strip("$")).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").rstrip(".")
+    """A boxed answer without spacing, ``$``, ``\\left``/``\\right`` or a final period; ``\\dfrac`` as ``\\frac``."""
+    key = _SPACING.sub("", text.strip().strip("$")).rstrip(".")
+    return key.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
 def _math_verify() -> Any | None:
