@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 
+from cascadekit.engine.runtime import save_checkpoint
+from cascadekit.launch.gpucheck import qwen3_0_6b_config
+
 SEQ_LEN, BATCH = 512, 2
 
 
 def _config() -> Any:
-    from cascadekit.launch.gpucheck import qwen3_0_6b_config
-
     config = qwen3_0_6b_config()
     config.vocab_size = 4096  # the step's and the save's subject is the layers; a small head keeps it quick
     return config
@@ -69,8 +70,6 @@ def zero3_save_and_reload(work: Path) -> str:
     """One ZeRO-3 step, the kit's save (gathered, main process only), a reload that matches the gathered weights."""
     import deepspeed
     from transformers import Qwen3ForCausalLM
-
-    from cascadekit.engine.runtime import save_checkpoint
 
     for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "RANK": "0", "LOCAL_RANK": "0",
                         "WORLD_SIZE": "1"}.items():
