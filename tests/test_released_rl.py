@@ -18,7 +18,7 @@ import pytest
 from cascadekit.chapters import cascade
 from cascadekit.engine import runtime
 from cascadekit.profiles import load_profile
-from cascadekit.training import math_rl, released_rl
+from cascadekit.training import math_rl, released_rl, sft
 from cascadekit.training.pipeline import chat_rl_dataset
 from cascadekit.training.released_data import released_sets
 from cascadekit.training.released_rl import (
@@ -105,8 +105,18 @@ def test_a_mixed_stage_skips_a_missing_domain_with_a_note(tmp_path):
     skipped = sorted(str(n.message) for n in notes)
     assert len(skipped) == 3 and all(m.startswith("skipping domain") for m in skipped)
     assert any("'code'" in m and "cascade-rl-code" in m for m in skipped)
-    with pytest.raises(ReleasedDataMissing, match="no released RL set could be read"), pytest.warns(UserWarning):
+    with pytest.raises(FileNotFoundError, match="no released data could be read for any of the domains general, "
+                                                "instructions, math, code, swe"), pytest.warns(UserWarning):
         cascade.domain_pools(released_profile(tmp_path / "empty"))
+
+
+def test_released_sft_skips_a_missing_domain_with_a_note():
+    """The SFT stage mixes domains too: the fixture of stage 2's set holds only its tool-calling file."""
+    with pytest.warns(UserWarning) as notes:
+        records = sft.stage_records(released_profile(**{"sft.stage2_tasks": 1}), 2)
+    assert [r["domain"] for r in records] == ["tools"]
+    skipped = sorted(str(n.message).split(":")[0] for n in notes)
+    assert skipped == [f"skipping domain {d!r}" for d in sorted(["general", "math", "code", "instructions", "swe"])]
 
 
 def test_the_released_stages_use_the_released_rewards():

@@ -65,9 +65,8 @@ from cascadekit.stages import StageOutput
 from cascadekit.training.chat_base import chat_base
 from cascadekit.training.math_rl import LengthStage, length_extension, math_reward
 from cascadekit.training.pipeline import chat_grpo
-from cascadekit.training.released_rl import (
-    available_pools, is_released, released_records, released_reward, released_swe_rl,
-)
+from cascadekit.training.released_data import available_pools
+from cascadekit.training.released_rl import is_released, released_records, released_reward, released_swe_rl
 from cascadekit.training.reward_model import RewardModelScore, reward_model_stage
 from cascadekit.training.sft import sft_stages
 from cascadekit.training.swe_judge import SemanticJudge

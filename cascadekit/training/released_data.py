@@ -46,15 +46,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from cascadekit.chat import thinking_mode, with_flag
 from cascadekit.domains import check_record
 from cascadekit.engine.runtime import DownloadNotAllowed, download_allowed, hub_cache_dir
 
-__all__ = ["KINDS", "MissingField", "ReleasedSet", "released_sets", "stream_records", "to_record"]
+__all__ = ["KINDS", "MissingField", "ReleasedSet", "available_pools", "released_sets", "stream_records",
+           "to_record"]
 
 KINDS = ("sft", "rlhf", "if", "math", "code", "swe", "interplay")
 
@@ -387,3 +389,20 @@ def stream_records(name: str, domain: str | None = None, source: str | os.PathLi
         if limit is not None and i >= limit:
             return
         yield to_record(spec, row, domain, think=think, where=f"{where} row {i}")
+
+
+def available_pools(pools: Mapping[str, Callable[[], list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """Each domain's pool, built; a domain whose released file is missing is skipped with a note (a warning).
+
+    For a stage that mixes domains (SFT, joint RL): one missing file costs that
+    domain, not the stage; none left is one FileNotFoundError.
+    """
+    built = {}
+    for domain, build in pools.items():
+        try:
+            built[domain] = build()
+        except FileNotFoundError as err:
+            warnings.warn(f"skipping domain {domain!r}: {err}", stacklevel=2)
+    if not built:
+        raise FileNotFoundError(f"no released data could be read for any of the domains {', '.join(pools)}")
+    return built

@@ -10,15 +10,14 @@ completion by its row's domain and gold, so the same reward serves one stage or
 a mix. RLHF's prompts come from here too; its reward stays the reward model's.
 
 A missing domain file is one :class:`ReleasedDataMissing` naming the set and
-the file; where a stage mixes domains (joint RL), :func:`available_pools` skips
-that domain with a note instead.
+the file; where a stage mixes domains (joint RL), :func:`cascadekit.training.released_data.available_pools`
+skips that domain with a note instead.
 """
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from cascadekit.chat.format import with_flag
 from cascadekit.engine.runtime import download_allowed
@@ -26,7 +25,7 @@ from cascadekit.profiles import Profile
 from cascadekit.rewards import RewardFn, completion_text
 from cascadekit.stages import StageOutput
 from cascadekit.training.pipeline import chat_grpo
-from cascadekit.training.released_data import released_sets, stream_records
+from cascadekit.training.released_data import available_pools, released_sets, stream_records
 from cascadekit.training.swe_rl import swe_rl_settings
 from cascadekit.verify.format_switch import format_switches
 from cascadekit.verify.released import Verdict, verify_gold_patch, verify_ifeval, verify_math, verify_stdio
@@ -75,19 +74,6 @@ def released_records(profile: Profile, domain: str, n: int, think: bool | None) 
 def _in_mode(record: dict[str, Any], think: bool) -> dict[str, Any]:
     (turn,) = record["messages"]
     return {**record, "think": think, "messages": [{**turn, "content": with_flag(turn["content"], think)}]}
-
-
-def available_pools(pools: Mapping[str, Callable[[], list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
-    """Each domain's pool, built; a domain whose released file is missing is skipped with a note (a warning)."""
-    built = {}
-    for domain, build in pools.items():
-        try:
-            built[domain] = build()
-        except ReleasedDataMissing as err:
-            warnings.warn(f"skipping domain {domain!r}: {err}", stacklevel=2)
-    if not built:
-        raise ReleasedDataMissing(f"no released RL set could be read (domains {', '.join(pools)})")
-    return built
 
 
 # ---------------------------------------------------------------------------
