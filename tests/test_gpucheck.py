@@ -5,10 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from cascadekit.launch.gpucheck import NAMES, Row, qwen3_0_6b_config, train_flops_per_token
+from cascadekit.launch import gpucheck_workers as workers
+from cascadekit.launch.gpucheck import (
+    NAMES, Row, check_in_process, datasheet_peak, mfu_text, needs_gpus, qwen3_0_6b_config, train_flops_per_token,
+    worker_command,
+)
 
 
 def test_without_a_gpu_every_row_is_skipped_and_the_run_passes():
@@ -40,3 +45,31 @@ def test_the_checked_shape_is_qwen3_0_6b():
 def test_rows_read_as_a_table():
     assert str(Row("LoRA step", "ok", "12 tokens/s")) == "LoRA step              ok         12 tokens/s"
     assert str(Row("vLLM generation", "skipped", "vllm not installed")).endswith("skipped (vllm not installed)")
+
+
+def test_the_datasheet_peak_is_found_by_the_name_torch_reports():
+    assert datasheet_peak("NVIDIA H100 80GB HBM3") == ("H100 SXM", 989.0)
+    assert datasheet_peak("NVIDIA H100 PCIe") == ("H100 PCIe", 756.0)
+    assert datasheet_peak("NVIDIA H200") == ("H200", 989.0)
+    assert datasheet_peak("NVIDIA A100-SXM4-80GB") == ("A100", 312.0)
+    assert datasheet_peak("NVIDIA GeForce RTX 4090") is None
+
+
+def test_mfu_is_reported_against_the_datasheet_and_the_measured_peak():
+    assert mfu_text(494.5, 700.0, "NVIDIA H200") == ("MFU 50% of the datasheet peak (H200, 989 TFLOP/s), "
+                                                     "71% of the measured matmul peak")
+    assert mfu_text(50.0, 100.0, "Some GPU") == "no datasheet peak for 'Some GPU', 50% of the measured matmul peak"
+    assert mfu_text(50.0, None, "NVIDIA A100 80GB PCIe").endswith("no measured MFU: the matmul peak failed")
+
+
+def test_the_worker_rows_run_in_processes_of_their_own(monkeypatch, tmp_path):
+    two = worker_command("ddp", tmp_path, processes=2)
+    assert two[1:4] == ["-m", "torch.distributed.run", "--standalone"] and "--nproc_per_node" in two
+    assert two[-4:] == ["-m", "cascadekit.launch.gpucheck_workers", "ddp", str(tmp_path)]
+    assert worker_command("zero3", tmp_path)[1:] == ["-m", "cascadekit.launch.gpucheck_workers", "zero3", str(tmp_path)]
+    assert check_in_process([sys.executable, "-c", "print('noise'); print('3 ranks ok')"]) == "3 ranks ok"
+    with pytest.raises(RuntimeError, match="exit 1: ValueError: no NCCL here"):
+        check_in_process([sys.executable, "-c", "raise ValueError('no NCCL here')"])
+    assert workers.main(["chess", str(tmp_path)]) == 2
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert needs_gpus(2) == "needs 2 GPUs, found 1" and needs_gpus(1) == ""

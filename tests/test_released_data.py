@@ -66,8 +66,15 @@ def test_rl_rows_become_prompts_with_gold():
     assert not ifrl[0]["think"] and user(ifrl[0]).endswith("/no_think")  # the unified model's IF-RL mode
     assert ifrl[1]["gold"] == {"instruction_id_list": ["detectable_format:number_bullet_lists"],
                                "kwargs": [{"num_bullets": 3}]}
-    (swe,) = records("cascade-rl-swe")
-    assert swe["gold"]["patch"].startswith("--- a/utils.py") and "utils.py" in swe["gold"]["context"]
+    (swe,) = records("cascade-rl-swe")  # relevant_file_contents: a list of {file_path, content}, shown in the prompt
+    assert swe["gold"]["patch"].startswith("--- a/utils.py")
+    assert swe["gold"]["context"] == {"utils.py": "def last(xs):\n    return xs[len(xs)]\n"}
+    assert user(swe) == ("last() raises IndexError on a non-empty list.\n\nutils.py\n```\ndef last(xs):\n"
+                         "    return xs[len(xs)]\n``` /think")
+    code = records("cascade-rl-code")  # tests as {input, output} rows, or APPS/TACO's input_output JSON
+    assert [r["gold"]["tests"] for r in code] == [[["1 2\n", "3\n"], ["10 -4\n", "6\n"]],
+                                                  [["abc\n", "cba\n"], ["x\n", "x\n"]]]
+    assert all(r["domain"] == "code" and r["think"] for r in code)
     assert [user(r) for r in records("cascade-rl-rlhf", limit=1)] == ["Explain why the sky is blue to a ten-year-old. /think"]
 
 
@@ -95,6 +102,13 @@ def test_a_conversation_prompt_uses_its_last_user_turn():
     ("cascade-sft-stage1", {"messages": [{"role": "assistant", "content": "4"}]}, "no user turn"),
     ("interplay-composition", {"problem": "p", "question": "q", "solution": "no answer", "op": 2}, "no 'Answer:' line"),
     ("cascade-rl-rlhf", {"prompt": "  "}, "field 'prompt' must be non-empty text"),
+    ("cascade-rl-code", {"question": "q", "tests": []}, "field 'tests' must be a non-empty list"),
+    ("cascade-rl-code", {"question": "q", "tests": [{"input": "1"}]}, "tests[0] needs string 'input' and 'output'"),
+    ("cascade-rl-code", {"question": "q", "tests": "{oops"}, "field 'tests' is not JSON"),
+    ("cascade-rl-swe", {"problem_statement": "p", "patch": "d", "relevant_file_contents": [{"path": "a.py"}]},
+     "relevant_file_contents[0] needs string 'file_path' and 'content'"),
+    ("cascade-rl-swe", {"problem_statement": "p", "patch": "d", "relevant_file_contents": "a.py"},
+     "field 'context' must be a list of {file_path, content}"),
 ])
 def test_a_missing_field_is_one_clear_error(name, row, needle):
     with pytest.raises(MissingField) as info:

@@ -72,6 +72,8 @@ from cascadekit.training.chat_base import chat_base
 from cascadekit.training.distillation import mopd_stage, select_single_teacher, select_teachers
 from cascadekit.training.math_rl import LengthStage, length_extension, math_reward
 from cascadekit.training.pipeline import chat_grpo
+from cascadekit.training.released_data import available_pools
+from cascadekit.training.released_rl import is_released, released_records, released_reward, released_swe_rl
 from cascadekit.training.reward_model import RewardModelScore, reward_model_stage
 from cascadekit.training.sft import sft_stages
 from cascadekit.training.swe_judge import SemanticJudge
@@ -97,7 +99,11 @@ def rl_records(profile: Profile, domain: str, think: bool | None, seed_offset: i
     ``think`` None alternates, starting with ``/think``; fed in order
     (``chat_grpo(in_order=True)``), every batch of an even ``prompts_per_step`` is
     exactly half each mode. The prompts follow the data seed (plus ``seed_offset``, one per stage).
+    With ``engine.data: released`` they are the first ``n`` rows of the domain's released RL set instead
+    (:func:`cascadekit.training.released_rl.released_records`).
     """
+    if is_released(profile):
+        return released_records(profile, domain, n or profile.rl.samples, think)
     lo, hi = ops or profile.sft.ops
     tasks = draw_tasks(configured(domain, profile.domains), n or profile.rl.samples, profile.seeds.data + seed_offset,
                        "rl", range(lo, hi + 1))
@@ -156,6 +162,11 @@ def verifier_plus_reward_model(scorer: RewardModelScore, weight: float = IF_RM_W
     return reward
 
 
+def domain_reward(profile: Profile) -> RewardFn:
+    """The verifiers' reward: each domain's own on the kit's world, the released rows' gold on released data."""
+    return released_reward if is_released(profile) else verifier_reward
+
+
 def if_rl_stage(start: StageOutput, profile: Profile, think: bool, reward: RewardFn, work_dir: Path) -> StageOutput:
     """IF-RL from ``start`` on instruction prompts in one mode, with ``reward``."""
     return chat_grpo(start, if_rl_records(profile, think), profile, work_dir, reward=reward, in_order=True)
@@ -178,7 +189,7 @@ def code_rl_stage(start: StageOutput, profile: Profile, temperature: float, work
     passes, else 0, never raising), through :func:`verifier_reward`; ``code_rl.workers``
     threads verify each rollout as soon as it ends.
     """
-    return chat_grpo(start, code_rl_records(profile), profile, work_dir, reward=verifier_reward,
+    return chat_grpo(start, code_rl_records(profile), profile, work_dir, reward=domain_reward(profile),
                      workers=profile.code_rl.workers, rl=code_rl_settings(profile, temperature))
 
 
@@ -203,7 +214,7 @@ def _rlhf(start: StageOutput, profile: Profile, work_dir: Path) -> Built:
 
 
 def _if_rl(start: StageOutput, profile: Profile, work_dir: Path) -> Built:
-    run = if_rl_stage(start, profile, False, verifier_reward, work_dir)
+    run = if_rl_stage(start, profile, False, domain_reward(profile), work_dir)
     return (run,), run, 0.0
 
 
@@ -219,6 +230,9 @@ def _code_rl(start: StageOutput, profile: Profile, work_dir: Path) -> Built:
 
 
 def _swe_rl(start: StageOutput, profile: Profile, work_dir: Path) -> Built:
+    if is_released(profile):
+        run = released_swe_rl(start, profile, work_dir)
+        return (run,), run, 0.0
     reward, watched = arm_rewards(profile, SemanticJudge(judge(profile)))["execution-free"]
     runs = tuple(stage.grpo for stage in swe_rl(start, profile, work_dir, reward, watched))
     return runs, runs[-1], 0.0
@@ -457,17 +471,26 @@ class DomainReward:
 
 def joint_rewards(profile: Profile) -> list[DomainReward]:
     """Each RL domain's cascade reward: the reward model (general), the verifiers, Math RL's, the execution-free SWE."""
-    swe, _ = arm_rewards(profile, SemanticJudge(judge(profile)))["execution-free"]
+    if is_released(profile):  # the released SWE rows train on the gold patch alone (no judge, no hidden tests)
+        swe = released_reward
+    else:
+        swe, _ = arm_rewards(profile, SemanticJudge(judge(profile)))["execution-free"]
     return [DomainReward("general", RewardModelScore(largest_reward_model(profile))),
-            DomainReward("instructions", verifier_reward), DomainReward("math", math_reward(profile)),
-            DomainReward("code", verifier_reward), DomainReward("swe", swe)]
+            DomainReward("instructions", domain_reward(profile)), DomainReward("math", math_reward(profile)),
+            DomainReward("code", domain_reward(profile)), DomainReward("swe", swe)]
 
 
 def domain_pools(profile: Profile) -> dict[str, list[dict[str, Any]]]:
-    """Each RL domain's prompt pool, exactly as its cascade stage draws it."""
-    return {"general": rlhf_records(profile, "half-half"), "instructions": if_rl_records(profile, False),
-            "math": math_records(profile), "code": code_rl_records(profile),
-            "swe": [r for context in profile.swe_rl.contexts for r in stage_records(profile, context)]}
+    """Each RL domain's prompt pool, exactly as its cascade stage draws it; on released data, a domain whose
+    file is missing is skipped with a note."""
+    pools = {"general": lambda: rlhf_records(profile, "half-half"),
+             "instructions": lambda: if_rl_records(profile, False),
+             "math": lambda: math_records(profile), "code": lambda: code_rl_records(profile),
+             "swe": lambda: [r for context in profile.swe_rl.contexts for r in stage_records(profile, context)]}
+    if is_released(profile):
+        pools["swe"] = lambda: released_records(profile, "swe", profile.swe_rl.prompts, True)
+        return available_pools(pools)
+    return {domain: build() for domain, build in pools.items()}
 
 
 def parse_joint(text: str) -> dict[str, int]:

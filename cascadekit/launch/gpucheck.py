@@ -5,16 +5,28 @@ heads of 128, vocabulary 151,936, tied embeddings) with random weights, so
 nothing is downloaded. Each row ends ``ok``, ``skipped (why)`` or ``failed (why)``:
 
 * **matmul peak**: the best bf16 throughput of large square matmuls, measured in
-  this run; it is the reference for MFU below, not a datasheet number.
+  this run, beside the GPU's datasheet bf16 dense peak when it is a known one
+  (:data:`DATASHEET_PEAKS`).
 * **bf16 train step**: full fine-tuning steps (AdamW, gradient checkpointing off),
-  achieved TFLOP/s and MFU = achieved / measured peak. FLOPs per token are
+  achieved TFLOP/s and MFU against the datasheet peak (a known GPU only) and
+  against the measured matmul peak (what this GPU reaches here). FLOPs per token are
   ``6 N + 12 L s d`` (N: every matmul weight, the tied LM head included; L layers,
   s sequence length, d = heads x head dim; causal masking not discounted).
 * **LoRA step**, **4-bit QLoRA step**, **Unsloth LoRA step**: the paths of
   :func:`cascadekit.engine.trainable.load_trainable`, each a few optimizer steps.
 * **GRPO step**: one step of the kit's strict on-policy GRPO trainer (TRL),
-  generation by transformers.
+  generation by transformers; **GRPO + colocated vLLM**: the same step with the
+  rollouts from vLLM inside the training process (the ``small`` profile's memory
+  share, context and sleep mode).
 * **vLLM generation**: throughput of vLLM sampling the saved checkpoint.
+* **two-process step**: two ranks under ``torchrun`` (NCCL, one GPU each, each its
+  own batch) take optimizer steps and must end with equal weights; skipped with
+  fewer than two GPUs.
+* **ZeRO-3 save + reload**: a DeepSpeed ZeRO-3 step, the kit's checkpoint save
+  (gathered, written by the main process), and a reload equal to the trained weights.
+
+The last two run in processes of their own (:mod:`cascadekit.launch.gpucheck_workers`):
+each joins a process group, which the other rows must not inherit.
 
 The GRPO and vLLM rows decode what they sample, so their copy of the model has
 its embedding cut to the check's small tokenizer (everything else is the 0.6B shape).
@@ -28,6 +40,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,11 +52,23 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["Row", "main", "qwen3_0_6b_config", "run_checks", "train_flops_per_token"]
+__all__ = ["DATASHEET_PEAKS", "Row", "datasheet_peak", "main", "mfu_text", "qwen3_0_6b_config", "run_checks",
+           "train_flops_per_token"]
 
 SEQ_LEN = 2048
 BATCH = 8
 DEVICE = "cuda"  # every check runs here (a module constant, so the checks' code can be dry-run on a CPU)
+WORKER_TIMEOUT_S = 300  # a row in a process of its own that runs longer has hung (each takes well under a minute)
+
+#: bf16 dense tensor-core peaks from NVIDIA's datasheets, in TFLOP/s (without sparsity), by a pattern of the
+#: name torch reports (``torch.cuda.get_device_name``) and the GPU's label; the first match wins.
+DATASHEET_PEAKS: tuple[tuple[str, str, float], ...] = (
+    (r"H200", "H200", 989.0),
+    (r"H100.*PCIe", "H100 PCIe", 756.0),
+    (r"H100.*(SXM|HBM3)", "H100 SXM", 989.0),
+    (r"A100", "A100", 312.0),
+    (r"L40S", "L40S", 362.0),
+)
 
 
 @dataclass(frozen=True)
@@ -128,14 +154,35 @@ def _steps(model: Any, steps: int, batch: int = BATCH, seq_len: int = SEQ_LEN) -
     return sum(times[1:]) / steps
 
 
-def check_train(peak: float | None) -> str:
-    """Full bf16 fine-tuning steps; MFU against ``peak`` (None when the peak could not be measured)."""
+def datasheet_peak(device_name: str) -> tuple[str, float] | None:
+    """The GPU's label and datasheet bf16 dense peak (TFLOP/s), or None for a GPU not in :data:`DATASHEET_PEAKS`."""
+    for pattern, label, peak in DATASHEET_PEAKS:
+        if re.search(pattern, device_name):
+            return label, peak
+    return None
+
+
+def mfu_text(achieved: float, measured: float | None, device_name: str) -> str:
+    """MFU of ``achieved`` TFLOP/s against the datasheet peak (a known GPU) and the ``measured`` matmul peak."""
+    parts = []
+    if (known := datasheet_peak(device_name)) is not None:
+        label, peak = known
+        parts.append(f"MFU {achieved / peak:.0%} of the datasheet peak ({label}, {peak:.0f} TFLOP/s)")
+    else:
+        parts.append(f"no datasheet peak for {device_name!r}")
+    parts.append(f"{achieved / measured:.0%} of the measured matmul peak" if measured else
+                 "no measured MFU: the matmul peak failed")
+    return ", ".join(parts)
+
+
+def check_train(peak: float | None, device_name: str) -> str:
+    """Full bf16 fine-tuning steps; MFU against the datasheet peak and the measured ``peak`` (None: it failed)."""
     model = _model()
     seconds = _steps(model, steps=5)
     tokens = BATCH * SEQ_LEN
     achieved = train_flops_per_token(model.config, SEQ_LEN) * tokens / seconds / 1e12
-    mfu = f"MFU {achieved / peak:.0%} of the measured peak" if peak else "no MFU: the matmul peak failed"
-    return f"{tokens / seconds:,.0f} tokens/s, {achieved:.0f} TFLOP/s, {mfu} ({BATCH}x{SEQ_LEN} tokens, {seconds:.2f} s/step)"
+    return (f"{tokens / seconds:,.0f} tokens/s, {achieved:.0f} TFLOP/s, {mfu_text(achieved, peak, device_name)} "
+            f"({BATCH}x{SEQ_LEN} tokens, {seconds:.2f} s/step)")
 
 
 def _saved_model(folder: Path, full_vocabulary: bool = True) -> Path:
@@ -178,15 +225,17 @@ def check_adapter(folder: Path, quantization: str, unsloth: bool) -> str:
     return f"{note.path}: {BATCH * SEQ_LEN / seconds:,.0f} tokens/s, peak memory {memory:.1f} GiB"
 
 
-def check_grpo(folder: Path, work: Path) -> str:
+def check_grpo(folder: Path, work: Path, vllm: str = "none") -> str:
+    """One GRPO step; ``vllm`` ``colocate`` samples the rollouts with vLLM in this process (the ``small`` knobs)."""
     from datasets import Dataset
 
     from cascadekit.profiles import load_profile
     from cascadekit.engine.runtime import load_model, load_tokenizer
     from cascadekit.training.grpo import build_grpo_config, make_grpo_trainer
 
-    profile = load_profile("small", {"engine.vllm": "none", "engine.rl_micro_batch": 0, "rl.prompts_per_step": 4,
-                                     "rl.group_size": 8, "rl.max_completion_length": 128, "rl.use_lora": False})
+    profile = load_profile("small", {"engine.vllm": vllm, "engine.vllm_max_length": 1024, "engine.rl_micro_batch": 0,
+                                     "rl.prompts_per_step": 4, "rl.group_size": 8, "rl.max_completion_length": 128,
+                                     "rl.use_lora": False})
     tokenizer = load_tokenizer(_saved_model(folder, full_vocabulary=False))
     model = load_model(folder, _placement())
     prompts = Dataset.from_dict({"prompt": [f"what is {i} plus {i} ?" for i in range(4)]})
@@ -195,10 +244,42 @@ def check_grpo(folder: Path, work: Path) -> str:
         return [len(c) / 100 for c in completions]
 
     config = build_grpo_config(profile, str(work), max_steps=1, disable_tqdm=True, num_processes=1)
+    if vllm != "none" and not config.use_vllm:
+        raise RuntimeError(f"engine.vllm={vllm} fell back to transformers' generation")
     trainer = make_grpo_trainer(model, tokenizer, prompts, length_reward, config)
     start = time.perf_counter()
     trainer.train()
-    return f"1 step of 4 prompts x 8 completions (128 tokens) in {time.perf_counter() - start:.1f} s"
+    by = f", rollouts by {vllm} vLLM" if config.use_vllm else ""
+    return f"1 step of 4 prompts x 8 completions (128 tokens) in {time.perf_counter() - start:.1f} s{by}"
+
+
+def check_in_process(command: list[str]) -> str:
+    """Run a worker command (:mod:`cascadekit.launch.gpucheck_workers`): its last line of stdout, or the error."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"did not finish in {WORKER_TIMEOUT_S} s (hung?)") from None
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        errors = [line for line in done.stderr.splitlines() if "Error" in line or "error" in line]
+        raise RuntimeError(f"exit {done.returncode}: {(errors or ['no error line'])[-1][:160]}")
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else "finished, but printed no result"
+
+
+def worker_command(what: str, work: Path, processes: int = 1) -> list[str]:
+    """The command of one worker row: ``torchrun`` of ``processes`` ranks, or one plain process."""
+    module = ["-m", "cascadekit.launch.gpucheck_workers", what, str(work)]
+    if processes == 1:
+        return [sys.executable, *module]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc_per_node", str(processes), *module]
+
+
+def needs_gpus(n: int) -> str:
+    """Why a row that needs ``n`` GPUs is skipped here ("" when there are enough)."""
+    found = torch.cuda.device_count()
+    return f"needs {n} GPUs, found {found}" if found < n else ""
 
 
 def check_vllm(folder: Path) -> str:
@@ -225,8 +306,8 @@ def _missing(*modules: str) -> str:
     return f"{', '.join(absent)} not installed" if absent else ""
 
 
-def _row(name: str, check: Callable[[], str], needs: tuple[str, ...] = ()) -> Row:
-    if why := _missing(*needs):
+def _row(name: str, check: Callable[[], str], needs: tuple[str, ...] = (), gpus: int = 1) -> Row:
+    if why := _missing(*needs) or needs_gpus(gpus):
         return Row(name, "skipped", why)
     try:
         return Row(name, "ok", check())
@@ -239,7 +320,7 @@ def _row(name: str, check: Callable[[], str], needs: tuple[str, ...] = ()) -> Ro
 
 
 NAMES = ("matmul peak", "bf16 train step", "LoRA step", "4-bit QLoRA step", "GRPO step", "vLLM generation",
-         "Unsloth LoRA step")
+         "GRPO + colocated vLLM", "two-process step", "ZeRO-3 save + reload", "Unsloth LoRA step")
 
 
 def run_checks(work: Path) -> list[Row]:
@@ -252,17 +333,25 @@ def run_checks(work: Path) -> list[Row]:
     folder = work / "qwen3-0.6b-random"
     peak: list[float] = []
 
+    device_name = torch.cuda.get_device_name(0)
+
     def measure_peak() -> str:
         peak.append(matmul_peak())
-        return f"{peak[0]:.0f} TFLOP/s bf16 ({torch.cuda.get_device_name(0)})"
+        known = datasheet_peak(device_name)
+        sheet = f", datasheet {known[1]:.0f} ({known[0]})" if known else ", no datasheet peak known"
+        return f"{peak[0]:.0f} TFLOP/s bf16 measured{sheet} ({device_name})"
 
     rows = [_row("matmul peak", measure_peak)]
-    rows.append(_row("bf16 train step", lambda: check_train(peak[0] if peak else None)))
+    rows.append(_row("bf16 train step", lambda: check_train(peak[0] if peak else None, device_name)))
     rows.append(_row("LoRA step", lambda: check_adapter(folder, "none", False)))
     rows.append(_row("4-bit QLoRA step", lambda: check_adapter(folder, "4bit", False), ("bitsandbytes",)))
     small_vocabulary = work / "qwen3-0.6b-random-small-vocabulary"
     rows.append(_row("GRPO step", lambda: check_grpo(small_vocabulary, work / "grpo"), ("trl",)))
     rows.append(_row("vLLM generation", lambda: check_vllm(small_vocabulary), ("vllm",)))
+    rows.append(_row("GRPO + colocated vLLM", lambda: check_grpo(small_vocabulary, work / "grpo-vllm", "colocate"),
+                     ("trl", "vllm")))
+    rows.append(_row("two-process step", lambda: check_in_process(worker_command("ddp", work, processes=2)), gpus=2))
+    rows.append(_row("ZeRO-3 save + reload", lambda: check_in_process(worker_command("zero3", work)), ("deepspeed",)))
     rows.append(_row("Unsloth LoRA step", lambda: check_adapter(folder, "none", True), ("unsloth",)))
     return rows
 

@@ -36,6 +36,7 @@ from cascadekit.profiles import Profile, RLConfig, seed_inputs
 from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.dynamic_sampling import screen_prompts
+from cascadekit.training.released_rl import is_released, released_math_reward
 
 #: Screen this many prompts per generate call.
 SCREEN_CHUNK = 16
@@ -62,7 +63,10 @@ class LengthStage:
 
 
 def math_reward(profile: Profile) -> RewardFn:
-    """Strict boxed-answer correctness minus ``math_rl.penalty`` for a format switch."""
+    """Strict boxed-answer correctness minus ``math_rl.penalty`` for a format switch (on released data, the
+    released answer checked by :func:`cascadekit.verify.released.verify_math`)."""
+    if is_released(profile):
+        return released_math_reward(profile.math_rl.penalty)
     return math_rl_reward(profile.math_rl.penalty)
 
 

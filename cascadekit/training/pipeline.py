@@ -123,9 +123,13 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
-    """A GRPO prompt set from chat records: ``prompt`` (rendered), ``domain`` and ``gold`` (JSON)."""
+    """A GRPO prompt set from chat records: ``prompt`` (rendered), ``domain`` and ``gold`` (JSON).
+
+    A released record (it names its source) carries its set's gold, not the toy
+    domain's, so its gold is left to its reward (:mod:`cascadekit.training.released_rl`).
+    """
     prompts = []
-    for record in map(check_record, records):
+    for record in (check_record(r, check_gold=not r.get("source")) for r in records):
         if record.get("tools"):
             raise ValueError(f"{record['domain']}: a tool-calling record needs a multi-turn rollout, "
                              f"which GRPO here does not do")

@@ -13,10 +13,15 @@ string or None), ``gold`` (what the domain's reward needs) and ``source``.
   (``thinking`` true/false, or ``thinking_mode`` ``thinking``/``instruct``), else
   from the last user turn's ``/think`` ``/no_think``, else from whether the
   answer carries reasoning (a non-empty ``<think>`` block or ``reasoning_content``).
-* **RL** (Nemotron-Cascade-RL-RLHF, -Instruction-Following, -Math, -SWE): a
-  prompt and its gold: the preference prompt (RLHF), the IFEval-style
-  ``instruction_id_list`` and ``kwargs`` (IF-RL), the short answer (Math RL), the
-  issue, the relevant files' contents and the reference patch (SWE RL).
+* **RL** (Nemotron-Cascade-RL-RLHF, -Instruction-Following, -Math, -SWE, and a
+  competitive-coding set for Code RL): a prompt and its gold: the preference
+  prompt (RLHF), the IFEval-style ``instruction_id_list`` and ``kwargs`` (IF-RL),
+  the short answer (Math RL), the unit tests as ``[stdin, stdout]`` pairs (Code
+  RL), the issue, the relevant files' contents and the reference patch (SWE RL).
+  An SWE prompt is the issue followed by each relevant file in a fenced block
+  (the model cannot write a patch to files it never saw), and its gold's
+  ``context`` maps each path to its content (released as a list of
+  ``{file_path, content}``).
 * **Interplay** (``Interplay-LM-Reasoning/composition`` and ``/context``): a math
   record; the prompt is ``problem`` then ``question``, the reasoning the
   ``solution`` up to its last ``Answer:``, the answer ``\\boxed{...}`` of what
@@ -41,17 +46,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from cascadekit.chat import thinking_mode, with_flag
 from cascadekit.domains import check_record
 from cascadekit.engine.runtime import DownloadNotAllowed, download_allowed, hub_cache_dir
 
-__all__ = ["KINDS", "MissingField", "ReleasedSet", "released_sets", "stream_records", "to_record"]
+__all__ = ["KINDS", "MissingField", "ReleasedSet", "available_pools", "released_sets", "stream_records",
+           "to_record"]
 
-KINDS = ("sft", "rlhf", "if", "math", "swe", "interplay")
+KINDS = ("sft", "rlhf", "if", "math", "code", "swe", "interplay")
 
 
 class MissingField(ValueError):
@@ -101,6 +108,10 @@ def released_sets() -> dict[str, ReleasedSet]:
         ReleasedSet("cascade-rl-math", "nvidia/Nemotron-Cascade-RL-Math", "math", {"math": ["*.json", "*.jsonl"]},
                     {"prompt": ("problem", "question", "prompt"), "answer": ("answer", "expected_answer")},
                     "Math RL: 14,476 problems with short answers"),
+        ReleasedSet("cascade-rl-code", "nvidia/Nemotron-RL-coding-competitive_coding", "code",
+                    {"code": ["*.jsonl", "*.parquet"]},
+                    {"prompt": ("question", "problem", "prompt"), "tests": ("tests", "test_cases", "input_output")},
+                    "Code RL: competitive-programming problems with stdin/stdout unit tests"),
         ReleasedSet("cascade-rl-swe", "nvidia/Nemotron-Cascade-RL-SWE", "swe", {"swe": ["*.jsonl", "*.parquet"]},
                     {"prompt": ("problem_statement", "prompt", "issue"), "patch": ("patch", "golden_patch", "gold_patch"),
                      "context": ("relevant_file_contents",)},
@@ -210,6 +221,52 @@ def _prompt_text(spec: ReleasedSet, row: Mapping[str, Any], where: str) -> str:
     return prompt
 
 
+def _io_tests(spec: ReleasedSet, value: Any, where: str) -> list[list[str]]:
+    """A Code RL row's unit tests as ``[stdin, stdout]`` pairs: a list of ``{input, output}``, or ``{inputs, outputs}``
+    (either may be JSON text)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise MissingField(f"{spec.name} ({where}): field 'tests' is not JSON: {err}") from None
+    if isinstance(value, Mapping) and isinstance(value.get("inputs"), list) and isinstance(value.get("outputs"), list):
+        value = [{"input": i, "output": o} for i, o in zip(value["inputs"], value["outputs"])]
+    if not isinstance(value, list) or not value:
+        raise MissingField(f"{spec.name} ({where}): field 'tests' must be a non-empty list of {{input, output}}")
+    pairs = []
+    for i, case in enumerate(value):
+        if not (isinstance(case, Mapping) and all(isinstance(case.get(k), str) for k in ("input", "output"))):
+            raise MissingField(f"{spec.name} ({where}): tests[{i}] needs string 'input' and 'output'")
+        pairs.append([case["input"], case["output"]])
+    return pairs
+
+
+def _files(spec: ReleasedSet, value: Any, where: str) -> dict[str, str]:
+    """The SWE row's relevant files as ``{path: content}``: released as a list of ``{file_path, content}``."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        items = [{"file_path": k, "content": v} for k, v in value.items()]
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise MissingField(f"{spec.name} ({where}): field 'context' must be a list of {{file_path, content}}")
+    files = {}
+    for i, item in enumerate(items):
+        if not (isinstance(item, Mapping) and isinstance(item.get("file_path"), str)
+                and isinstance(item.get("content"), str)):
+            raise MissingField(f"{spec.name} ({where}): relevant_file_contents[{i}] needs string 'file_path' "
+                               f"and 'content'")
+        files[item["file_path"]] = item["content"]
+    return files
+
+
+def _with_files(issue: str, files: Mapping[str, str]) -> str:
+    """The SWE prompt: the issue, then each relevant file under its path in a fenced block."""
+    shown = "".join(f"\n\n{path}\n```\n{content.rstrip()}\n```" for path, content in files.items())
+    return f"{issue.strip()}{shown}"
+
+
 def _split_solution(solution: str) -> tuple[str, str]:
     """Interplay's ``solution`` as (reasoning, answer): split at its last ``Answer:``, as the paper's code does."""
     if "Answer:" not in solution:
@@ -248,16 +305,20 @@ def to_record(spec: ReleasedSet, row: Mapping[str, Any], domain: str, *, think: 
         record = {"domain": domain, "think": mode, "messages": messages, "tools": None, "gold": gold, "source": source}
     else:
         mode = (spec.kind != "if") if think is None else think
-        messages = [{"role": "user", "content": with_flag(_prompt_text(spec, row, where), mode)}]
+        prompt = _prompt_text(spec, row, where)
         gold: dict[str, Any] = {}
         if spec.kind == "if":
             gold = {"instruction_id_list": list(_field(spec, row, "instruction_id_list", where)),
                     "kwargs": _field(spec, row, "kwargs", where)}
         elif spec.kind == "math":
             gold = {"answer": str(_field(spec, row, "answer", where))}
+        elif spec.kind == "code":
+            gold = {"tests": _io_tests(spec, _field(spec, row, "tests", where), where)}
         elif spec.kind == "swe":
-            gold = {"patch": _field(spec, row, "patch", where),
-                    "context": _field(spec, row, "context", where, required=False)}
+            files = _files(spec, _field(spec, row, "context", where, required=False), where)
+            gold = {"patch": _field(spec, row, "patch", where), "context": files}
+            prompt = _with_files(prompt, files)
+        messages = [{"role": "user", "content": with_flag(prompt, mode)}]
         record = {"domain": domain, "think": mode, "messages": messages, "tools": None, "gold": gold, "source": source}
     try:
         return check_record(record, check_gold=False)
@@ -328,3 +389,20 @@ def stream_records(name: str, domain: str | None = None, source: str | os.PathLi
         if limit is not None and i >= limit:
             return
         yield to_record(spec, row, domain, think=think, where=f"{where} row {i}")
+
+
+def available_pools(pools: Mapping[str, Callable[[], list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """Each domain's pool, built; a domain whose released file is missing is skipped with a note (a warning).
+
+    For a stage that mixes domains (SFT, joint RL): one missing file costs that
+    domain, not the stage; none left is one FileNotFoundError.
+    """
+    built = {}
+    for domain, build in pools.items():
+        try:
+            built[domain] = build()
+        except FileNotFoundError as err:
+            warnings.warn(f"skipping domain {domain!r}: {err}", stacklevel=2)
+    if not built:
+        raise FileNotFoundError(f"no released data could be read for any of the domains {', '.join(pools)}")
+    return built

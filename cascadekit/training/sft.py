@@ -49,7 +49,7 @@ from cascadekit.profiles import Profile, domains_inputs, precision_inputs, seed_
 from cascadekit.engine.runtime import (
     choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
 )
-from cascadekit.training.released_data import released_sets, stream_records
+from cascadekit.training.released_data import available_pools, released_sets, stream_records
 from cascadekit.engine.trainable import engine_settings, load_trainable
 
 STAGES = (1, 2)
@@ -81,13 +81,18 @@ def released_stage_records(profile: Profile, stage: int, per_domain: int) -> lis
     """The first ``per_domain`` rows (0: every row) of each domain of the stage's released SFT set.
 
     Read from ``engine.data_dir``/<set name> (a local copy in the released layout)
-    when set, else streamed from the hub, which needs downloads allowed.
+    when set, else streamed from the hub, which needs downloads allowed. A domain
+    whose file is missing is skipped with a note (:func:`available_pools`), not the stage.
     """
     name = RELEASED_STAGES[stage]
     source = Path(profile.engine.data_dir).expanduser() / name if profile.engine.data_dir else None
     allow = download_allowed(profile)
-    return [record for domain in released_sets()[name].files
-            for record in stream_records(name, domain, source, limit=per_domain or None, allow_download=allow)]
+
+    def pool(domain: str) -> Callable[[], list[dict[str, Any]]]:
+        return lambda: list(stream_records(name, domain, source, limit=per_domain or None, allow_download=allow))
+
+    pools = available_pools({domain: pool(domain) for domain in released_sets()[name].files})
+    return [record for records in pools.values() for record in records]
 
 
 def seq_len(profile: Profile, stage: int) -> int:

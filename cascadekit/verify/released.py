@@ -1,0 +1,215 @@
+"""Verdicts on real answers to the released RL sets' prompts: math, code, instruction following, SWE.
+
+The kit's own verifiers judge its world's tasks; these judge a released row's
+gold as :mod:`cascadekit.training.released_data` records it. Each is a pure
+function from the model's text (and the gold) to a :class:`Verdict` (a score and
+a reason), and never raises on model text or a malformed gold:
+
+* **math** (:func:`verify_math`): the last ``\\boxed{...}`` after the think block
+  against the short answer, by the ``math-verify`` package (symbolic
+  equivalence, the maintained checker; ``pip install 'cascadekit[released]'``)
+  when it is installed, else by the kit's checks: the same integer
+  (:func:`cascadekit.verify.boxed.normalize_integer`), or the same LaTeX once
+  spacing, ``\\left``/``\\right`` and ``\\dfrac`` are normalised. The reason says which.
+* **code** (:func:`verify_stdio`): the program in the answer run on each
+  released test's stdin in the kit's sandbox; the verifier compares the output
+  (the candidate never sees the expected one). All tests pass or 0, as the paper's Code RL.
+* **IF** (:func:`verify_ifeval`): each IFEval instruction id that has a kit
+  constraint (:mod:`cascadekit.verify.instructions`) is checked strictly; ids
+  with none are named in the reason and left out of the score (1 when every
+  checked one holds). A row none of whose ids the kit checks scores 0, and says so.
+* **SWE** (:func:`verify_gold_patch`): the execution-free lexical reward, the
+  answer's patch's similarity to the released gold patch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import threading
+from typing import Any, Callable, Mapping, Sequence
+
+from cascadekit.sandbox import Limits
+from cascadekit.verify.boxed import answer_part, extract_boxed, normalize_integer
+from cascadekit.verify.code import IOTests, verify_code
+from cascadekit.verify.instructions import (
+    BulletCount, Constraint, EndsWith, ForbiddenWord, IncludeWord, JsonFormat, Lowercase, MaxWords, MinWords,
+    NoCommas, Quoted, SectionCount, Uppercase, verify_instructions,
+)
+from cascadekit.verify.patch import patch_similarity
+
+__all__ = ["IFEVAL_CONSTRAINTS", "Verdict", "ifeval_constraints", "verify_gold_patch", "verify_ifeval",
+           "verify_math", "verify_stdio"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A score in [0, 1] and why."""
+
+    score: float
+    reason: str
+
+
+# ---------------------------------------------------------------------------
+# Math
+# ---------------------------------------------------------------------------
+
+#: Seconds ``math-verify`` may spend parsing or comparing one answer (on the main thread; see :func:`_by_math_verify`).
+MATH_VERIFY_TIMEOUT_S = 5
+_SPACING = re.compile(r"\\[,!;: ]|\\left|\\right|\s+")
+
+
+def _latex_key(text: str) -> str:
+    """A boxed answer without spacing, ``$``, ``\\left``/``\\right`` or a final period; ``\\dfrac`` as ``\\frac``."""
+    key = _SPACING.sub("", text.strip().strip("$")).rstrip(".")
+    return key.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+
+
+def _math_verify() -> Any | None:
+    """The ``math_verify`` module, or None when it is not installed (imported only when a math answer is judged)."""
+    try:
+        return importlib.import_module("math_verify")
+    except ImportError:
+        return None
+
+
+def _by_math_verify(module: Any, predicted: str, gold: str) -> bool | None:
+    """``math-verify``'s judgement, or None when it fails on this input (the kit's checks then decide).
+
+    Its timeouts use signals, which work only on the main thread: streamed
+    rewards verify on worker threads, where it runs without them (0.8 and later
+    allow that), and the answer's length is already bounded by the completion limit.
+    """
+    limit = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    try:
+        return bool(module.verify(module.parse(f"${gold}$", parsing_timeout=limit),
+                                  module.parse(f"$\\boxed{{{predicted}}}$", parsing_timeout=limit),
+                                  timeout_seconds=limit))
+    except Exception:  # a checker's failure on hostile text is no verdict, never a crash
+        return None
+
+
+def _by_the_kit(predicted: str, gold: str) -> bool:
+    want, got = normalize_integer(gold), normalize_integer(predicted)
+    if want is not None and got is not None:
+        return want == got
+    return _latex_key(predicted) == _latex_key(gold)
+
+
+def verify_math(text: str, answer: str) -> Verdict:
+    """The last boxed answer after the think block against ``answer``; never raises."""
+    if not isinstance(text, str) or not isinstance(answer, str) or not answer.strip():
+        return Verdict(0.0, "no text or no gold answer")
+    if "<think>" in text and "</think>" not in text:
+        return Verdict(0.0, "think block never closed: no answer")
+    boxed = extract_boxed(answer_part(text))
+    if not boxed:
+        return Verdict(0.0, "no \\boxed answer after the think block")
+    predicted = boxed[-1]
+    module = _math_verify()
+    same = _by_math_verify(module, predicted, answer) if module is not None else None
+    if same is not None:
+        return Verdict(float(same), f"math-verify: {'equivalent' if same else 'not equivalent'} to {answer!r}")
+    checker = "math-verify failed on it, so the kit's check" if module is not None else \
+        "math-verify not installed (pip install 'cascadekit[released]'), so the kit's check"
+    same = _by_the_kit(predicted, answer)
+    return Verdict(float(same), f"{checker}: {'same' if same else 'not the same'} answer as {answer!r}")
+
+
+# ---------------------------------------------------------------------------
+# Code
+# ---------------------------------------------------------------------------
+
+def verify_stdio(text: str, tests: Sequence[Sequence[str]], limits: Limits = Limits()) -> Verdict:
+    """The answer's program on each released ``[stdin, stdout]`` test in the sandbox: 1 if all pass; never raises."""
+    try:
+        cases = [(str(stdin), str(stdout)) for stdin, stdout in tests]
+    except (TypeError, ValueError):
+        return Verdict(0.0, "malformed gold tests: each must be a [stdin, stdout] pair")
+    if not cases:
+        return Verdict(0.0, "no tests")
+    verdict = verify_code(text if isinstance(text, str) else "", IOTests(cases), limits)
+    return Verdict(float(verdict.all_passed), f"{verdict.passed}/{verdict.total} tests: {verdict.reason}")
+
+
+# ---------------------------------------------------------------------------
+# Instruction following
+# ---------------------------------------------------------------------------
+
+def _words_relation(kw: Mapping[str, Any]) -> list[Constraint]:
+    n, relation = int(kw["num_words"]), kw["relation"]
+    if relation == "at least":
+        return [MinWords(n)]
+    if relation == "less than":
+        return [MaxWords(n - 1)]
+    raise ValueError(f"relation {relation!r}")
+
+
+def _words(key: str, cls: Callable[[str], Constraint]) -> Callable[[Mapping[str, Any]], list[Constraint]]:
+    def build(kw: Mapping[str, Any]) -> list[Constraint]:
+        words = kw[key]
+        if not words or any(not isinstance(w, str) or len(w.split()) != 1 for w in words):
+            raise ValueError(f"{key} must be single words, got {words!r}")  # the kit's checks match whole words
+        return [cls(w) for w in words]
+
+    return build
+
+
+#: IFEval instruction ids the kit's constraints check, and how a row's ``kwargs`` build them.
+IFEVAL_CONSTRAINTS: dict[str, Callable[[Mapping[str, Any]], list[Constraint]]] = {
+    "change_case:english_lowercase": lambda kw: [Lowercase()],
+    "change_case:english_capital": lambda kw: [Uppercase()],
+    "startend:quotation": lambda kw: [Quoted()],
+    "startend:end_checker": lambda kw: [EndsWith(str(kw["end_phrase"]))],
+    "punctuation:no_comma": lambda kw: [NoCommas()],
+    "detectable_format:json_format": lambda kw: [JsonFormat()],
+    "detectable_format:number_bullet_lists": lambda kw: [BulletCount(int(kw["num_bullets"]))],
+    "detectable_format:multiple_sections": lambda kw: [SectionCount(int(kw["num_sections"]),
+                                                                    str(kw.get("section_spliter") or "Section"))],
+    "length_constraints:number_words": _words_relation,
+    "keywords:existence": _words("keywords", IncludeWord),
+    "keywords:forbidden_words": _words("forbidden_words", ForbiddenWord),
+}
+
+
+def ifeval_constraints(ids: Sequence[Any], kwargs: Sequence[Any]) -> tuple[list[Constraint], list[str]]:
+    """The kit's constraints for a row's instruction ids, and a note for each id it cannot check."""
+    constraints, skipped = [], []
+    arguments = list(kwargs) if isinstance(kwargs, (list, tuple)) else []
+    for i, name in enumerate(ids):
+        kw = arguments[i] if i < len(arguments) and isinstance(arguments[i], Mapping) else {}
+        kw = {k: v for k, v in kw.items() if v is not None}  # the released layout fills unused arguments with null
+        build = IFEVAL_CONSTRAINTS.get(name) if isinstance(name, str) else None
+        if build is None:
+            skipped.append(f"{name!r} (no kit check)")
+            continue
+        try:
+            constraints.extend(build(kw))
+        except (KeyError, TypeError, ValueError) as err:
+            skipped.append(f"{name!r} (arguments {err})")
+    return constraints, skipped
+
+
+def verify_ifeval(text: str, ids: Sequence[Any], kwargs: Sequence[Any]) -> Verdict:
+    """The answer against a row's IFEval instructions, strictly: 1 when every checked one holds; never raises."""
+    if not isinstance(ids, (list, tuple)):
+        return Verdict(0.0, "malformed gold: instruction_id_list is not a list")
+    constraints, skipped = ifeval_constraints(ids, kwargs)
+    unchecked = f"; not checked: {', '.join(skipped)}" if skipped else ""
+    if not constraints:
+        return Verdict(0.0, f"no instruction the kit can check{unchecked}")
+    verdict = verify_instructions(text, constraints)
+    return Verdict(float(verdict.strict_all), f"{verdict.reason}{unchecked}")
+
+
+# ---------------------------------------------------------------------------
+# SWE
+# ---------------------------------------------------------------------------
+
+def verify_gold_patch(text: str, gold_patch: str) -> Verdict:
+    """The execution-free lexical reward: the answer's patch's similarity to ``gold_patch``; never raises."""
+    if not isinstance(text, str) or not isinstance(gold_patch, str):
+        return Verdict(0.0, "no text or no gold patch")
+    score = patch_similarity(text, gold_patch)
+    return Verdict(score, f"similarity {score:.2f} to the gold patch" if score else
+                   "no readable patch (or an unreadable gold patch)")
