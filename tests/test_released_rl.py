@@ -267,3 +267,22 @@ def test_each_rl_builder_of_the_table_trains_on_its_released_set(monkeypatch, tm
     assert runs == {"rlhf": ({"general"}, 2, "score by the reward model"),
                     "if-rl": ({"instructions"}, 2, released_reward), "code-rl": ({"code"}, 2, released_reward),
                     "swe-rl": ({"swe"}, 1, released_reward)}
+
+
+def test_off_the_main_thread_a_long_answer_never_reaches_math_verify(monkeypatch):
+    """math-verify has no timeout on a worker thread: a long (hostile) answer is judged by the kit's check there."""
+    import threading
+    from types import SimpleNamespace
+
+    from cascadekit.verify import released
+
+    def hang(*args, **kwargs):
+        raise AssertionError("math-verify was called with a long answer and no timeout")
+
+    monkeypatch.setattr(released, "_math_verify", lambda: SimpleNamespace(parse=hang, verify=hang))
+    long_answer = "1+" * released.MATH_VERIFY_MAX_CHARS + "1"
+    verdicts = []
+    worker = threading.Thread(target=lambda: verdicts.append(released.verify_math(f"\\boxed{{{long_answer}}}", "7")))
+    worker.start()
+    worker.join(30)
+    assert verdicts and verdicts[0].score == 0.0 and "the kit's check" in verdicts[0].reason

@@ -56,6 +56,9 @@ class Verdict:
 
 #: Seconds ``math-verify`` may spend parsing or comparing one answer (on the main thread; see :func:`_by_math_verify`).
 MATH_VERIFY_TIMEOUT_S = 5
+#: Off the main thread math-verify has no timeout, so only answers this short reach it there: a real
+#: competition answer is a few characters, and sympy's parse of a long hostile one can take minutes.
+MATH_VERIFY_MAX_CHARS = 200
 _SPACING = re.compile(r"\\[,!;: ]|\\left|\\right|\s+")
 
 
@@ -78,9 +81,11 @@ def _by_math_verify(module: Any, predicted: str, gold: str) -> bool | None:
 
     Its timeouts use signals, which work only on the main thread: streamed
     rewards verify on worker threads, where it runs without them (0.8 and later
-    allow that), and the answer's length is already bounded by the completion limit.
+    allow that) on answers of at most :data:`MATH_VERIFY_MAX_CHARS` characters.
     """
     limit = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    if limit is None and len(predicted) > MATH_VERIFY_MAX_CHARS:
+        return None
     try:
         return bool(module.verify(module.parse(f"${gold}$", parsing_timeout=limit),
                                   module.parse(f"$\\boxed{{{predicted}}}$", parsing_timeout=limit),
