@@ -89,3 +89,12 @@ def test_mopd_can_stand_anywhere_in_a_cascade_order():
     assert check_order(["RLHF", "IF-RL", "MOPD", "Math RL"]) == ("RLHF", "IF-RL", "MOPD", "Math RL")
     with pytest.raises(ValueError, match="each stage once"):
         check_order(["MOPD", "RLHF", "MOPD"])
+
+
+def test_a_training_seed_replicates_the_arms_from_the_one_shipped_cascade():
+    """The student and teachers come from the course's cascade whatever the training seed (no cascade retrained)."""
+    from cascadekit.profiles import load_profile
+
+    seeded = load_profile("toy", {"train_seed": 3})
+    assert seeded.seeds.train == 3
+    assert ch.upstream(seeded) == load_profile("toy")

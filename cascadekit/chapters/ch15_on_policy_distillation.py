@@ -33,6 +33,7 @@ so the optimizer state and the linear learning-rate decay restart each segment
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -127,21 +128,22 @@ def run_record(outputs: Sequence[StageOutput], profile: Profile) -> dict[str, An
 def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     """Teachers chosen on validation, the four arms in segments, the stage table after every segment."""
     profile, options, work_dir = config.profile, config.options, Path(work_dir)
+    cascade = upstream(profile)
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    student = checkpoint(STUDENT, profile, work_dir / "cascade")
-    scores = validation_scores(profile)
-    chosen = domain_teachers(profile)
+    student = checkpoint(STUDENT, cascade, work_dir / "cascade")
+    scores = validation_scores(cascade)
+    chosen = domain_teachers(cascade)
     timings["teachers_s"] = round(time.perf_counter() - started, 1)
     records = joint_records(profile, mopd_prompts(profile))
     parts = segments(records, options.eval_every * profile.rl.prompts_per_step)
-    one = options.single_teacher or single_teacher(profile, STUDENT)
-    teachers = {MOPD: mopd_teachers(profile), FORWARD: mopd_teachers(profile), SINGLE: mopd_teachers(profile, one),
+    one = options.single_teacher or single_teacher(cascade, STUDENT)
+    teachers = {MOPD: mopd_teachers(cascade), FORWARD: mopd_teachers(cascade), SINGLE: mopd_teachers(cascade, one),
                 GRPO: {}}
     tables = {"student": cached_stage_table(student, profile, STUDENT)}
     for name in dict.fromkeys(chosen.values()):  # the student's own table once: rows are not repeated
         tables[f"teacher {name}"] = (tables["student"] if name == STUDENT
-                                     else cached_stage_table(checkpoint(name, profile), profile, name))
+                                     else cached_stage_table(checkpoint(name, cascade), profile, name))
     suite = [{"domain": x["domain"], "think": x["think"]} for x in tables["student"]["samples"]]
     runs, by_step = {}, {}
     for arm in ARMS:
@@ -162,6 +164,17 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "by_step": by_step, "validation": scores, "teachers": chosen, "single_teacher": one, "student_key": student.key,
         "prompts": mopd_prompts(profile), "runs": runs, "timings": timings, "profile": profile.to_dict(),
     }
+
+
+def upstream(profile: Profile) -> Profile:
+    """The profile the student and the teachers come from: ``profile`` with the course's training seed.
+
+    A training seed replicates what this chapter trains (its four arms), from the
+    one cascade every later reader has: the shipped one. Otherwise ``--train-seed 1``
+    would retrain SFT, the reward models and all five RL stages (hours) before its
+    first MOPD step, and the seeds would compare different students.
+    """
+    return dataclasses.replace(profile, train_seed=None)
 
 
 def scores_of(table: Mapping[str, Any], suite: Sequence[Mapping[str, Any]]) -> list[float]:
