@@ -80,6 +80,13 @@ def test_growth_refuses_to_shrink() -> None:
             grow(model, layers, width)
 
 
+def test_growth_refuses_partitioned_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cascadekit.engine import growth
+    monkeypatch.setattr(growth, "is_deepspeed_zero3_enabled", lambda: True)
+    with pytest.raises(ValueError, match="not under DeepSpeed ZeRO-3"):
+        grow(_tiny(Qwen3ForCausalLM), 3)
+
+
 def test_bad_sizes_are_one_clear_error() -> None:
     for overrides in ({"reward_model.layers": [4, 1]}, {"reward_model.layers": [2, 2]},
                       {"reward_model.layers": [0, 2]}):

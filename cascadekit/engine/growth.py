@@ -27,6 +27,7 @@ import copy
 
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 #: The projections that write into the residual stream: zero in a copied layer and in the new units.
 OUTPUTS = ("self_attn.o_proj", "mlp.down_proj")
@@ -61,8 +62,12 @@ def grow(model: PreTrainedModel, layers: int, width: int = 1, seed: int = 0) -> 
     computing what ``model`` computes (see the module docstring); ``seed`` draws the new units.
 
     Works for any head over the Qwen-style base (a causal LM, a sequence classifier): every weight
-    outside the decoder layers (embeddings, final norm, head) is copied as it is.
+    outside the decoder layers (embeddings, final norm, head) is copied as it is. Not under DeepSpeed
+    ZeRO-3, whose partitioned weights cannot be sliced into a larger model.
     """
+    if is_deepspeed_zero3_enabled():
+        raise ValueError("growing a model needs its whole weights: not under DeepSpeed ZeRO-3 "
+                         "(engine.distributed=zero3); use engine.distributed=fsdp or none")
     config = grown_config(model.config, layers, width)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
