@@ -150,8 +150,8 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         if self.widths and (len(self.widths) != len(self.layers) or list(self.widths) != sorted(self.widths)):
-            raise ProfileError(f"reward_model.widths={list(self.widths)}: one width per size in reward_model.layers "
-                               f"({len(self.layers)}), not decreasing, or empty (all 1)")
+            raise ProfileError(f"reward_model.widths={list(self.widths)}: give one width per size in "
+                               f"reward_model.layers ({len(self.layers)}), never decreasing, or none (all 1)")
 
     @property
     def sizes(self) -> dict[int, int]:

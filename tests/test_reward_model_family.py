@@ -95,7 +95,7 @@ def test_bad_sizes_are_one_clear_error() -> None:
     with pytest.raises(ProfileError, match=r"reward_model.widths=\[0, 1\].*> 0"):
         load_profile("toy", {"reward_model.widths": [0, 1]})
     for widths in ([1, 2, 4], [2, 1]):
-        with pytest.raises(ProfileError, match="one width per size in reward_model.layers"):
+        with pytest.raises(ProfileError, match=r"widths=\[.*one width per size in reward_model.layers \(2\), never"):
             load_profile("toy", {"reward_model.widths": widths})
 
 
@@ -145,6 +145,7 @@ def test_a_grown_reward_model_trains_and_scores(sft) -> None:
     inputs = json.loads((Path(grown.checkpoint) / "stage.json").read_text())["inputs"]
     assert inputs["width"] == 2 and inputs["reward_model"]["widths"] == [1, 2]
     scorer = RewardModelScore(grown)
+    assert scorer.model.model.layers[1].self_attn.o_proj.weight.any()  # the zeroed copy of layer 0 has trained
     prompt = preference_records(profile, "eval", 1, 0)[0]["prompt"]
     scores = scorer([prompt] * 3, ["", "Hope this helps.", "x " * 5000])
     assert len(scores) == 3 and all(math.isfinite(s) for s in scores)
