@@ -128,10 +128,14 @@ class SFTConfig:
 class RewardModelConfig:
     """Chapter 09's reward models: their sizes and the preference data they learn from.
 
-    ``layers`` lists the sizes compared, each the number of the SFT model's decoder
-    layers a reward model keeps; the largest is the one RLHF and IF-RL use. ``tasks``
-    general prompts give up to ``pairs_per_task`` preference pairs each; ``eval_tasks``
-    held-out prompts measure pairwise accuracy and fit the calibration.
+    ``layers`` lists the sizes compared, smallest first, each named by its number of
+    decoder layers: up to the SFT model's own, a reward model keeps its first ``layers``;
+    past them, the SFT model is grown to that depth (:mod:`cascadekit.engine.growth`).
+    ``widths``, one per size, multiplies each size's MLP units (grown the same way);
+    empty, every width is 1 and nothing enters a key. The largest size is the one RLHF
+    and IF-RL use. ``tasks`` general prompts give up to ``pairs_per_task`` preference
+    pairs each; ``eval_tasks`` held-out prompts measure pairwise accuracy and fit the
+    calibration.
     """
 
     layers: tuple[int, ...]
@@ -142,6 +146,17 @@ class RewardModelConfig:
     epochs: float
     lr: float
     batch_size: int
+    widths: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.widths and (len(self.widths) != len(self.layers) or list(self.widths) != sorted(self.widths)):
+            raise ProfileError(f"reward_model.widths={list(self.widths)}: give one width per size in "
+                               f"reward_model.layers ({len(self.layers)}), never decreasing, or none (all 1)")
+
+    @property
+    def sizes(self) -> dict[int, int]:
+        """Each size's decoder layers -> its MLP width multiplier, smallest first."""
+        return dict(zip(self.layers, self.widths or (1,) * len(self.layers)))
 
 
 @dataclass(frozen=True)
@@ -546,7 +561,9 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sft.base_tokens": _NON_NEGATIVE, "sft.ops": _OPS, "sft.stage1_tasks": _NON_NEGATIVE, "sft.stage2_tasks": _NON_NEGATIVE,
     **{f"sft.{k}": _POSITIVE for k in ("stage1_seq_len", "stage2_seq_len", "epochs", "lr", "batch_size",
                                        "eval_tasks", "max_new_tokens")},
-    "reward_model.layers": (lambda v: len(v) > 0 and all(n > 0 for n in v), "a non-empty list of layer counts > 0"),
+    "reward_model.layers": (lambda v: len(v) > 0 and v[0] > 0 and list(v) == sorted(set(v)),
+                            "a non-empty, strictly increasing list of layer counts > 0"),
+    "reward_model.widths": (lambda v: all(n > 0 for n in v), "a list of MLP width multipliers > 0 (empty: all 1)"),
     **{f"reward_model.{k}": _POSITIVE for k in ("tasks", "pairs_per_task", "eval_tasks", "epochs", "lr",
                                                 "batch_size")},
     "reward_model.policy_samples": _NON_NEGATIVE,

@@ -347,7 +347,8 @@ def sft_checkpoint(profile: Profile) -> StageOutput:
 
 
 def reward_models(profile: Profile) -> dict[int, StageOutput]:
-    """Chapter 09's reward models, by size (decoder layers), trained from the SFT checkpoint."""
+    """Chapter 09's reward models, by size (decoder layers; ``reward_model.widths`` widens them), trained from
+    the SFT checkpoint."""
     return {layers: _reward_model(profile, layers) for layers in profile.reward_model.layers}
 
 
@@ -358,7 +359,8 @@ def largest_reward_model(profile: Profile) -> StageOutput:
 
 def _reward_model(profile: Profile, layers: int) -> StageOutput:
     return _once(f"reward model {layers}", profile,
-                 lambda: reward_model_stage(sft_checkpoint(profile), profile, layers))
+                 lambda: reward_model_stage(sft_checkpoint(profile), profile, layers,
+                                            profile.reward_model.sizes[layers]))
 
 
 def judge(profile: Profile) -> StageOutput:

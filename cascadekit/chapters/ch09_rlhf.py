@@ -19,8 +19,10 @@ under ``data/checkpoints/``):
 
 Math and code prompts stay out of RLHF, as in the paper. Departures at toy scale:
 the preference data is ordered by a hidden quality function, not by people (perturbed
-gold answers and the SFT policy's own samples), and a smaller reward model is the SFT
-model cut to fewer layers.
+gold answers and the SFT policy's own samples), a smaller reward model is the SFT
+model cut to fewer layers, and a larger one (``reward_model.widths``, or more layers than
+the policy's) is the SFT model grown function-preservingly (:mod:`cascadekit.engine.growth`),
+not a separately pretrained larger base.
 """
 from __future__ import annotations
 

@@ -18,12 +18,15 @@ asked in ``/think`` or ``/no_think`` mode, half and half (the toy's reading of t
 paper's mode mix), and scored as the policy's rollouts will be: the rendered prompt,
 then the response with its think block, then ``<|im_end|>``.
 
-**Sizes.** The paper compares reward models of 7B to 72B parameters. Here a
-reward model keeps the first ``layers`` decoder layers of the SFT checkpoint and
-adds a fresh scalar head (``AutoModelForSequenceClassification`` with one label):
-the kit's one pretrained family, cut to size, because a second pretrained base
-would cost half an hour of CPU. The paper initialises from an instruct model in
-the same way (Qwen2.5-72B-Instruct).
+**Sizes.** The paper compares reward models of 7B to 72B parameters, the largest
+many times its 8B policy. Here a reward model keeps the first ``layers`` decoder
+layers of the SFT checkpoint and adds a fresh scalar head
+(``AutoModelForSequenceClassification`` with one label): the kit's one pretrained
+family, cut to size, because a second pretrained base would cost half an hour of
+CPU. A size past the SFT model's own depth, or with a wider MLP
+(``reward_model.widths``), is the SFT model grown function-preservingly
+(:mod:`cascadekit.engine.growth`): it starts as the SFT model and has more to train.
+The paper initialises from an instruct model in the same way (Qwen2.5-72B-Instruct).
 
 **Calibration.** Raw scores have no scale, so after training the reward model is
 fitted, by least squares, to the hidden quality of the held-out pairs' responses:
@@ -56,6 +59,7 @@ from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, pr
 from cascadekit.domains.general import preference_pairs, quality
 from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
+from cascadekit.engine.growth import grow
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, training_precision
 from cascadekit.training.dynamic_sampling import sample_groups
 
@@ -151,6 +155,19 @@ def load_reward_model(source: str | Path, layers: int | None = None, labels: int
     return AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
 
 
+def sized_reward_model(source: str | Path, layers: int, width: int = 1, seed: int = 0) -> PreTrainedModel:
+    """A reward model of ``layers`` decoder layers and ``width`` times the MLP units, from a chat checkpoint.
+
+    Within the checkpoint's depth at width 1 it is :func:`load_reward_model`'s cut;
+    otherwise the cut (or the whole model) grown by :func:`cascadekit.engine.growth.grow`,
+    ``seed`` drawing the new units. The scalar head is drawn before growth, so it
+    reads the grown model as it read the source.
+    """
+    depth = json.loads((Path(source) / "config.json").read_text())["num_hidden_layers"]
+    model = load_reward_model(source, min(layers, depth))
+    return model if layers <= depth and width == 1 else grow(model, layers, width, seed)
+
+
 @torch.inference_mode()
 def head_logits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
                 batch_size: int = 64) -> torch.Tensor:
@@ -244,24 +261,33 @@ def held_out_check(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
             "calibration": fit_calibration(chosen + rejected, qualities)}
 
 
-def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> StageOutput:
-    """A reward model of ``layers`` layers from ``start`` (the SFT checkpoint), cached by its inputs.
+def settings_inputs(profile: Profile) -> dict[str, Any]:
+    """The ``reward_model`` section as a key holds it: ``widths`` only when set, so every shipped key stays."""
+    settings = dataclasses.asdict(profile.reward_model)
+    if not settings["widths"]:
+        del settings["widths"]
+    return settings
+
+
+def reward_model_stage(start: StageOutput, profile: Profile, layers: int, width: int = 1) -> StageOutput:
+    """A reward model of ``layers`` layers and ``width`` times the MLP units from ``start`` (the SFT
+    checkpoint; :func:`sized_reward_model`), cached by its inputs (``width`` only when it is not 1).
 
     The metrics hold the loss log, the held-out pairwise accuracy (with its
-    interval, overall and per mode) and the calibration.
+    interval, overall and per mode), the calibration and the parameter count.
     """
     cfg = profile.reward_model
     train = preference_records(profile, "rl", cfg.tasks, profile.seeds.data, start)
     held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seeds.data, start)
-    inputs = {"start": start.key, "layers": layers, "reward_model": dataclasses.asdict(cfg),
-              "pairs": _digest(train), "held_out": _digest(held_out), "seed": profile.seed,
-              **seed_inputs(profile, "train"), **precision_inputs(profile)}
+    inputs = {"start": start.key, "layers": layers, **({"width": width} if width != 1 else {}),
+              "reward_model": settings_inputs(profile), "pairs": _digest(train), "held_out": _digest(held_out),
+              "seed": profile.seed, **seed_inputs(profile, "train"), **precision_inputs(profile)}
     run_dir = run_folder("reward-model", inputs)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
         args = reward_config(profile, run_dir)  # before the model: ZeRO-3 partitions it as it loads
-        model = load_reward_model(start.checkpoint, layers)
+        model = sized_reward_model(start.checkpoint, layers, width, profile.seeds.train)
         trainer = RewardTrainer(model=model, args=args, processing_class=tokenizer,
                                 train_dataset=_tokenized(train, tokenizer))
         started = time.perf_counter()
@@ -270,7 +296,7 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int) -> Sta
         check = held_out_check(trainer.model, tokenizer, held_out)
         save_checkpoint(trainer.model, tokenizer, dest, files={CALIBRATION_FILE: json.dumps(check["calibration"])})
         shutil.rmtree(run_dir, ignore_errors=True)
-        return {"layers": layers, "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        return {"layers": layers, "width": width, "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "train_pairs": len(train), **check, "train_s": seconds,
                 "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
 
