@@ -473,6 +473,10 @@ def cmd_gpucheck(args: argparse.Namespace) -> int:
     from cascadekit.engine.unsloth_first import import_unsloth_first
     from cascadekit.profiles import load_profile
 
+    if args.options[:1] == ["--worker"]:  # a row's own process (launch/gpucheck_workers.py): nothing patched first
+        from cascadekit.launch.gpucheck_workers import main as worker
+
+        return worker(args.options[1:])
     import_unsloth_first(load_profile("small").engine)  # its Unsloth row, before the check imports trl and the rest
     from cascadekit.launch.gpucheck import main as gpucheck
 

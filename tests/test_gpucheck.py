@@ -65,11 +65,17 @@ def test_mfu_is_reported_against_the_datasheet_and_the_measured_peak():
 def test_the_worker_rows_run_in_processes_of_their_own(monkeypatch, tmp_path):
     two = worker_command("ddp", tmp_path, processes=2)
     assert two[1:4] == ["-m", "torch.distributed.run", "--standalone"] and "--nproc_per_node" in two
-    assert two[-4:] == ["-m", "cascadekit.launch.gpucheck_workers", "ddp", str(tmp_path)]
-    assert worker_command("zero3", tmp_path)[1:] == ["-m", "cascadekit.launch.gpucheck_workers", "zero3", str(tmp_path)]
+    assert two[-6:] == ["-m", "cascadekit", "gpucheck", "--worker", "ddp", str(tmp_path)]
+    assert worker_command("zero3", tmp_path)[1:] == ["-m", "cascadekit", "gpucheck", "--worker", "zero3", str(tmp_path)]
     assert check_in_process([sys.executable, "-c", "print('noise'); print('3 ranks ok')"]) == "3 ranks ok"
     with pytest.raises(RuntimeError, match="exit 1: ValueError: no NCCL here"):
         check_in_process([sys.executable, "-c", "raise ValueError('no NCCL here')"])
     assert workers.main(["chess", str(tmp_path)]) == 2
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert needs_gpus(2) == "needs 2 GPUs, found 1" and needs_gpus(1) == ""
+
+
+def test_a_worker_row_goes_through_the_one_entry_point(tmp_path):
+    from cascadekit.cli import main
+
+    assert main(["gpucheck", "--worker", "chess", str(tmp_path)]) == 2  # the worker's own usage error

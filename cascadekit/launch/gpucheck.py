@@ -269,7 +269,7 @@ def check_in_process(command: list[str]) -> str:
 
 def worker_command(what: str, work: Path, processes: int = 1) -> list[str]:
     """The command of one worker row: ``torchrun`` of ``processes`` ranks, or one plain process."""
-    module = ["-m", "cascadekit.launch.gpucheck_workers", what, str(work)]
+    module = ["-m", "cascadekit", "gpucheck", "--worker", what, str(work)]
     if processes == 1:
         return [sys.executable, *module]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",

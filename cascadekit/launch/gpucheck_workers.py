@@ -1,7 +1,8 @@
 """The gpucheck rows that need a process of their own: a two-process step, and a ZeRO-3 save and reload.
 
-``python -m cascadekit.launch.gpucheck_workers ddp WORK`` (under ``torchrun
---nproc_per_node 2``) and ``... zero3 WORK`` (one process). Each prints its
+``python -m cascadekit gpucheck --worker ddp WORK`` (under ``torchrun
+--nproc_per_node 2``) and ``... --worker zero3 WORK`` (one process): the kit's one
+entry point, which hands ``--worker`` here before it imports anything else. Each prints its
 result as its last line of stdout, which :mod:`cascadekit.launch.gpucheck` makes
 the row's detail; any error exits non-zero. A process of their own, because each
 joins a process group (NCCL) and DeepSpeed patches model construction, neither
@@ -101,14 +102,10 @@ def zero3_save_and_reload(work: Path) -> str:
 def main(argv: list[str]) -> int:
     """``ddp WORK`` or ``zero3 WORK``: the result on the last line of stdout (rank 0's for ``ddp``)."""
     if len(argv) != 2 or argv[0] not in ("ddp", "zero3"):
-        print("usage: python -m cascadekit.launch.gpucheck_workers {ddp,zero3} WORK", file=sys.stderr)
+        print("usage: python -m cascadekit gpucheck --worker {ddp,zero3} WORK", file=sys.stderr)
         return 2
     what, work = argv[0], Path(argv[1])
     result = two_process_step() if what == "ddp" else zero3_save_and_reload(work)
     if int(os.environ.get("RANK", "0")) == 0:
         print(result, flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
