@@ -539,13 +539,16 @@ def joint_rl_settings(profile: Profile) -> RLConfig:
 
 
 def joint_rl(profile: Profile, prompts: Mapping[str, int], work_dir: Path, start: StageOutput | None = None,
-             records: Sequence[Mapping[str, Any]] | None = None) -> StageOutput:
+             records: Sequence[Mapping[str, Any]] | None = None,
+             rewards: Sequence[DomainReward] | None = None) -> StageOutput:
     """Joint RL from ``start`` (default: the SFT checkpoint): every domain's prompts mixed in one GRPO run, each
     with its own reward. ``records`` (default: :func:`joint_records` of ``prompts``) lets chapter 15 run the same
-    GRPO over one segment of its mixed prompts at a time."""
+    GRPO over one segment of its mixed prompts at a time; ``rewards`` (default: :func:`joint_rewards` of
+    ``profile``) lets it score with the shipped cascade's reward model and judge under another training seed."""
     records = joint_records(profile, prompts) if records is None else records
     return chat_grpo(start or sft_checkpoint(profile), records, profile, work_dir,
-                     reward=joint_rewards(profile), in_order=True, rl=joint_rl_settings(profile))
+                     reward=list(rewards) if rewards is not None else joint_rewards(profile), in_order=True,
+                     rl=joint_rl_settings(profile))
 
 
 # ---------------------------------------------------------------------------

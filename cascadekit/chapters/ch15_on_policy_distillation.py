@@ -45,8 +45,8 @@ from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
-from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teachers, joint_records, joint_rl,
-                                         joint_rl_settings, mopd_prompts, mopd_teachers, single_teacher,
+from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teachers, joint_records, joint_rewards,
+                                         joint_rl, joint_rl_settings, mopd_prompts, mopd_teachers, single_teacher,
                                          validation_scores)
 from cascadekit.claims import holm_rows
 from cascadekit.evaluation.stage_claims import change_row, picked
@@ -98,8 +98,8 @@ def _arm(name: str, start: StageOutput, parts: Sequence[Sequence[Mapping[str, An
     rl, done, outputs = joint_rl_settings(profile), start, []
     for i, part in enumerate(parts):
         folder = work_dir / f"{name.replace(' ', '-').replace(',', '')}-{i}"
-        if name == GRPO:
-            done = joint_rl(profile, {}, folder, start=done, records=part)
+        if name == GRPO:  # the cascade's own rewards: its reward model and judge, whatever the training seed
+            done = joint_rl(profile, {}, folder, start=done, records=part, rewards=joint_rewards(upstream(profile)))
         else:
             done = mopd_stage(done, part, teachers, profile, folder, "forward" if name == FORWARD else "reverse", rl)
         outputs.append(done)
