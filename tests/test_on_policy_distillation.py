@@ -98,3 +98,9 @@ def test_a_training_seed_replicates_the_arms_from_the_one_shipped_cascade():
     seeded = load_profile("toy", {"train_seed": 3})
     assert seeded.seeds.train == 3
     assert ch.upstream(seeded) == load_profile("toy")
+
+
+def test_the_retrain_cost_is_the_recorded_training_and_evaluation_not_a_cached_rerun():
+    runs = {ch.MOPD: {"train_s": 100.0}, ch.GRPO: {"train_s": 50.0}}
+    timings = {"teachers_s": 0.2, "MOPD_s": 0.1, "table MOPD step 5_s": 40.0, "table GRPO step 5_s": 30.0}
+    assert ch.compute_cost(runs, timings) == 220.0

@@ -162,8 +162,17 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
         "rows": [row for t in {id(t): t for t in tables.values()}.values() for row in t["rows"]],
         "suite": suite, "per_sample": {name: scores_of(t, suite) for name, t in tables.items() if " step " not in name},
         "by_step": by_step, "validation": scores, "teachers": chosen, "single_teacher": one, "student_key": student.key,
-        "prompts": mopd_prompts(profile), "runs": runs, "timings": timings, "profile": profile.to_dict(),
+        "prompts": mopd_prompts(profile), "runs": runs, "timings": timings, "cost_s": compute_cost(runs, timings),
+        "profile": profile.to_dict(),
     }
+
+
+def compute_cost(runs: Mapping[str, Mapping[str, Any]], timings: Mapping[str, float]) -> float:
+    """What training the arms again costs: each arm's training and each stage table's evaluation, as recorded when
+    they were built (a rerun from the cache keeps them; its wall time would count cache hits). The teachers'
+    validation tables are not in it: chapter 14's cascade stages are evaluated once for the whole course."""
+    tables = sum(v for k, v in timings.items() if k.startswith("table ") and k.endswith("_s"))
+    return round(sum(r["train_s"] for r in runs.values()) + tables, 1)
 
 
 def upstream(profile: Profile) -> Profile:
