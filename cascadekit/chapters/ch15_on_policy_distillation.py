@@ -29,7 +29,8 @@ from the one before, with the stage table after every segment: the scores per
 step, and the steps each domain takes to come within :data:`RECOVERED` of its
 teacher. Where the kit departs from the paper: every segment is its own trainer,
 so the optimizer state and the linear learning-rate decay restart each segment
-(the same in every arm); one training seed per run (intervals are over prompts).
+(the same in every arm). A training seed replicates the arms from the one shipped cascade (:func:`upstream`);
+``--train-seed 0,1,2`` combines the seeds' runs (:func:`combine`), and the claims are over seeds, then prompts.
 """
 from __future__ import annotations
 
@@ -402,8 +403,15 @@ def notes(metrics: Mapping[str, Any]) -> str:
             f"### Each training seed: mean score on the domains to recover\n\n{markdown_table(seed_rows(metrics))}\n\n"
             f"### Cost per arm (the first seed's run)\n\n{markdown_table(cost_rows(metrics))}\n\n"
             f"### Stage tables\n\n{stage_markdown(metrics['rows'])}\n\n"
-            f"Intervals are over the suite's prompts ({metrics['profile']['sft']['eval_tasks']} per domain and mode, "
-            f"greedy), one training seed. Timings (s): {json.dumps(metrics['timings'])}")
+            f"Intervals are over {seeds_text(metrics)}, then the suite's prompts "
+            f"({metrics['profile']['sft']['eval_tasks']} per domain and mode, greedy). The per-domain tables, the "
+            f"figures and these timings (s) are the first seed's run: {json.dumps(metrics['timings'])}")
+
+
+def seeds_text(metrics: Mapping[str, Any]) -> str:
+    """"training seeds 0, 1, 2" for a combined result, "one training seed" for one run."""
+    seeds = metrics.get("train_seeds")
+    return f"training seeds {', '.join(map(str, seeds))}" if seeds else "one training seed"
 
 
 # ---------------------------------------------------------------------------
