@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import sys
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from cascadekit.chapters import cascade
-from cascadekit.engine import runtime
 from cascadekit.profiles import load_profile
 from cascadekit.training import math_rl, released_rl, sft
 from cascadekit.training.pipeline import chat_rl_dataset
@@ -26,21 +24,11 @@ from cascadekit.training.released_rl import (
 )
 from cascadekit.verify import released as checks
 from cascadekit.verify.released import verify_gold_patch, verify_ifeval, verify_math, verify_stdio
+from test_released_data import offline  # noqa: F401 - autouse: no test here reaches for the network
 
 FIXTURES = Path(__file__).parent / "fixtures" / "released"
 SUM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 GOLD_PATCH = json.loads((FIXTURES / "cascade-rl-swe" / "train.jsonl").read_text())["patch"]
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a test reached for the network: {args[:2]}")
-
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.delenv(runtime.DOWNLOAD_ENV, raising=False)
 
 
 @pytest.fixture
