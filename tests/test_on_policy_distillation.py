@@ -104,3 +104,10 @@ def test_the_retrain_cost_is_the_recorded_training_and_evaluation_not_a_cached_r
     runs = {ch.MOPD: {"train_s": 100.0}, ch.GRPO: {"train_s": 50.0}}
     timings = {"teachers_s": 0.2, "MOPD_s": 0.1, "table MOPD step 5_s": 40.0, "table GRPO step 5_s": 30.0}
     assert ch.compute_cost(runs, timings) == 220.0
+
+
+def test_the_forgetting_matrix_after_mopd_has_a_cell_per_domain_and_mode():
+    rows = ch.forgetting_rows(ch.combine({0: _metrics(), 1: _metrics()}))
+    assert len(rows) == 2 * len(TARGET_DOMAINS)
+    math = next(r for r in rows if r["domain"] == "math" and r["mode"] == "think")
+    assert math["student"] == 0.5 and math["MOPD minus student"] == 0.5  # its two think prompts: one right, then both

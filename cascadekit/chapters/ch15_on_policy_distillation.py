@@ -50,7 +50,7 @@ from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teac
                                          joint_rl, joint_rl_settings, mopd_prompts, mopd_teachers, single_teacher,
                                          validation_scores)
 from cascadekit.claims import holm_rows
-from cascadekit.evaluation.stage_claims import change_row, picked
+from cascadekit.evaluation.stage_claims import change_row, forgetting_matrix, picked
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function
@@ -394,6 +394,16 @@ def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
             for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics))]
 
 
+def forgetting_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """MOPD's forgetting matrix: each domain and mode, MOPD minus the student over seeds, then prompts."""
+    runs = replicates(metrics)
+    cells = forgetting_matrix([samples(m, m["per_sample"]["student"]) for m in runs], [final(m, MOPD) for m in runs],
+                              TARGET_DOMAINS)
+    return [{"domain": c["domain"], "mode": c["mode"], "student": round(c["before"], 3),
+             "MOPD minus student": round(c["change"], 3), "95% interval": f"[{c['low']:.3f}, {c['high']:.3f}]",
+             "at the ceiling": "yes" if c["at_ceiling"] else ""} for c in cells]
+
+
 def notes(metrics: Mapping[str, Any]) -> str:
     """Teachers and their validation scores, each domain's scores and recovery steps, the costs, the stage tables."""
     return (f"### Teachers: validation score per candidate (never the evaluation suite)\n\n"
@@ -401,6 +411,8 @@ def notes(metrics: Mapping[str, Any]) -> str:
             f"### Per domain: student, teacher and each arm after {metrics['runs'][MOPD]['steps']} steps "
             f"(recovered: within {RECOVERED} of the teacher)\n\n{markdown_table(domain_rows(metrics))}\n\n"
             f"### Each training seed: mean score on the domains to recover\n\n{markdown_table(seed_rows(metrics))}\n\n"
+            f"### Forgetting after MOPD: each domain and mode, over {seeds_text(metrics)} and prompts\n\n"
+            f"{markdown_table(forgetting_rows(metrics))}\n\n"
             f"### Cost per arm (the first seed's run)\n\n{markdown_table(cost_rows(metrics))}\n\n"
             f"### Stage tables\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Intervals are over {seeds_text(metrics)}, then the suite's prompts "
