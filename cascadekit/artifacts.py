@@ -90,6 +90,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("CASCADEKIT_CACHE") or Path.home() / ".cache" / "cascadekit")
 
 
+def shown(path: str | Path) -> str:
+    """``path`` as a reader should see it: ``$CACHE/...`` under the artifact cache, else as given."""
+    path = Path(path)
+    return f"$CACHE/{path.relative_to(cache_root()).as_posix()}" if path.is_relative_to(cache_root()) else str(path)
+
+
 def check_component(value: Any, what: str) -> str:
     """``value`` if it is a safe single path component for the cache, else a :class:`ValueError`."""
     if not isinstance(value, str):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -103,10 +104,20 @@ def results_dir(chapter: str, root: Path | None = None) -> Path:
     return folder
 
 
+#: An absolute scratch folder given to ``--out`` or ``--work``: a machine's path, recorded as ``$OUT`` / ``$WORK``.
+_SCRATCH = re.compile(r"(--(out|work))[ =](/[^\s`\"]+)")
+
+
+def portable_command(command: str) -> str:
+    """``command`` with absolute ``--out``/``--work`` folders as ``$OUT``/``$WORK``: readers see no machine path,
+    and the folders (scratch space and where results went) change nothing the command computes."""
+    return _SCRATCH.sub(lambda m: f"{m[1]} ${m[2].upper()}", command)
+
+
 def provenance(command: str) -> dict[str, str]:
-    """Who made a result: the command, the code version, the commit and the time (UTC)."""
+    """Who made a result: the command (:func:`portable_command`), the code version, the commit and the time (UTC)."""
     return {
-        "command": command,
+        "command": portable_command(command),
         "code_version": code_version(),
         "git_commit": git_commit(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

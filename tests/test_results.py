@@ -73,3 +73,19 @@ def test_a_run_names_the_commit_it_started_from(tmp_path: Path, monkeypatch) -> 
     saved = json.loads((tmp_path / "99_x" / "metrics.json").read_text())
     assert saved["produced_by"]["git_commit"] == "started"
     assert "commit started" in (tmp_path / "99_x" / "paper_vs_run.md").read_text()
+
+
+def test_a_recorded_command_names_no_machine_folder() -> None:
+    from cascadekit.results import portable_command, provenance
+
+    command = "cascadekit experiment 10 --scale toy --work /tmp/work10c --out=/work/out --set a=/x"
+    assert portable_command(command) == "cascadekit experiment 10 --scale toy --work $WORK --out $OUT --set a=/x"
+    assert provenance("cascadekit run --out runs/toy")["command"] == "cascadekit run --out runs/toy"  # relative kept
+
+
+def test_a_cache_path_is_shown_relative_to_the_cache(tmp_path: Path, monkeypatch) -> None:
+    from cascadekit.artifacts import shown
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    assert shown(tmp_path / "sft" / "c894671bdf53") == "$CACHE/sft/c894671bdf53"
+    assert shown("data/checkpoints/sft/x") == "data/checkpoints/sft/x"

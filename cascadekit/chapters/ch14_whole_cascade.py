@@ -36,6 +36,7 @@ import numpy as np
 from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
 
+from cascadekit.artifacts import shown
 from cascadekit.atomic import atomic_write_json, atomic_write_text
 from cascadekit.chapters import ChapterConfig, resolve
 from cascadekit.chapters.cascade import (ORDER, TARGETS, CascadeStage, DomainReward, check_order, joint_rl, judge,
@@ -649,7 +650,7 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
             table = cached_stage_table(stage.checkpoint, profile, stage.name, records)
             rows[suite].extend(table["rows"])
             last[suite] = table["samples"]
-        stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": str(stage.checkpoint.checkpoint),
+        stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": shown(stage.checkpoint.checkpoint),
                        "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
         atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
                                               **({"harder_rows": rows["harder"]} if harder else {})})
