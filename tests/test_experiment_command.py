@@ -16,7 +16,7 @@ def test_chapter_03_pretrains_the_base_and_writes_its_ladder(tmp_path):
     folder = out / "03_pretraining"
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["produced_by"]["command"] == (
-        "cascadekit experiment 03 --scale smoke --out " + str(out) + " --set evaluation.max_new_tokens=8")
+        "cascadekit experiment 03 --scale smoke --out $OUT --set evaluation.max_new_tokens=8")  # no machine path
     assert metrics["pretrain_tokens"] == 20000 and metrics["loss_log"] and "records" not in metrics
     assert {r["op"] for r in metrics["ladder"]} == {2, 3, 4, 5}
     assert all((folder / name).stat().st_size for name in ("ladder.png", "loss_curve.png", "samples.jsonl.gz"))
