@@ -205,11 +205,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from cascadekit import chapters
     from cascadekit.course.replicates import seed_folder
     from cascadekit.engine.unsloth_first import import_unsloth_first
-    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, parse_overrides, set_threads
+    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, set_threads
     from cascadekit.results import ResultsWriter
 
     seeds = _train_seeds_of(args)
-    overrides = _with_train_seed(parse_overrides(args.set), seeds)
+    overrides = _with_train_seed(_overrides(args), seeds)
     # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
     # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
     import_unsloth_first(load_profile(args.scale, {k: v for k, v in overrides.items()
@@ -293,10 +293,10 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.chapters import resolve
     from cascadekit.chapters.ch14_whole_cascade import lever
     from cascadekit.course.replicates import seed_folder
-    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.profiles import set_threads
 
     seeds = _train_seeds_of(args)
-    overrides = _with_train_seed(parse_overrides(args.set), seeds)
+    overrides = _with_train_seed(_overrides(args), seeds)
     out, work = Path(args.out), Path(args.work)
     if seeds is not None and len(seeds) > 1:
         resolve("14", args.scale, overrides, args.seed)  # a bad setting is one error here, not one per child
@@ -392,9 +392,9 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
 def cmd_edges(args: argparse.Namespace) -> int:
     """Each domain's edge of competence on one checkpoint (:mod:`cascadekit.evaluation.edges`): print and write it."""
     from cascadekit.evaluation.edges import edges, edges_markdown, write_edges
-    from cascadekit.profiles import load_profile, parse_overrides, set_threads
+    from cascadekit.profiles import load_profile, set_threads
 
-    profile = load_profile(args.scale, parse_overrides(args.set))
+    profile = load_profile(args.scale, _overrides(args))
     set_threads(args.threads)
     result = edges(args.checkpoint, profile, args.ops, args.domains or None, args.modes, args.n, args.k)
     out = Path(args.out) if args.out else Path("runs") / "edges" / args.checkpoint.replace("/", "-")
@@ -413,13 +413,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from cascadekit.atomic import atomic_write_text
     from cascadekit.chapters import resolve
     from cascadekit.chapters.probes import PROBES
-    from cascadekit.profiles import parse_overrides, set_threads
+    from cascadekit.profiles import set_threads
     from cascadekit.results import write_result
 
     if args.name not in PROBES:
         raise ValueError(f"unknown probe {args.name[:40]!r}; choose one of {', '.join(PROBES)}")
     probe = PROBES[args.name]
-    config = resolve("04", args.scale, parse_overrides(args.set), args.seed)
+    config = resolve("04", args.scale, _overrides(args), args.seed)
     out = Path(args.out) if args.out else Path("runs") / "probes" / args.name
     set_threads(args.threads)
     print(f"probe {args.name}: {probe.question}", file=sys.stderr)
@@ -545,10 +545,25 @@ def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> N
     """``--scale``, ``--seed``, ``--set`` and ``--threads``: what every command that trains takes."""
     parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
     parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0)
+    _world_argument(parser)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"profile override on top of {settings}, repeatable")
+                        help=f"profile override on top of {settings} and --world, repeatable")
     parser.add_argument("--threads", type=_bounded_int(0, 256), default=0,
                         help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+
+
+def _world_argument(parser: argparse.ArgumentParser) -> None:
+    from cascadekit.profiles import WORLDS
+
+    parser.add_argument("--world", default="first", choices=sorted(WORLDS),
+                        help="the Part II world, a set of profile overrides beneath --set (profiles.WORLDS)")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """``--world``'s overrides with ``--set``'s on top."""
+    from cascadekit.profiles import parse_overrides, world_overrides
+
+    return {**world_overrides(args.world), **parse_overrides(args.set)}
 
 
 def _data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -649,6 +664,7 @@ def _edges_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=_bounded_int(1, 100_000), default=24, help="prompts per domain x op")
     parser.add_argument("--k", type=_bounded_int(1, 1024), default=8, help="samples per prompt")
     parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
+    _world_argument(parser)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="profile override")
     parser.add_argument("--threads", type=_bounded_int(0, 256), default=0)
     parser.add_argument("--out", default="", help="folder for edges.md and edges.json (default: runs/edges/<stage>)")

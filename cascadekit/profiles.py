@@ -763,6 +763,38 @@ def overrides_mapping(overrides: Any) -> dict[str, Any]:
     return dict(overrides)
 
 
+#: Named Part II worlds: each is a set of profile overrides that ``--world NAME`` puts beneath ``--set``.
+#: ``first`` is the toy profile as it is (chapters 08-14's committed runs). ``second`` gives every stage
+#: room to move (issue 32, each value measured on the first world's SFT or this world's own):
+#:
+#: * the chat base reads every surface over ops 2-5 (Part I: a toy model does not extrapolate past its
+#:   pretraining ops, so RL at op 4-5 needs them in the base), with 24M tokens for six surfaces, and SFT
+#:   covers the same ops;
+#: * each RL pool sits at its domain's edge on that SFT (greedy 0.2-0.6, pass@8 clearly higher): math
+#:   ``/think`` ops 4-5 with room to write their longer answers, code op 5, SWE ops 3-4;
+#: * instructions carry 3-5 constraints (1-3 and 2-3 leave the first world's SFT at 0.83-0.96), half the
+#:   general SFT answers are written as a teacher distils them (padded, restated, sometimes repeated), so
+#:   RLHF has style to cut, and SWE tasks have several correct patches, so the execution-free reward's
+#:   lexical half can be hacked;
+#: * 128 prompts per stage-table cell (64 are good to about +-0.1-0.2) and the kit's rollout loop.
+WORLDS: dict[str, dict[str, Any]] = {
+    "first": {},
+    "second": {
+        "sft.ops": (2, 5), "sft.base_tokens": 24_000_000, "sft.eval_tasks": 128,
+        "math_rl.ops": (4, 5), "math_rl.lengths": (48, 64, 80), "code_rl.ops": (5, 5), "swe_rl.ops": (3, 4),
+        "domains.instruction_constraints": (3, 5), "domains.general_teacher": 0.5, "domains.swe_rewrites": True,
+        "engine.rollouts": "kit",
+    },
+}
+
+
+def world_overrides(name: str) -> dict[str, Any]:
+    """The profile overrides of the Part II world ``name`` (:data:`WORLDS`)."""
+    if name not in WORLDS:
+        raise ProfileError(f"unknown world {name!r}; choose one of {sorted(WORLDS)}")
+    return dict(WORLDS[name])
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """Turn CLI ``key=value`` strings into an overrides mapping with typed values.
 

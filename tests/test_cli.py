@@ -53,6 +53,7 @@ def test_data_then_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["run", "--only", "01,42"], "unknown chapter(s) ['42']"),
         (["run", "--seed", "x"], "--seed: 'x' is not an integer"),
         (["verify", "missing.jsonl"], "missing.jsonl"),
+        (["experiment", "08", "--world", "third"], "--world: invalid choice: 'third'"),
     ],
 )
 def test_bad_input_is_one_clear_error(argv: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

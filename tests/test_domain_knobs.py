@@ -12,14 +12,16 @@ import pytest
 from cascadekit.domains import Task, configured, domains, draw_tasks, general, instructions, swe
 from cascadekit.domains.dag import draw_dag
 from cascadekit.domains.swe import equivalent_forms, patch_text, wrong_expressions
-from cascadekit.profiles import DomainsConfig, ProfileError, check_value, domains_inputs, load_profile
+from cascadekit.profiles import (
+    DomainsConfig, ProfileError, WORLDS, check_value, domains_inputs, load_profile, world_overrides,
+)
 from cascadekit.training.chat_base import chat_base_key, domain_texts, surface_ops
 from cascadekit.training.sft import stage_records
 from cascadekit.verify.instructions import constraints_from_json
 from cascadekit.verify.patch import patch_similarity
 
 ON = {"domains.instruction_constraints": [2, 3], "domains.swe_rewrites": True, "domains.general_teacher": 0.5}
-#: The second world's base as the lead pretrains it: every surface over ops 2-5.
+#: The second world's base: every surface over ops 2-5.
 SECOND_BASE = {"sft.ops": [2, 5], "sft.base_tokens": 24_000_000}
 
 
@@ -161,3 +163,22 @@ def test_swe_rl_and_the_stage_table_draw_through_the_knobs() -> None:
     on, off = (swe_tasks(p, 20, "rl", 13, [0, 1]) for p in (profile, plain))
     assert [t.prompt for t in on] == [t.prompt for t in off] and [t.gold for t in on] != [t.gold for t in off]
     assert surface_ops(profile) == surface_ops(plain)
+
+
+def test_the_second_world_is_its_base_and_knobs_and_the_first_is_the_toy_profile() -> None:
+    assert load_profile("toy", world_overrides("first")) == load_profile("toy")
+    second = load_profile("toy", world_overrides("second"))
+    assert chat_base_key(second) == chat_base_key(load_profile("toy", SECOND_BASE)) == "7eade56f8afd"
+    assert second.domains == DomainsConfig((3, 5), True, 0.5) and second.sft.eval_tasks == 128
+    assert WORLDS["first"] == {}  # chapters 08-14's committed runs
+    with pytest.raises(ProfileError, match="unknown world 'third'; choose one of"):
+        world_overrides("third")
+
+
+def test_world_overrides_lie_beneath_the_command_lines_set() -> None:
+    import argparse
+
+    from cascadekit.cli import _overrides
+
+    args = argparse.Namespace(world="second", set=["sft.eval_tasks=32"])
+    assert _overrides(args) == {**world_overrides("second"), "sft.eval_tasks": 32}
