@@ -50,6 +50,14 @@ same files and manifest as a cache entry) is copied into the cache instead of
 being built, after every file is checked against its manifest's sha256. The toy
 base of Part I ships this way, so no chapter pretrains it again.
 
+Aliases: ``data/checkpoints/aliases.json`` maps ``stage/key`` to ``stage/folder``, a
+shipped entry committed under another key (the key it had before stage keys hashed
+content, :mod:`cascadekit.stages`). The repository keeps its committed files where
+they are (moving one is a deletion plus an addition), so the lookup follows the
+alias instead; the folder is still verified against its own manifest, and the cache
+entry it fills is written under the key asked for. :func:`write_aliases` writes the
+file; nothing edits it by hand.
+
 ``stage`` and ``key`` must each be one safe path component (no slash, no
 backslash, not empty, not starting with a dot, at most 200 characters):
 anything else is a :class:`ValueError` before the disk is touched. Keys are not
@@ -318,20 +326,97 @@ def ship(stage: str, key: str, provenance: dict[str, Any], root: Path | None = N
     return dest
 
 
+#: In ``data/checkpoints/``: ``{"stage/key": "stage/folder"}``, shipped entries found under another key.
+ALIASES = "aliases.json"
+
+
+def _entry_name(value: Any, what: str) -> tuple[str, str]:
+    """``"stage/key"`` as ``(stage, key)``, each a safe component; a :class:`ValueError` naming ``what`` else."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if len(parts) != 2:
+        raise ValueError(f"{what}: {value!r} is not 'stage/key'")
+    return check_component(parts[0], "stage"), check_component(parts[1], "key")
+
+
+def read_aliases() -> dict[tuple[str, str], str]:
+    """The shipped aliases, ``(stage, key) -> folder key``; none without the file, a :class:`ValueError` if malformed."""
+    path = shipped_root() / ALIASES
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}): rewrite it with write_aliases") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must be a JSON object of 'stage/key': 'stage/folder', not a {type(data).__name__}")
+    aliases = {}
+    for name, target in data.items():
+        stage, key = _entry_name(name, str(path))
+        target_stage, folder = _entry_name(target, f"{path} at {name!r}")
+        if target_stage != stage:
+            raise ValueError(f"{path}: {name!r} points at another stage's entry, {target!r}")
+        aliases[(stage, key)] = folder
+    return aliases
+
+
+def write_aliases(aliases: dict[tuple[str, str], str]) -> Path:
+    """Write ``data/checkpoints/aliases.json`` (``(stage, key) -> folder key``), sorted; every folder must be shipped.
+
+    Each target is verified against its own manifest first, so the file never names a
+    folder the lookup would refuse.
+    """
+    for (stage, key), folder in aliases.items():
+        if folder == key:
+            raise ValueError(f"{stage}/{key} is shipped under its own key: it needs no alias")
+        verify(shipped_root() / stage / folder, stage, folder)
+    path = shipped_root() / ALIASES
+    atomic_write_json(path, {f"{s}/{k}": f"{s}/{f}" for (s, k), f in sorted(aliases.items())})
+    return path
+
+
+def shipped_folder(stage: str, key: str) -> tuple[Path, str] | None:
+    """The shipped folder of entry ``stage/key`` and the key its manifest names (its own, or an alias's target)."""
+    if (shipped_root() / stage / key).is_dir():
+        return shipped_root() / stage / key, key
+    folder = read_aliases().get((stage, key))
+    return (shipped_root() / stage / folder, folder) if folder else None
+
+
 def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
-    """Fill ``dest`` from the shipped entry ``stage/key`` if there is one and every file matches its manifest.
+    """Fill ``dest`` from the shipped entry ``stage/key`` (or its alias) if every file matches its manifest.
 
     A shipped entry that fails its manifest is reported and ignored: the stage is built instead.
     """
-    shipped = shipped_root() / stage / key
-    if not shipped.is_dir():
+    found = shipped_folder(stage, key)
+    if found is None:
         return False
+    shipped, folder_key = found
     try:
-        verify(shipped, stage, key)
+        verify(shipped, stage, folder_key)
     except CorruptArtifact as err:
         warnings.warn(f"ignoring a damaged shipped checkpoint, building instead: {err}", stacklevel=4)
         return False
-    _copy_files(shipped, dest, list(read_manifest(shipped, stage, key)))
+    _copy_files(shipped, dest, list(read_manifest(shipped, stage, folder_key)))
+    return True
+
+
+def move_entry(stage: str, old: str, new: str, root: Path | None = None) -> bool:
+    """Rename the cache entry ``stage/old`` to ``stage/new`` (its manifest rewritten for the new key), verified.
+
+    For re-keying an entry without rebuilding it. False (nothing moved) when there is
+    no ``stage/old`` or there already is a ``stage/new``. Both entries' locks are held.
+    """
+    source, target = artifact_path(stage, old, root), artifact_path(stage, new, root)
+    folder = source.parent
+    if not source.is_dir():
+        return False
+    with _lock(folder, old), _lock(folder, new):
+        if target.exists() or target.is_symlink() or not source.is_dir():
+            return False
+        verify(source, stage, old)
+        atomic_write_json(source / MANIFEST, {"stage": stage, "key": new, "files": read_manifest(source)})
+        source.rename(target)
+        verify(target, stage, new)
     return True
 
 

@@ -8,6 +8,18 @@ This module knows no trainer: the trainers build stages
 (:mod:`cascadekit.training.pipeline`, :mod:`cascadekit.training.sft`, ...), the
 chapters chain them.
 
+Keys hash content, not names. A stage that starts from another stage's output puts
+that output's :func:`content_id` (a digest of its checkpoint files' sha256s, from the
+manifest the cache already writes) into its inputs, never the upstream stage's key:
+a key names what a stage was *asked* to build, not what it built, so other weights
+under the same upstream key (a retrain under the same settings, a code change that
+trains differently) would otherwise be handed every downstream entry built from
+the old weights (a cached stage table once reported tools 0.984 for a model that
+scored 0.000). With content in the key, new upstream bytes rebuild everything below.
+The other half is the code: each builder module declares a ``RECIPE`` number that
+:class:`Stage` carries into its key, bumped when the same inputs would build other
+bytes (a refactor that builds the same bytes keeps it, and so every key).
+
 Stages live in the artifact cache (:mod:`cascadekit.artifacts`): a builder fills a
 temporary folder, the folder's manifest is written last, and it is renamed into
 place, so an interrupted stage is rebuilt, never half-used.
@@ -20,11 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from cascadekit.artifacts import cache_root, get_or_build
+from cascadekit.artifacts import MANIFEST, PROVENANCE, cache_root, get_or_build, move_entry, read_manifest
 from cascadekit.atomic import atomic_write_json
 from cascadekit.distributed import launched_world_size
 
 STAGE_FILE = "stage.json"  # the stage's inputs and metrics, beside its checkpoint
+#: An entry's records, not its checkpoint: left out of its :func:`content_id` (the same weights built by
+#: another chain, at another time, are the same content).
+RECORDS = frozenset({STAGE_FILE, PROVENANCE, "loss_log.json"})
 
 
 @dataclass(frozen=True)
@@ -38,10 +53,11 @@ class StageOutput:
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of training, cached by a key of exactly its ``inputs``.
+    """One step of training, cached by a key of exactly its ``inputs`` and its builder's ``recipe``.
 
     ``build(folder)`` writes the output checkpoint into ``folder`` and returns the
-    stage's metrics (JSON values). ``fixed_key`` keeps the key a stage had before
+    stage's metrics (JSON values). ``recipe`` is the ``RECIPE`` of the module that
+    builds it (see the module docstring). ``fixed_key`` keeps the key a stage had before
     this runner existed (the Part I tokenizer and pretrained bases hash their
     profile sections), so the entries already built or shipped under it stay valid.
     """
@@ -50,23 +66,84 @@ class Stage:
     inputs: Mapping[str, Any]
     build: Callable[[Path], Mapping[str, Any]]
     fixed_key: str | None = None
+    recipe: int = field(kw_only=True)
 
     @property
     def key(self) -> str:
-        return self.fixed_key or stage_key(self.kind, self.inputs)
+        return self.fixed_key or stage_key(self.kind, self.inputs, self.recipe)
 
 
-def stage_key(kind: str, inputs: Mapping[str, Any]) -> str:
-    """12 hex digits of the sha256 of a stage's kind and inputs (as sorted JSON).
+def stage_key(kind: str, inputs: Mapping[str, Any], recipe: int) -> str:
+    """12 hex digits of the sha256 of a stage's kind, inputs and recipe (as sorted JSON).
 
     In a launch of several processes the key also holds their number: each
     process trains on its own batch, so the global batch (and the model) differ
-    from a one-process run's. One process adds nothing, so no key moves.
+    from a one-process run's. One process adds nothing.
     """
-    if (processes := launched_world_size()) > 1:
-        inputs = {**inputs, "world_size": processes}
-    text = json.dumps({"kind": kind, "inputs": inputs}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    if not isinstance(recipe, int) or isinstance(recipe, bool) or recipe < 1:
+        raise ValueError(f"a stage's recipe is a positive int (its module's RECIPE), not {recipe!r}")
+    return _hashed({"kind": kind, "inputs": _launched(inputs), "recipe": recipe})
+
+
+def _launched(inputs: Mapping[str, Any]) -> Mapping[str, Any]:
+    processes = launched_world_size()
+    return {**inputs, "world_size": processes} if processes > 1 else inputs
+
+
+def _hashed(payload: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def content_id(output: StageOutput) -> str:
+    """16 hex digits naming what ``output``'s entry holds: its checkpoint files and their sha256s.
+
+    Read from the entry's manifest (the cache verified every sha256 before handing
+    the entry out), leaving out the records (:data:`RECORDS`: the stage's inputs and
+    metrics, a shipped entry's provenance, a loss log), which change with who built
+    it and how long it took, not with what it is. This, not ``output.key``, is what a
+    downstream stage puts in its inputs.
+    """
+    folder = Path(output.checkpoint)
+    if not (folder / MANIFEST).is_file():
+        raise ValueError(f"{folder} is not a built cache entry (no {MANIFEST}): the content of stage {output.key} "
+                         f"cannot be named until it is built or shipped")
+    files = read_manifest(folder)
+    content = sorted((name, sha) for name, sha in files.items() if name not in RECORDS)
+    if not content:
+        raise ValueError(f"{output.checkpoint}: the entry holds only records ({', '.join(sorted(files))}), "
+                         f"no checkpoint to name by content")
+    return hashlib.sha256(json.dumps(content).encode()).hexdigest()[:16]
+
+
+def legacy_key(stage: Stage, upstream: Mapping[str, str]) -> str:
+    """The key ``stage`` had before keys hashed content (and recipes): for re-keying entries built then.
+
+    ``upstream`` maps each upstream entry's :func:`content_id` to that entry's old key;
+    every occurrence in ``stage.inputs`` (a value, or inside one: a reward's name) is
+    written back as the old key, and the recipe is left out, as the old keys were made.
+    """
+    def back(value: Any) -> Any:
+        if isinstance(value, str):
+            for content, old in upstream.items():
+                value = value.replace(content, old)
+            return value
+        if isinstance(value, Mapping):
+            return {k: back(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [back(v) for v in value]
+        return value
+
+    return stage.fixed_key or _hashed({"kind": stage.kind, "inputs": _launched(back(dict(stage.inputs)))})
+
+
+def rekey_cached(stage: Stage, upstream: Mapping[str, str]) -> tuple[str, str, bool]:
+    """Move the cache entry built for ``stage`` under its :func:`legacy_key` to its key now, without rebuilding.
+
+    Returns ``(old key, new key, moved)``; nothing moves when there is no entry under
+    the old key or one already under the new key.
+    """
+    old, new = legacy_key(stage, upstream), stage.key
+    return old, new, old != new and move_entry(stage.kind, old, new)
 
 
 def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
@@ -76,16 +153,17 @@ def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
     """
     def build(folder: Path) -> None:
         metrics = dict(stage.build(folder))
-        atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "metrics": metrics})
+        atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "recipe": stage.recipe,
+                                                "metrics": metrics})
 
     path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild)
     recorded = path / STAGE_FILE  # an entry built before this runner (a fixed key) has none
     return StageOutput(path, stage.key, json.loads(recorded.read_text())["metrics"] if recorded.exists() else {})
 
 
-def run_folder(kind: str, inputs: Mapping[str, Any]) -> Path:
+def run_folder(kind: str, inputs: Mapping[str, Any], recipe: int) -> Path:
     """Where a stage of ``kind`` with ``inputs`` keeps its Trainer checkpoints (to resume an interrupted build)."""
-    return cache_root() / "runs" / f"{kind}-{stage_key(kind, inputs)}"
+    return cache_root() / "runs" / f"{kind}-{stage_key(kind, inputs, recipe)}"
 
 
 def digest(items: Iterable[Any]) -> str:

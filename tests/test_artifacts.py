@@ -157,13 +157,13 @@ def test_rebuild_ignores_the_cached_and_the_shipped_entry(tmp_path, monkeypatch)
 
 
 def test_the_shipped_part2_base_is_the_toy_profiles_base():
-    """The committed Part II base verifies under the key the toy profile asks for, without building anything."""
-    from cascadekit.artifacts import shipped_root
+    """The committed Part II base verifies under the key the toy profile asks for, without training anything."""
+    from cascadekit.artifacts import shipped_folder
     from cascadekit.training.chat_base import chat_base_key
     from cascadekit.chapters import resolve
 
-    key = chat_base_key(resolve("08", "toy").profile)
-    verify(shipped_root() / "chat-base" / key, "chat-base", key)
+    folder, named = shipped_folder("chat-base", chat_base_key(resolve("08", "toy").profile))
+    verify(folder, "chat-base", named)
 
 
 def test_toy_and_smoke_cache_keys_and_world_data_are_pinned():
@@ -195,7 +195,7 @@ def test_toy_and_smoke_cache_keys_and_world_data_are_pinned():
 
 
 def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypatch):
-    """Chapter 12 starts from Math RL's last checkpoint: every stage on the way is shipped under its toy key."""
+    """Chapter 12 starts from Math RL's last checkpoint: every stage on the way is shipped (or aliased) at toy."""
     from cascadekit import stages as pipeline
     from cascadekit.chapters import resolve
     from cascadekit.chapters.cascade import unified_math_rl
@@ -208,4 +208,4 @@ def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypa
         return real(kind, key, never, **kwargs)
 
     monkeypatch.setattr(pipeline, "get_or_build", shipped_only)
-    assert unified_math_rl(resolve("11", "toy").profile, tmp_path).key == "2ef99822f49d"
+    assert unified_math_rl(resolve("11", "toy").profile, tmp_path).key == "b558fe39ffb7"

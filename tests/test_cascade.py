@@ -11,6 +11,7 @@ from cascadekit.chat import parse_assistant
 from cascadekit.evaluation.stage_claims import mean_of, paired_change
 from cascadekit.profiles import ProfileError, load_profile
 from cascadekit.rewards import reading_markup
+from cascadekit.stages import content_id
 from cascadekit.chapters.cascade import (IF_RM_WEIGHT, RLHF_ARMS, rl_records, rlhf_records,
                                          verifier_plus_reward_model)
 from cascadekit.training.reward_model import (RewardModelScore, fit_calibration, load_reward_model,
@@ -75,7 +76,7 @@ def test_a_tiny_reward_model_trains_calibrates_and_scores_garbage(reward_model) 
     with pytest.raises(ValueError, match="keeps 1 to 1 layers"):
         load_reward_model(sft.checkpoint, 2)
     scorer = RewardModelScore(rm)
-    assert scorer.__name__ == f"reward_model_{rm.key}"
+    assert scorer.__name__ == f"reward_model_{content_id(rm)}"  # what a GRPO key names: the model's content
     prompt = preference_records(PROFILE, "eval", 1, 0)[0]["prompt"]
     scores = scorer([prompt] * 4, ["", "Hope this helps.", "x " * 5000, None])  # empty, plain, runaway, not text
     assert len(scores) == 4 and all(math.isfinite(s) for s in scores)

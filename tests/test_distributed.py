@@ -27,6 +27,7 @@ import psutil
 import pytest
 from test_pretrained import released  # noqa: F401 - the tiny Qwen3 checkpoint, a fixture used below
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.engine.models import start_model
 from cascadekit.stages import StageOutput
 from cascadekit.profiles import load_profile
@@ -77,7 +78,9 @@ def chat_start(released, tmp_path_factory):  # noqa: F811 - the imported fixture
     folder = released[0]
     tokenizer = load_chat_tokenizer(folder)
     model = start_model(profile(folder), tokenizer, placement=CPU)
-    return save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("start") / "chat-base")
+    start = save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("start") / "chat-base")
+    write_manifest(start, "chat-base", START_KEY)  # an entry: its content goes into SFT's key
+    return start
 
 
 def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from transformers import PreTrainedModel, TrainingArguments
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.engine.models import build_model
 from cascadekit.engine.runtime import save_checkpoint
 from cascadekit.evaluation.stage_table import suite_records
@@ -53,6 +54,7 @@ def events(monkeypatch, tmp_path):
 def start(tmp_path_factory) -> StageOutput:
     tokenizer = build_chat_tokenizer(PROFILE)
     folder = save_checkpoint(build_model(PROFILE.model, tokenizer), tokenizer, tmp_path_factory.mktemp("ck") / "sft")
+    write_manifest(folder, "sft", "fake-start-key")  # an entry: its content goes into the stages' keys
     return StageOutput(folder, "fake-start-key")
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cascadekit.artifacts import write_manifest
 from cascadekit import stages
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training import pipeline
@@ -28,13 +29,13 @@ def test_a_stage_builds_once_per_key(tmp_path, monkeypatch):
         (folder / "weights.txt").write_text("w")
         return {"loss": 0.5}
 
-    first = stages.run_stage(stages.Stage("demo", {"lr": 0.1}, build))
-    again = stages.run_stage(stages.Stage("demo", {"lr": 0.1}, build))
-    other = stages.run_stage(stages.Stage("demo", {"lr": 0.2}, build))
+    first = stages.run_stage(stages.Stage("demo", {"lr": 0.1}, build, recipe=1))
+    again = stages.run_stage(stages.Stage("demo", {"lr": 0.1}, build, recipe=1))
+    other = stages.run_stage(stages.Stage("demo", {"lr": 0.2}, build, recipe=1))
     assert len(built) == 2 and first == again and first.key != other.key
     assert first.metrics == {"loss": 0.5} and (first.checkpoint / "weights.txt").read_text() == "w"
     recorded = json.loads((first.checkpoint / stages.STAGE_FILE).read_text())
-    assert recorded == {"kind": "demo", "inputs": {"lr": 0.1}, "metrics": {"loss": 0.5}}
+    assert recorded == {"kind": "demo", "inputs": {"lr": 0.1}, "recipe": 1, "metrics": {"loss": 0.5}}
 
 
 def test_a_failed_build_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -45,7 +46,7 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path, monkeypatch):
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError):
-        stages.run_stage(stages.Stage("demo", {"x": 1}, broken))
+        stages.run_stage(stages.Stage("demo", {"x": 1}, broken, recipe=1))
     assert not list((tmp_path / "demo").glob("[!.]*"))
 
 
@@ -67,10 +68,12 @@ def test_grpo_stage_is_cached_and_its_key_follows_its_inputs(tmp_path, monkeypat
     assert pipeline.grpo(base, prompts, strict_reward, faster, tmp_path).key != trained.key
 
 
-def test_a_stages_own_rl_settings_train_it_and_key_it_as_the_profile_section_would(monkeypatch):
+def test_a_stages_own_rl_settings_train_it_and_key_it_as_the_profile_section_would(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(pipeline, "run_stage", lambda stage: seen.append(stage) or None)
-    start = stages.StageOutput(Path("unused"), "start")
+    (tmp_path / "model.safetensors").write_text("w")
+    write_manifest(tmp_path, "pretrain", "start")  # a start entry: its content goes into the key
+    start = stages.StageOutput(tmp_path, "start")
     prompts = generate_problems(ops=[2, 3], contexts=("A",), n=4, seed=0, split="rl", style=SMOKE.world.rendering)
     rl = dataclasses.replace(SMOKE.rl, lr=0.002, prompts_per_step=4)
     pipeline.grpo(start, prompts, strict_reward, SMOKE, Path("w"), rl=rl)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from peft import PeftModel
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.engine.models import build_model
 from cascadekit.engine.runtime import load_model, save_checkpoint, with_lora
 from cascadekit.engine.trainable import Note
@@ -24,6 +25,7 @@ def test_a_4bit_profile_trains_grpo_on_the_quantized_loaders_adapter(monkeypatch
     monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
     tokenizer = build_chat_tokenizer(PROFILE)
     start = StageOutput(save_checkpoint(build_model(PROFILE.model, tokenizer), tokenizer, tmp_path / "sft"), "start")
+    write_manifest(start.checkpoint, "sft", "start")  # an entry: its content goes into the GRPO key
     asked, trained = [], []
 
     def fake_load_trainable(source, placement, engine, *, lora, **kwargs):

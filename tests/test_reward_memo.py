@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cascadekit import rewards as rewards_module
+from cascadekit.artifacts import write_manifest
 from cascadekit.chat import END_OF_TURN
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.rewards import (
@@ -142,6 +143,7 @@ def tiny_judge(tmp_path_factory) -> SemanticJudge:
     folder = Path(tmp_path_factory.mktemp("judge"))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    write_manifest(folder, "swe-judge", "tiny")  # an entry: the judge's name holds its content
     return SemanticJudge(SimpleNamespace(checkpoint=folder, key="tiny"))
 
 

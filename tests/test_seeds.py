@@ -146,7 +146,7 @@ def _moved(keys: dict[str, str]) -> tuple[set[str], set[str]]:
 
 def test_a_training_seed_moves_every_trained_stage_and_no_base(monkeypatch, tmp_path):
     moved, kept = _moved(walked_keys(monkeypatch, tmp_path, train_seed=1))
-    assert kept == {"tokenizer", "pretrain", "pretrain-transfer", "chat-base"} <= BASES
+    assert kept == {"tokenizer", "pretrain", "pretrain-transfer", "chat-tokenizer", "chat-base"} <= BASES
     assert {"sft", "policy-samples", "reward-model", "grpo", "dynamic-filter", "swe-judge"} <= moved
 
 

@@ -1,28 +1,34 @@
-"""No shipped checkpoint is orphaned, and the stage keys of the chapters' graph are pinned.
+"""No shipped checkpoint is orphaned, the stage keys of the chapters' graph are pinned, and so are the aliases.
 
 **Toy** (:func:`test_toy_reaches_every_shipped_checkpoint`): the code paths the chapters use are walked at the
 ``toy`` profile, in a fresh artifact cache, without training: every ``get_or_build`` that would build (the
-entry is neither cached nor shipped under ``data/checkpoints/``) raises :class:`Unshipped`, naming the kind,
-the key and the stage's inputs. Only :data:`ALLOWED_BUILDS` are built for real (Part I's tokenizer: seconds,
-never shipped). Then the set of entries reached must equal the set of folders ``data/checkpoints/*/*``:
-an entry nobody reaches is an orphan (its key is no longer what the code computes).
+entry is neither cached nor shipped under ``data/checkpoints/``, under its own key or through
+``data/checkpoints/aliases.json``) raises :class:`Unshipped`, naming the kind, the key and the stage's inputs.
+Only :data:`ALLOWED_BUILDS` are built for real (tokenizers: seconds). Then the set of
+folders reached must equal the set of folders ``data/checkpoints/*/*``: a folder nobody reaches is an orphan
+(its key is no longer what the code computes, and no alias names it), and every alias must be used.
+
+**Aliases**: the entries shipped before stage keys hashed their upstream's content (:mod:`cascadekit.stages`)
+stay in the folders of their old keys (moving a committed file costs the repository a deletion and an
+addition). The toy walk finds the old folder of each stage it reaches by :func:`cascadekit.stages.legacy_key`
+(the stage's inputs with each upstream content id written back as the old key of the folder it came from) and,
+when regenerating, writes ``aliases.json`` with :func:`cascadekit.artifacts.write_aliases`.
 
 **Known exception** (:data:`RECORDED_CHECKPOINTS`): chapter 14's *RLHF last* arm ships only its stage tables,
-not its GRPO and dynamic-filter stages, so the checkpoint keys those tables are keyed by cannot be computed
-from shipped data past the arm's first stage (its Math RL screen would have to sample). The walk computes the
-first one (IF-RL from SFT) and checks it against ``data/results/14_whole_cascade/metrics.json``; the later ones
-are read from that file, and their stage tables are reached through the same ``cached_stage_table``.
+not its GRPO and dynamic-filter stages. Its first stage (IF-RL from SFT) is computed and its old key checked
+against ``data/results/14_whole_cascade/metrics.json``; but a stage table is keyed by its checkpoint's
+content, which was never shipped, so the arm's tables cannot be keyed (:func:`unkeyable_rlhf_last_tables`):
+they stay committed under their old keys, reached by no code path, until the arm is trained again.
 
 **Smoke** (:func:`test_smoke_keys_are_pinned`): the same walk at ``smoke``, where nothing is shipped. Every
 build is faked (:func:`_fake_build`): it writes the ``stage.json`` metrics and the files the walk reads
 afterwards (a GRPO stage's step count, a screen's kept prompts, a stage table's samples, policy samples,
-a reward model's calibration), and loading a reward model or the SWE judge is stubbed. Most keys hash only
-settings, prompt digests and parent keys, never a checkpoint's weights. Two kinds put *content* into a
-downstream key: a ``dynamic-filter`` screen (the kept prompts are the next GRPO stage's prompts) and
-``policy-samples`` (the sampled texts make the reward model's pairs, and the reward model's key is in the name
-of every reward that uses it). The fake keeps every prompt and answers with fixed texts, so the smoke keys
-downstream of those two are the keys *under the fake's content*: they pin how the inputs are assembled, not
-the keys of a real smoke run. (The toy test checks real content: the keys are the shipped ones.)
+a reward model's calibration, and a stand-in checkpoint file naming the stage's inputs), and loading a reward
+model or the SWE judge is stubbed. Every downstream key holds its upstream's *content*: the stand-in file (the
+content id of a checkpoint), a ``dynamic-filter`` screen's kept prompts (the next GRPO stage's prompts) and
+``policy-samples``' texts (the reward model's pairs). The fake keeps every prompt and answers with fixed texts,
+so the smoke keys are the keys *under the fake's content*: they pin how the inputs are assembled, not the keys
+of a real smoke run. (The toy test checks real content: the keys are those of the shipped entries.)
 
 Both walks compare ``{readable stage name: "kind/key"}`` with ``tests/fixtures/stage_keys.json``
 (``{"smoke": {...}, "toy": {...}}``). A name is the walk step that first reached the entry and its kind.
@@ -30,8 +36,9 @@ Regenerate the fixture after a deliberate key change with::
 
     CASCADEKIT_WRITE_KEYS=1 python -m pytest -q tests/test_shipped_keys.py
 
-(each test rewrites its scale's section; review the diff: every changed key is a stage that will be rebuilt,
-and at toy it also means a shipped checkpoint is orphaned, which the toy test reports).
+(each test rewrites its scale's section, and the toy test rewrites ``data/checkpoints/aliases.json``; review the
+diff: every changed key is a stage that will be rebuilt unless an alias finds its shipped folder, and at toy an
+entry neither found nor aliased is a shipped checkpoint orphaned, which the toy test reports).
 
 The restructure only has to keep :func:`entry_points` (and :func:`walk`'s use of it) working.
 """
@@ -54,6 +61,8 @@ SHIPPED = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 ALLOWED_BUILDS = {
     "tokenizer": "Part I's BPE tokenizer, trained in seconds at first use and never shipped: cached_pretrained "
                  "and cached_variant train it before they look up the shipped base or variant",
+    "chat-tokenizer": "Part II's BPE tokenizer, whose content the chat base's key names: shipped at toy, trained "
+                      "at smoke (seconds), so the smoke base's key is a real run's",
 }
 #: The smoke fake answers this many policy-sample prompts (zip stops at the real number of prompts).
 FAKE_PROMPTS = 1000
@@ -62,6 +71,7 @@ FAKE_PROMPTS = 1000
 def entry_points() -> SimpleNamespace:
     """Everything this test calls in the library (the one place to change when modules move)."""
     from cascadekit import artifacts, stages
+    from cascadekit.stages import content_id, legacy_key
     from cascadekit.training import pipeline
     from cascadekit.training.chat_base import chat_base
     from cascadekit.chapters import resolve
@@ -79,7 +89,8 @@ def entry_points() -> SimpleNamespace:
 
     return SimpleNamespace(
         artifacts=artifacts,  # artifacts._get_or_build_locked(stage, key, builder, target, folder, use_shipped)
-        Stage=stages.Stage, STAGE_FILE=stages.STAGE_FILE, resolve=resolve,
+        Stage=stages.Stage, STAGE_FILE=stages.STAGE_FILE, resolve=resolve, content_id=content_id,
+        legacy_key=legacy_key,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
         chat_base=chat_base, sft_stages=sft_stages, reward_models=reward_models, judge=judge,
         unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
@@ -100,8 +111,9 @@ def entry_points() -> SimpleNamespace:
 class Unshipped(AssertionError):
     """A stage the walk asked for is neither cached nor shipped: it would be trained."""
 
-    def __init__(self, kind: str, key: str, inputs: Any):
-        self.kind, self.key, self.inputs = kind, key, inputs
+    def __init__(self, kind: str, key: str, stage: Any):
+        self.kind, self.key, self.stage = kind, key, stage
+        inputs = stage.inputs if stage else "(a raw get_or_build: no Stage)"
         shown = json.dumps(inputs, sort_keys=True, default=str)
         super().__init__(f"stage {kind}/{key} is not shipped under data/checkpoints/ and would be built; "
                          f"its inputs: {shown[:3000]}")
@@ -120,9 +132,12 @@ def _stage_of(builder: Any) -> Any:
 class Recorder:
     """Names each cache entry the walk reaches after the step that first reached it; handles every build."""
 
-    def __init__(self, fake: bool):
+    def __init__(self, fake: bool, write_aliases: bool = False):
         self.fake, self.step, self.names, self.reached, self.built = fake, "start", {}, set(), []
         self.log: list[str] = []
+        self.write_aliases = write_aliases
+        self.aliases: dict[tuple[str, str], str] = {}  # (kind, key) -> the old key of its shipped folder, used
+        self.old: dict[str, str] = {}  # content id -> the entry's key before keys hashed content (for legacy_key)
 
     @contextlib.contextmanager
     def at(self, step: str) -> Iterator[None]:
@@ -144,6 +159,28 @@ class Recorder:
             name = f"{base} #{n}"
         self.names[name] = f"{kind}/{key}"
 
+    def old_key(self, key: str, builder: Any) -> str:
+        """The key the stage being asked for had before keys hashed content (a raw get_or_build's own)."""
+        stage = _stage_of(builder)
+        return entry_points().legacy_key(stage, self.old) if stage else key
+
+    def find_alias(self, kind: str, key: str, old: str) -> None:
+        """When regenerating: alias ``kind/key`` to the shipped folder of its ``old`` key, if the lookup misses it."""
+        ep = entry_points()
+        if self.write_aliases and old != key and not ep.artifacts.shipped_folder(kind, key) and (
+                SHIPPED / kind / old).is_dir():
+            self.aliases[(kind, key)] = old
+            ep.artifacts.write_aliases(self.aliases)
+
+    def resolved(self, kind: str, key: str, old: str, path: Path) -> None:
+        """Note the alias the walk used, and the content id of what it got under its ``old`` key."""
+        ep = entry_points()
+        found = ep.artifacts.shipped_folder(kind, key)
+        if found and found[1] != key:
+            self.aliases[(kind, key)] = found[1]
+        with contextlib.suppress(ValueError):  # an entry of records only (a screen) names no content
+            self.old.setdefault(ep.content_id(ep.StageOutput(path, key)), old)
+
     def build(self, kind: str, key: str, builder: Any, folder: Path) -> None:
         stage = _stage_of(builder)
         self.built.append((kind, key))
@@ -152,15 +189,16 @@ class Recorder:
         elif self.fake:
             _fake_build(kind, stage, folder)
         else:
-            raise Unshipped(kind, key, stage.inputs if stage else "(a raw get_or_build: no Stage)")
+            raise Unshipped(kind, key, stage)
 
 
 def _fake_build(kind: str, stage: Any, folder: Path) -> None:
     """What the walk reads of a stage afterwards, without training (smoke only)."""
     ep = entry_points()
-    if stage is None:  # pretrain, pretrain-transfer: nothing downstream reads their folder during the walk
+    if stage is None:  # a raw get_or_build: nothing downstream reads its folder during the walk
         return
     inputs = stage.inputs
+    (folder / "fake-checkpoint.json").write_text(json.dumps(inputs, sort_keys=True, default=str))  # its content
     metrics: dict[str, Any] = {"train_s": 0.0, "wall_s": 0.0}
     if kind == "grpo":
         metrics.update(steps=inputs["steps"], curves=[], prompts=inputs["n_prompts"])
@@ -177,17 +215,22 @@ def _fake_build(kind: str, stage: Any, folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool) -> Iterator[Recorder]:
+def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool,
+            write_aliases: bool = False) -> Iterator[Recorder]:
     """A fresh cache whose every build goes through a :class:`Recorder` (raises at toy, fakes at smoke)."""
     ep = entry_points()
     monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
-    recorder = Recorder(fake)
+    recorder = Recorder(fake, write_aliases)
     original = ep.artifacts._get_or_build_locked
 
     def locked(stage, key, builder, target, folder, use_shipped=True):
         recorder.request(stage, key)
-        return original(stage, key, lambda tmp: recorder.build(stage, key, builder, tmp), target, folder,
+        old = recorder.old_key(key, builder)
+        recorder.find_alias(stage, key, old)
+        path = original(stage, key, lambda tmp: recorder.build(stage, key, builder, tmp), target, folder,
                         use_shipped)
+        recorder.resolved(stage, key, old, path)
+        return path
 
     monkeypatch.setattr(ep.artifacts, "_get_or_build_locked", locked)
     module, name = ep.preference_records
@@ -218,10 +261,11 @@ def recorded_rlhf_last() -> list[tuple[str, str]]:
     return [(s["name"], s["key"]) for s in metrics["stages"]["RLHF last"]]
 
 
-#: Known exception: checkpoint keys read from committed results, not computed (see the module docstring).
+#: Known exception: a walk that cannot go on from shipped data (see the module docstring).
 RECORDED_CHECKPOINTS = {
-    "toy": "chapter 14's RLHF-last GRPO and dynamic-filter stages are not shipped (only their stage tables): "
-           "past its first stage the checkpoint keys come from data/results/14_whole_cascade/metrics.json",
+    "toy": "chapter 14's RLHF-last GRPO and dynamic-filter stages are not shipped (only their stage tables, "
+           "which name their checkpoints' old keys from data/results/14_whole_cascade/metrics.json and cannot "
+           "be keyed by content): the walk stops after checking the arm's first stage",
 }
 
 
@@ -279,23 +323,29 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
             return
         recorded = recorded_rlhf_last()
         assert [name for name, _ in recorded] == ["SFT", *ep.RLHF_LAST_ORDER]
-        assert recorded[0][1] == cascade[0].checkpoint.key
+        assert rec.aliases.get(("sft", cascade[0].checkpoint.key), cascade[0].checkpoint.key) == recorded[0][1]
         first = recorded[1]
         assert first[0] == "IF-RL"
-        with pytest.raises(Unshipped) as miss:  # computed, not shipped: its key must be the recorded one
+        with pytest.raises(Unshipped) as miss:  # computed, not shipped: its old key must be the recorded one
             ep.if_rl_stage(ep.sft_checkpoint(profile), profile, False, ep.verifier_reward, work / "14-rlhf-last")
-        assert (miss.value.kind, miss.value.key) == ("grpo", first[1]), (
-            f"the RLHF-last arm's IF-RL stage now keys as {miss.value.key}, the committed tables as {first[1]}")
-        rec.reached.discard(("grpo", first[1]))
-        rec.built.remove(("grpo", first[1]))
-        rec.names = {n: v for n, v in rec.names.items() if v != f"grpo/{first[1]}"}
-        for name, key in recorded[1:]:
-            stage = ep.StageOutput(Path("/not-shipped") / key, key)
-            tables("RLHF last")(SimpleNamespace(name=name, checkpoint=stage))
+        old = ep.legacy_key(miss.value.stage, rec.old)
+        assert (miss.value.kind, old) == ("grpo", first[1]), (
+            f"the RLHF-last arm's IF-RL stage had key {old}, the committed tables name {first[1]}")
+        key = miss.value.key
+        rec.reached.discard(("grpo", key))
+        rec.built.remove(("grpo", key))
+        rec.names = {n: v for n, v in rec.names.items() if v != f"grpo/{key}"}
 
 
 def shipped() -> set[tuple[str, str]]:
     return {(p.parent.name, p.name) for p in SHIPPED.glob("*/*") if p.is_dir() and not p.name.startswith(".")}
+
+
+def unkeyable_rlhf_last_tables() -> set[tuple[str, str]]:
+    """The shipped stage tables of chapter 14's RLHF-last arm: keyed by checkpoints that were never shipped."""
+    checkpoints = {key for _, key in recorded_rlhf_last()[1:]}
+    return {entry for entry in shipped() if entry[0] == "stage-table" and json.loads(
+        (SHIPPED.joinpath(*entry) / entry_points().STAGE_FILE).read_text())["inputs"]["checkpoint"] in checkpoints}
 
 
 def _check_fixture(scale: str, names: dict[str, str]) -> None:
@@ -318,12 +368,20 @@ def _say(rec: Recorder) -> None:
 
 
 def test_toy_reaches_every_shipped_checkpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    with guarded(monkeypatch, tmp_path, fake=False) as rec:
+    writing = os.environ.get("CASCADEKIT_WRITE_KEYS") == "1"
+    if writing:
+        entry_points().artifacts.write_aliases({})  # found afresh by the walk: no stale alias survives
+    with guarded(monkeypatch, tmp_path, fake=False, write_aliases=writing) as rec:
         walk("toy", rec, tmp_path / "work")
     _say(rec)
+    if writing:
+        entry_points().artifacts.write_aliases(rec.aliases)
     assert {k for k, _ in rec.built} <= set(ALLOWED_BUILDS), f"built: {rec.built}"
-    reached = {entry for entry in rec.reached if entry[0] not in ALLOWED_BUILDS}
-    orphans, unknown = sorted(shipped() - reached), sorted(reached - shipped())
+    assert set(rec.aliases) == set(entry_points().artifacts.read_aliases()), "an alias the walk never used"
+    folders = {(kind, rec.aliases.get((kind, key), key)) for kind, key in rec.reached if (kind, key) not in rec.built}
+    unkeyable = unkeyable_rlhf_last_tables()
+    assert len(unkeyable) == 2 * len(recorded_rlhf_last()[1:])  # a table and a harder one after each stage
+    orphans, unknown = sorted(shipped() - folders - unkeyable), sorted(folders - shipped())
     assert not orphans and not unknown, (
         "shipped checkpoints no code path reaches (orphans):\n" +
         "\n".join(f"  {k}/{v}: {_what(k, v)}" for k, v in orphans) +

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.training import pipeline
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
 from cascadekit.domains import swe
@@ -112,7 +112,10 @@ def test_watched_rewards_enter_the_stage_key_only_when_present(monkeypatch, tmp_
     monkeypatch.setattr(pipeline, "run_stage", lambda stage: seen.append(stage) or None)
     profile = load_profile("smoke")
     records = stage_records(profile, 0)
-    start = StageOutput(Path(tmp_path), "start")
+    (tmp_path / "start").mkdir()
+    (tmp_path / "start" / "model.safetensors").write_text("w")
+    write_manifest(tmp_path / "start", "sft", "start")  # a start entry: its content goes into the key
+    start = StageOutput(tmp_path / "start", "start")
     pipeline.chat_grpo(start, records, profile, tmp_path, reward=lexical_reward)
     pipeline.chat_grpo(start, records, profile, tmp_path, reward=lexical_reward, watched=[execution_reward(2)])
     assert "watched" not in seen[0].inputs and seen[1].inputs["watched"] == ["swe_execution"]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.evaluation import stage_table
 from cascadekit.chapters.ch14_whole_cascade import (
     CASCADE, JOINT, RLHF_LAST, against_arms, forgetting, gain_difference, lever_rows,
@@ -73,8 +74,8 @@ def test_the_cascade_resumes_from_the_shipped_stages_without_training():
 
     stages = run_cascade(resolve("14", "toy").profile, Path("unused"))
     assert [s.name for s in stages] == ["SFT", *ORDER]
-    assert [s.checkpoint.key for s in stages] == ["c894671bdf53", "3e2d0eca5fc7", "19a9cbab9a8c", "2ef99822f49d",
-                                                  "0a8cb2ab1477", "c0ef22086109"]
+    assert [s.checkpoint.key for s in stages] == ["ba691e9f1e32", "9c9833bff936", "7d3712bc0817", "b558fe39ffb7",
+                                                  "74ee446c5a99", "348a8657bf9b"]
     assert [len(s.runs) for s in stages] == [0, 1, 1, 3, 1, 2]
     profile = resolve("14", "toy").profile
     assert [s.prompts(profile) for s in stages[1:]] == [512, 512, 376, 256, 192]
@@ -95,13 +96,21 @@ def test_the_shipped_stage_tables_are_read_not_generated(monkeypatch):
         assert len(table["samples"]) == n and {r["stage"] for r in table["rows"]} == {"SWE RL"}
 
 
-def test_several_rewards_key_a_stage_by_every_name_and_one_reward_keeps_its_key(monkeypatch):
+def _entry(folder: Path, key: str) -> StageOutput:
+    """A finished entry of one stand-in file at ``folder``: its content goes into a downstream key."""
+    folder.mkdir()
+    (folder / "model.safetensors").write_text(key)
+    write_manifest(folder, "grpo", key)
+    return StageOutput(folder, key)
+
+
+def test_several_rewards_key_a_stage_by_every_name_and_one_reward_keeps_its_key(monkeypatch, tmp_path):
     built = {}
     monkeypatch.setattr("cascadekit.training.pipeline.run_stage", lambda stage: built.setdefault(stage.key, stage))
     profile = load_profile("smoke")
     records = domain_pools(profile)["math"][:2]
     dataset, digest = chat_rl_dataset(records), records_digest(records)
-    start = StageOutput(Path("start"), "s" * 12)
+    start = _entry(tmp_path / "start", "s" * 12)
     single = _grpo_stage(start, dataset, digest, verifier_reward, profile, Path("w"), chat=True)
     assert single.inputs["reward"] == "verifier_reward"
     listed = _grpo_stage(start, dataset, digest, [DomainReward("math", verifier_reward)], profile, Path("w"), chat=True)
@@ -111,7 +120,7 @@ def test_several_rewards_key_a_stage_by_every_name_and_one_reward_keeps_its_key(
                     workers=2)
 
 
-def test_a_stage_table_is_evaluated_once_and_relabelled(monkeypatch):
+def test_a_stage_table_is_evaluated_once_and_relabelled(monkeypatch, tmp_path):
     calls = []
 
     def fake(checkpoint, profile, name, records):
@@ -123,7 +132,7 @@ def test_a_stage_table_is_evaluated_once_and_relabelled(monkeypatch):
     monkeypatch.setattr(stage_table, "stage_table", fake)
     profile = load_profile("smoke")
     records = stage_table.suite_records(profile, ["math"])[:1]
-    stage = StageOutput(Path("ckpt"), "k" * 12)
+    stage = _entry(tmp_path / "ckpt", "k" * 12)
     first = stage_table.cached_stage_table(stage, profile, "after Math RL", records)
     again = stage_table.cached_stage_table(stage, profile, "Math RL (RLHF last)", records)
     assert calls == ["after Math RL"]

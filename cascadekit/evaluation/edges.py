@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from cascadekit.artifacts import artifact_path, shipped_root, verify
+from cascadekit.artifacts import artifact_path, shipped_folder, verify
 from cascadekit.atomic import atomic_write_json, atomic_write_text
 from cascadekit.domains import chat_record, configured, domains, draw_tasks, prompt_text, records_digest
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
@@ -45,6 +45,9 @@ from cascadekit.passk import pass_at_k
 from cascadekit.profiles import Profile
 from cascadekit.results import markdown_table, stamped, write_result
 from cascadekit.stages import Stage, digest, run_stage
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 #: A cell whose greedy score is above this is too easy (the paper's edge: SFT greedy 0.2-0.6).
 EASY_ABOVE = 0.6
@@ -87,10 +90,14 @@ def resolve_checkpoint(source: str) -> Path:
     """
     kind, _, key = source.partition("/")
     if not Path(source).exists() and key and "/" not in key:
-        for folder in (artifact_path(kind, key), shipped_root() / kind / key):
-            if folder.is_dir():
-                verify(folder, kind, key)
-                return folder
+        cached = artifact_path(kind, key)
+        if cached.is_dir():
+            verify(cached, kind, key)
+            return cached
+        if shipped := shipped_folder(kind, key):  # its own folder, or the one aliases.json names
+            folder, named = shipped
+            verify(folder, kind, named)
+            return folder
         raise ValueError(f"{source}: no such cache entry, cached or shipped under data/checkpoints/")
     return check_sources([(source, source)], allow_download=False)[0]
 
@@ -119,7 +126,7 @@ def sampled_scores(checkpoint: Path, profile: Profile, records: Sequence[dict[st
         atomic_write_json(folder / SAMPLES_FILE, [{key: v for key, v in s.items() if key != "stage"} for s in judged])
         return {"samples": len(judged), "wall_s": round(time.perf_counter() - started, 1)}
 
-    out = run_stage(Stage("edge-samples", inputs, build))
+    out = run_stage(Stage("edge-samples", inputs, build, recipe=RECIPE))
     scores = [s["score"] for s in json.loads((out.checkpoint / SAMPLES_FILE).read_text())]
     return [scores[i:i + k] for i in range(0, len(scores), k)]
 

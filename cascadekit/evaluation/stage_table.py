@@ -40,10 +40,13 @@ from cascadekit.domains import check_record, chat_records, configured, domains, 
 from cascadekit.domains.tools import transcript
 from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, run_stage
 from cascadekit.profiles import Profile
 from cascadekit.engine.generation import GreedyGenerator, greedy_generator, uses_vllm
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 #: The most assistant turns a tool-calling rollout may take (the toy DAGs need at most 5).
 MAX_ROUNDS = 6
@@ -284,15 +287,16 @@ def cached_stage_table(stage: StageOutput, profile: Profile, name: str,
                        records: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """:func:`stage_table` of a stage's checkpoint, itself a cached stage (kind ``stage-table``).
 
-    Keyed by the checkpoint's stage key, the suite and the decoding settings (and
-    the device and precision: greedy decoding can differ between them), so a chapter
-    that evaluates a checkpoint an earlier chapter already evaluated reads the
-    per-sample results instead of generating again. ``name`` labels the rows;
-    ``wall_s`` is the time the evaluation took when it ran. (The shipped stage tables
-    are under these keys; :func:`stage_table` keys by the checkpoint's content.)
+    Keyed by the checkpoint's content (:func:`cascadekit.stages.content_id`), the suite and
+    the decoding settings (and the device and precision: greedy decoding can differ between
+    them), so a chapter that evaluates a checkpoint an earlier chapter already evaluated reads
+    the per-sample results instead of generating again, and other weights under the same stage
+    key are evaluated afresh. ``name`` labels the rows; ``wall_s`` is the time the evaluation
+    took when it ran. (The shipped stage tables are under these keys, some through
+    ``data/checkpoints/aliases.json``.)
     """
     records = suite_records(profile) if records is None else list(records)
-    return _cached_table({"checkpoint": stage.key, **_suite_inputs(profile, records)}, name,
+    return _cached_table({"checkpoint": content_id(stage), **_suite_inputs(profile, records)}, name,
                          lambda: stage_table(stage.checkpoint, profile, name, records))
 
 
@@ -317,7 +321,7 @@ def _cached_table(inputs: dict[str, Any], name: str, build_table: Callable[[], d
                                                   for s in table["samples"]])
         return {"wall_s": table["wall_s"]}
 
-    out = run_stage(Stage("stage-table", inputs, build))
+    out = run_stage(Stage("stage-table", inputs, build, recipe=RECIPE))
     samples = [{"stage": name, **s} for s in json.loads((out.checkpoint / SAMPLES_FILE).read_text())]
     return {"rows": [asdict(r) for r in aggregate(samples, name)], "samples": samples, "wall_s": out.metrics["wall_s"]}
 

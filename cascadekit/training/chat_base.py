@@ -11,9 +11,11 @@ them), and next-token pretraining with packing (:func:`cascadekit.training.pretr
 
 Both are stages of the stage runner (:mod:`cascadekit.stages`). The base's key
 covers the surfaces' text (:func:`cascadekit.domains.surfaces_fingerprint`), so
-a change to any domain's wording rebuilds it. The toy base ships under
-``data/checkpoints/chat-base/<key>/``: every Part II chapter starts from it in
-seconds, and ``cascadekit experiment 08 --scale toy --rebuild-base`` builds it again.
+a change to any domain's wording rebuilds it, and the tokenizer's content, so the
+tokenizer is built (seconds; the toy one is shipped) before the base's key is known.
+The toy base ships under ``data/checkpoints/chat-base/`` (its folder through
+``data/checkpoints/aliases.json``): every Part II chapter starts from it in seconds,
+and ``cascadekit experiment 08 --scale toy --rebuild-base`` builds it again.
 """
 from __future__ import annotations
 
@@ -30,13 +32,16 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.domains import domains, draw_tasks, raw_text, surfaces_fingerprint
 from cascadekit.engine.models import start_model
-from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, rekey_cached, run_folder, run_stage
 from cascadekit.profiles import Profile, seed_inputs
 from cascadekit.engine.runtime import (
     base_model_source, choose_device, download_allowed, load_chat_tokenizer, load_tokenizer, save_checkpoint,
 )
 from cascadekit.engine.tokenizer import train_tokenizer
 from cascadekit.training.pretrain import pack, train_lm
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 TOKENIZER_TASKS_PER_DOMAIN = 200
 #: Tasks per domain drawn to measure each surface's mean length in tokens.
@@ -93,7 +98,7 @@ def _tokenizer_stage(profile: Profile) -> Stage:
         tokenizer.save_pretrained(folder)
         return {"vocab_size": len(tokenizer)}
 
-    return Stage("chat-tokenizer", inputs, build)
+    return Stage("chat-tokenizer", inputs, build, recipe=RECIPE)
 
 
 def chat_tokenizer(profile: Profile) -> StageOutput:
@@ -107,10 +112,10 @@ def _pretrain_settings(profile: Profile) -> dict[str, Any]:
 
 
 def _base_stage(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> Stage:
-    inputs = {**_surfaces(profile), "tokenizer": _tokenizer_stage(profile).key,
+    inputs = {**_surfaces(profile), "tokenizer": content_id(chat_tokenizer(profile)),
               "model": dataclasses.asdict(profile.model), "pretrain": _pretrain_settings(profile),
               "base_tokens": profile.sft.base_tokens}
-    run_dir = run_folder("chat-base", inputs)  # Trainer checkpoints
+    run_dir = run_folder("chat-base", inputs, RECIPE)  # Trainer checkpoints
 
     def build(dest: Path) -> Mapping[str, Any]:
         started = time.perf_counter()
@@ -126,18 +131,32 @@ def _base_stage(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> 
         shutil.rmtree(run_dir, ignore_errors=True)
         return {"tokens": profile.sft.base_tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
 
-    return Stage("chat-base", inputs, build)
+    return Stage("chat-base", inputs, build, recipe=RECIPE)
 
 
 def chat_base_key(profile: Profile) -> str:
-    """The cache key of the profile's base, without building anything (the shipped base's folder name)."""
+    """The cache key of the profile's base without building the base (its tokenizer is built or copied)."""
     return _base_stage(profile).key
+
+
+def rekey_chat_base(profile: Profile) -> list[tuple[str, str, str, bool]]:
+    """Move the profile's tokenizer and base, cached under the keys they had before keys hashed content, to their
+    content keys, without training: ``(kind, old key, new key, moved)`` for each.
+
+    The tokenizer first (its key gains only the recipe), then the base, whose old key
+    named the tokenizer's old key where its new one names the tokenizer's content.
+    """
+    tokenizer = _tokenizer_stage(profile)
+    moves = [(tokenizer.kind, *rekey_cached(tokenizer, {}))]
+    upstream = {content_id(chat_tokenizer(profile)): moves[0][1]}  # built only if neither key is cached
+    base = _base_stage(profile)
+    return [*moves, (base.kind, *rekey_cached(base, upstream))]
 
 
 def chat_base(profile: Profile, callbacks: Sequence[TrainerCallback] = (), rebuild: bool = False) -> StageOutput:
     """The unified model's base checkpoint: ``sft.base_tokens`` of raw surface text (a cached, shippable stage).
 
     With released weights (``model.pretrained``) and ``sft.base_tokens`` 0 the base
-    is those weights as they are. The tokenizer is trained only when the base is built.
+    is those weights as they are.
     """
     return run_stage(_base_stage(profile, callbacks), rebuild=rebuild)

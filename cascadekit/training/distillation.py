@@ -57,7 +57,10 @@ from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer,
 from cascadekit.engine.runtime import training_precision
 from cascadekit.engine.trainable import engine_settings
 from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, run_stage
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 #: TRL's ``beta`` for each divergence the kit names.
 DIVERGENCES = {"reverse": 1.0, "forward": 0.0}
@@ -261,7 +264,7 @@ def mopd_stage(start: StageOutput, records: Sequence[Mapping[str, Any]], teacher
         raise ValueError("MOPD needs at least one prompt")
     steps = max(1, len(records) // rl.prompts_per_step)
     distinct = list(dict.fromkeys(t.key for t in teachers.values()))
-    inputs = {"start": start.key, "teachers": {d: t.key for d, t in sorted(teachers.items())},
+    inputs = {"start": content_id(start), "teachers": {d: content_id(t) for d, t in sorted(teachers.items())},
               "prompts": records_digest(records), "n_prompts": len(records), "divergence": divergence,
               "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed, **seed_inputs(profile, "train"),
               **precision_inputs(profile), **engine_settings(profile.engine), **({"trl": overrides} if overrides else {})}
@@ -289,4 +292,4 @@ def mopd_stage(start: StageOutput, records: Sequence[Mapping[str, Any]], teacher
                 "completion_tokens": round(sum(c.get("completion_length", 0.0) for c in curves)
                                            * rl.prompts_per_step * rl.group_size)}
 
-    return run_stage(Stage("mopd", inputs, build))
+    return run_stage(Stage("mopd", inputs, build, recipe=RECIPE))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, run_stage
 
 from cascadekit.training.pipeline import chat_grpo, chat_rl_dataset, records_digest
 from cascadekit.profiles import Profile, RLConfig, seed_inputs
@@ -37,6 +37,9 @@ from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.dynamic_sampling import screen_prompts
 from cascadekit.training.released_rl import is_released, released_math_reward
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 #: Screen this many prompts per generate call.
 SCREEN_CHUNK = 16
@@ -102,10 +105,10 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
                 "readmitted": int((report["kept"] & (report["verdict"] != "mixed")).sum()),
                 "rollouts": len(report) * rl.group_size, "screen_s": round(time.perf_counter() - started, 1)}
 
-    inputs = {"start": start.key, "prompts": records_digest(records), "n_prompts": len(records),
+    inputs = {"start": content_id(start), "prompts": records_digest(records), "n_prompts": len(records),
               "reward": reward.__name__, "rl": dataclasses.asdict(rl), "readmit": profile.math_rl.readmit,
               "epoch": epoch, "seed": profile.seed, **seed_inputs(profile, "train")}
-    return run_stage(Stage("dynamic-filter", inputs, build))
+    return run_stage(Stage("dynamic-filter", inputs, build, recipe=RECIPE))
 
 
 def length_extension(start: StageOutput, records: list[dict[str, Any]], profile: Profile, work_dir: Path,

@@ -27,12 +27,15 @@ from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.engine.trainable import Note, engine_settings, load_trainable
 from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
-from cascadekit.stages import Stage, StageOutput, digest, run_folder, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, digest, run_folder, run_stage
 from cascadekit.training.async_rewards import StreamingRewards
 from cascadekit.training.grpo import train_grpo
 from cascadekit.training.pretrain import cached_pretrained, midtrain, pretrain_key
 from cascadekit.training.rollouts import rollout_inputs
 from cascadekit.world import Problem
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 
 def rl_dataset(problems: Sequence[Problem]) -> Dataset:
@@ -65,17 +68,17 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
     """``start`` continued on ``tokens`` of the mid-training mixture over ``bands`` (0 tokens: ``start`` itself)."""
     if not tokens:
         return start
-    inputs = {"start": start.key, "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
+    inputs = {"start": content_id(start), "tokens": tokens, "mixture": dict(MIDTRAIN_MIXTURE), "bands": bands.to_dict(),
               **profile.sections("pretrain", "world", "seed"), **seed_inputs(profile, "data", "train"),
               **precision_inputs(profile)}
-    run_dir = run_folder("midtrain", inputs)  # Trainer checkpoints, to resume
+    run_dir = run_folder("midtrain", inputs, RECIPE)  # Trainer checkpoints, to resume
 
     def build(folder: Path) -> Mapping[str, Any]:
         started = time.perf_counter()
         log = midtrain(profile, start.checkpoint, folder, run_dir, tokens, MIDTRAIN_MIXTURE, bands=bands)
         return {"tokens": tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
 
-    return run_stage(Stage("midtrain", inputs, build))
+    return run_stage(Stage("midtrain", inputs, build, recipe=RECIPE))
 
 
 def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, profile: Profile,
@@ -210,7 +213,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
                                             "generate_s": round(float(result.timings["generate_s"].sum()), 2)}
         return metrics
 
-    inputs = {"start": start.key, "prompts": prompts_id, "n_prompts": len(dataset),
+    inputs = {"start": content_id(start), "prompts": prompts_id, "n_prompts": len(dataset),
               "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed,
               **seed_inputs(profile, "train"), **precision_inputs(profile), **engine_settings(profile.engine),
               **rollout_inputs(profile)}
@@ -218,4 +221,4 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:
         inputs["watched"] = [r.__name__ for r in watched]
-    return run_stage(Stage("grpo", inputs, build))
+    return run_stage(Stage("grpo", inputs, build, recipe=RECIPE))

@@ -58,6 +58,8 @@ from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
 from cascadekit.stages import Stage, run_stage
 from cascadekit.world import generate_problems
 
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 LOSS_LOG = "loss_log.json"
 
 
@@ -420,7 +422,7 @@ def cached_tokenizer(profile: Profile) -> PreTrainedTokenizerBase:
         return {}
 
     stage = Stage("tokenizer", {**profile.sections("world", "tokenizer", "seed"), **seed_inputs(profile, "data")},
-                  build, tokenizer_key(profile))
+                  build, tokenizer_key(profile), recipe=RECIPE)
     return load_tokenizer(run_stage(stage).checkpoint)
 
 
@@ -441,7 +443,7 @@ def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (
 
     inputs = {**profile.sections("world", "tokenizer", "model", "pretrain", "seed"), **precision_inputs(profile),
               **seed_inputs(profile, "data")}
-    return run_stage(Stage("pretrain", inputs, build, key), rebuild=rebuild).checkpoint
+    return run_stage(Stage("pretrain", inputs, build, key, recipe=RECIPE), rebuild=rebuild).checkpoint
 
 
 def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:

@@ -57,11 +57,14 @@ from cascadekit.chat import END_OF_TURN
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
-from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.growth import grow
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, training_precision
 from cascadekit.training.dynamic_sampling import sample_groups
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 #: The held-out pairs' fit of hidden quality on the raw score, saved beside the weights.
 CALIBRATION_FILE = "calibration.json"
@@ -107,7 +110,7 @@ def policy_samples(policy: StageOutput, prompts: Sequence[str], n: int, profile:
                    seed: int) -> list[list[str]]:
     """:func:`sampled_answers`, as a cached stage: a chapter that only needs a reward model's cache key
     (every chapter after 09) reads the samples instead of drawing thousands again."""
-    inputs = {"policy": policy.key, "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
+    inputs = {"policy": content_id(policy), "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
               "n": n, "temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens,
               "batch_size": profile.evaluation.batch_size, "seed": seed}
 
@@ -116,7 +119,7 @@ def policy_samples(policy: StageOutput, prompts: Sequence[str], n: int, profile:
         (folder / SAMPLES_FILE).write_text(json.dumps(sampled_answers(policy.checkpoint, prompts, n, profile, seed)))
         return {"prompts": len(prompts), "n": n, "wall_s": round(time.perf_counter() - started, 1)}
 
-    done = run_stage(Stage("policy-samples", inputs, build))
+    done = run_stage(Stage("policy-samples", inputs, build, recipe=RECIPE))
     return json.loads((done.checkpoint / SAMPLES_FILE).read_text())
 
 
@@ -279,10 +282,10 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int, width:
     cfg = profile.reward_model
     train = preference_records(profile, "rl", cfg.tasks, profile.seeds.data, start)
     held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seeds.data, start)
-    inputs = {"start": start.key, "layers": layers, **({"width": width} if width != 1 else {}),
+    inputs = {"start": content_id(start), "layers": layers, **({"width": width} if width != 1 else {}),
               "reward_model": settings_inputs(profile), "pairs": _digest(train), "held_out": _digest(held_out),
               "seed": profile.seed, **seed_inputs(profile, "train"), **precision_inputs(profile)}
-    run_dir = run_folder("reward-model", inputs)
+    run_dir = run_folder("reward-model", inputs, RECIPE)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
@@ -300,7 +303,7 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int, width:
                 "train_pairs": len(train), **check, "train_s": seconds,
                 "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
 
-    return run_stage(Stage("reward-model", inputs, build))
+    return run_stage(Stage("reward-model", inputs, build, recipe=RECIPE))
 
 
 class RewardModelScore:
@@ -309,7 +312,7 @@ class RewardModelScore:
     TRL calls it with the rendered ``prompts`` and the ``completions``; read the
     completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
     which :func:`cascadekit.training.pipeline.chat_grpo` applies). Its ``__name__`` names the
-    reward model's stage key, so a GRPO stage's key changes with the reward model.
+    reward model's content (:func:`cascadekit.stages.content_id`), so a GRPO stage's key changes with the reward model.
     """
 
     def __init__(self, stage: StageOutput, batch_size: int = 64):
@@ -318,7 +321,7 @@ class RewardModelScore:
         calibration = json.loads((Path(stage.checkpoint) / CALIBRATION_FILE).read_text())
         self.a, self.b = calibration["a"], calibration["b"]
         self.batch_size = batch_size
-        self.__name__ = f"reward_model_{stage.key}"
+        self.__name__ = f"reward_model_{content_id(stage)}"
 
     def predicted_quality(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
         texts = [scored_text(p, c) for p, c in zip(prompts, completions)]

@@ -44,13 +44,16 @@ from trl import SFTConfig, SFTTrainer
 from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, configured, draw_tasks, prompt_of, stage_domains
-from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, domains_inputs, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
     choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
 )
 from cascadekit.training.released_data import available_pools, released_sets, stream_records
 from cascadekit.engine.trainable import engine_settings, load_trainable
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 STAGES = (1, 2)
 #: LoRA rank and alpha for SFT when ``sft.use_lora`` (every linear layer).
@@ -194,10 +197,10 @@ def training_settings(profile: Profile) -> dict[str, Any]:
 def sft_stage(start: StageOutput, profile: Profile, stage: int,
               callbacks: Sequence[TrainerCallback] = ()) -> StageOutput:
     """SFT stage ``stage`` from ``start`` (the base for stage 1, stage 1 for stage 2), cached by its inputs."""
-    inputs = {"start": start.key, "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
+    inputs = {"start": content_id(start), "stage": stage, "sft": training_settings(profile), "seed": profile.seed,
               **seed_inputs(profile, "data", "train"), **engine_settings(profile.engine), **precision_inputs(profile),
               **domains_inputs(profile)}
-    run_dir = run_folder("sft", inputs)
+    run_dir = run_folder("sft", inputs, RECIPE)
 
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
@@ -215,7 +218,7 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
         shutil.rmtree(run_dir, ignore_errors=True)
         return {**info, "trainable": str(notes[0])}
 
-    return run_stage(Stage("sft", inputs, build))
+    return run_stage(Stage("sft", inputs, build, recipe=RECIPE))
 
 
 def sft_stages(base: StageOutput, profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> list[StageOutput]:

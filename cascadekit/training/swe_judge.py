@@ -48,11 +48,14 @@ from transformers import (
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
-from cascadekit.stages import Stage, StageOutput, run_folder, run_stage
+from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import load_tokenizer, save_checkpoint, training_precision
 from cascadekit.rewards import completion_text
 from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
+
+#: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
+RECIPE = 1
 
 #: Index of the YES logit in the judge's two-way head.
 YES = 1
@@ -157,10 +160,10 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
     """
     cfg = profile.swe_rl
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k.startswith("judge_")}
-    inputs = {"start": start.key, **settings, "tasks": _digest(train), "held_out": _digest(held_out),
+    inputs = {"start": content_id(start), **settings, "tasks": _digest(train), "held_out": _digest(held_out),
               "sampling": {"temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens},
               "seed": profile.seed, **seed_inputs(profile, "data", "train"), **precision_inputs(profile)}
-    run_dir = run_folder("swe-judge", inputs)
+    run_dir = run_folder("swe-judge", inputs, RECIPE)
 
     def build(dest: Path) -> Mapping[str, Any]:
         train_examples = judge_examples(train, profile, 0, start)
@@ -195,7 +198,7 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
                 "held_out": held_out_check(probabilities, held_examples), "train_s": seconds,
                 "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
 
-    return run_stage(Stage("swe-judge", inputs, build))
+    return run_stage(Stage("swe-judge", inputs, build, recipe=RECIPE))
 
 
 class SemanticJudge:
@@ -203,7 +206,7 @@ class SemanticJudge:
 
     Read the completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
     which :func:`cascadekit.training.pipeline.chat_grpo` applies). Its ``__name__`` names
-    the judge's stage key, so a GRPO stage's key changes with the judge.
+    the judge's content (:func:`cascadekit.stages.content_id`), so a GRPO stage's key changes with the judge.
 
     A GRPO step asks the judge twice about the same rollouts (inside the
     execution-free reward, and as a watched reward of its own), so it keeps the
@@ -216,7 +219,7 @@ class SemanticJudge:
         self.model = AutoModelForSequenceClassification.from_pretrained(stage.checkpoint)
         self.tokenizer = load_tokenizer(stage.checkpoint)
         self.batch_size = batch_size
-        self.__name__ = f"swe_judge_{stage.key}"
+        self.__name__ = f"swe_judge_{content_id(stage)}"
         self.judged = 0  # texts the model has read, over all calls
         self._last: dict[str, float] = {}  # the last call's P(YES) by text
 
