@@ -447,6 +447,17 @@ def cmd_ship(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rekey_base(args: argparse.Namespace) -> int:
+    """Move a chat tokenizer and base built before stage keys hashed content to their content keys in the cache."""
+    from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.training.chat_base import rekey_chat_base
+
+    for kind, old, new, moved in rekey_chat_base(load_profile(args.scale, parse_overrides(args.set))):
+        print(f"{kind}/{old} -> {kind}/{new}: " + ("moved" if moved else "nothing to move (no entry under the old key, "
+                                                   "or one under the new key already)"))
+    return 0
+
+
 #: ``cascadekit bench NAME``: each benchmark's module (:mod:`cascadekit.bench`), its ``main(argv, parser_class)``.
 BENCHMARKS = {
     "world": "cascadekit.bench.world",  # problem generation per style, and rendered lengths per op
@@ -656,7 +667,7 @@ def _names(text: str) -> list[str]:
 
 
 def _edges_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", metavar="STAGE|FOLDER", help="a cache entry such as sft/c894671bdf53 "
+    parser.add_argument("checkpoint", metavar="STAGE|FOLDER", help="a cache entry such as sft/ba691e9f1e32 "
                         "(cached or shipped) or a checkpoint folder")
     parser.add_argument("--ops", type=_ops, default="2-5", help="op counts, e.g. 2-5 or 2,4")
     parser.add_argument("--domains", type=_names, default=[], help="comma-separated domains (default: all six)")
@@ -709,6 +720,12 @@ def _ship_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--built-by", required=True, help="the command that built it (kept in provenance.json)")
 
 
+def _rekey_base_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="profile override, repeatable (those the base was built with)")
+
+
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", choices=list(BENCHMARKS))
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (NAME --help)")
@@ -754,6 +771,8 @@ COMMANDS: dict[str, Command] = {
     "times": Command(cmd_times, "put a course run's chapter times (its summary.md) into the README's table",
                      _times_arguments),
     "ship": Command(cmd_ship, "copy a finished cache entry into data/checkpoints/ to commit it", _ship_arguments),
+    "rekey-base": Command(cmd_rekey_base, "move a chat tokenizer and base cached under their old keys to their "
+                          "content keys (no training)", _rekey_base_arguments),
     "bench": Command(cmd_bench, f"run a benchmark ({', '.join(BENCHMARKS)}); ratios against a baseline measured "
                      "in the same run", _bench_arguments, add_help=False),
     "gpucheck": Command(cmd_gpucheck, "run every GPU path once on random Qwen3-0.6B-shaped weights, each row ok, "
