@@ -128,8 +128,60 @@ class _Rope:
         return self.cos[positions][:, None], self.sin[positions][:, None]
 
 
-class _Cache:
-    """The prompts' keys and values, once per prompt, and the rows' own completion keys and values.
+#: Prompts are prefilled in runs of at most this many, sorted by length, so that little of it is padding.
+PREFILL_ROWS = 16
+
+
+@dataclass
+class _Prefill:
+    """The prompts through the model's own forward: keys and values per layer, left-padded to one width.
+
+    ``keys``/``values`` are ``[prompts, kv_heads, width, head_dim]`` (zeros at the padding),
+    ``mask`` is 1 at real tokens, ``logits`` the next token's, ``position`` the next token's position.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    mask: torch.Tensor
+    logits: torch.Tensor
+    position: torch.Tensor
+
+
+def _prefill(model: PreTrainedModel, prompts: Sequence[Sequence[int]], pad_id: int) -> _Prefill:
+    """Prefill ``prompts`` in runs of similar length (:data:`PREFILL_ROWS`), each padded only to its own longest.
+
+    One left-padded batch of distinct prompts spends a quarter of the stage table's
+    prefill on padding; sorted runs spend little. Each run's keys and values are put
+    back at the right end of the common width, so they are what one batch would hold.
+    """
+    width = max(map(len, prompts))
+    _, mask = _left_pad(prompts, pad_id)
+    order = sorted(range(len(prompts)), key=lambda p: len(prompts[p]))
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    logits = position = None
+    for start in range(0, len(order), PREFILL_ROWS):
+        run = order[start:start + PREFILL_ROWS]
+        ids, run_mask = _left_pad([prompts[p] for p in run], pad_id)
+        positions = (run_mask.cumsum(-1) - 1).masked_fill(run_mask == 0, 0)
+        cache = DynamicCache(config=model.config)
+        out = model(input_ids=ids, attention_mask=run_mask, position_ids=positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1).logits[:, -1].float()
+        if logits is None:
+            logits = out.new_empty(len(prompts), out.shape[-1])
+            position = torch.empty(len(prompts), dtype=torch.long)
+            for layer in cache.layers:
+                keys.append(layer.keys.new_zeros(len(prompts), layer.keys.shape[1], width, layer.keys.shape[3]))
+                values.append(layer.values.new_zeros(len(prompts), layer.values.shape[1], width, layer.values.shape[3]))
+        rows, at = torch.tensor(run), width - ids.shape[1]
+        logits[rows], position[rows] = out, positions[:, -1] + 1
+        for layer, k, v in zip(cache.layers, keys, values):
+            k[rows, :, at:], v[rows, :, at:] = layer.keys, layer.values
+    return _Prefill(keys, values, mask, logits, position)
+
+
+class _GroupCache:
+    """The prompts' keys and values, once per prompt, and the rows' own completion keys and values (GRPO groups).
 
     Prompt buffers are ``[prompts, kv_heads, prompt_length, head_dim]`` with an additive
     mask (0 where a token is real, ``-inf`` at the left padding); completion buffers are
@@ -138,20 +190,28 @@ class _Cache:
     attention to a prompt is one matrix product over its group's queries.
     """
 
-    def __init__(self, prefill: DynamicCache, mask: torch.Tensor, group: int, capacity: int) -> None:
-        prompts, self.prompt_length = mask.shape
+    def __init__(self, prefill: _Prefill, group: int, capacity: int) -> None:
+        prompts, self.prompt_length = prefill.mask.shape
         self.group, self.length = group, 0
-        self.prompt_keys = [layer.keys.contiguous() for layer in prefill.layers]
-        self.prompt_values = [layer.values.contiguous() for layer in prefill.layers]
+        self.prompt_keys, self.prompt_values = prefill.keys, prefill.values
         self.prompt_bias = torch.zeros(prompts, 1, 1, self.prompt_length).masked_fill_(
-            (mask == 0)[:, None, None, :], float("-inf"))
+            (prefill.mask == 0)[:, None, None, :], float("-inf"))
         kv_heads, dim = self.prompt_keys[0].shape[1], self.prompt_keys[0].shape[3]
         rows = prompts * group
-        self.keys = [torch.empty(rows, kv_heads, capacity, dim) for _ in prefill.layers]
-        self.values = [torch.empty(rows, kv_heads, capacity, dim) for _ in prefill.layers]
+        self.keys = [torch.empty(rows, kv_heads, capacity, dim) for _ in prefill.keys]
+        self.values = [torch.empty(rows, kv_heads, capacity, dim) for _ in prefill.keys]
         self.slot = torch.arange(rows)
         self.row_bias = self.prompt_bias.repeat_interleave(group, 0)
         self.full = True  # every slot of the grid holds a row: no scatter or gather needed
+
+    def advance(self) -> None:
+        """Make room for one more token per row (written by :meth:`write`, attended from then on)."""
+        self.length += 1
+
+    def write(self, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Layer ``i``'s key and value ``[rows, kv_heads, head_dim]`` of the newest token."""
+        self.keys[i][:, :, self.length - 1] = keys
+        self.values[i][:, :, self.length - 1] = values
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (drop the finished ones), and only the prompts that still have a row."""
@@ -168,9 +228,7 @@ class _Cache:
             self.prompt_bias = self.prompt_bias.index_select(0, held)
         for buffers in (self.keys, self.values):
             for i, buffer in enumerate(buffers):
-                kept = buffer.new_empty(len(rows), *buffer.shape[1:])
-                kept[:, :, :self.length] = buffer[rows, :, :self.length]
-                buffers[i] = kept
+                buffers[i] = _kept(buffer, rows, 2, self.length)
         self.slot, self.row_bias = slot, self.row_bias.index_select(0, rows)
         self.full = len(slot) == self.prompt_bias.shape[0] * self.group
 
@@ -189,26 +247,77 @@ class _Cache:
             prompts * self.group, kv_heads, groups, n)
         return x if self.full else x.index_select(0, self.slot)
 
+    def attend(self, i: int, q: torch.Tensor) -> torch.Tensor:
+        """One (scaled) query per row against its prompt's keys (shared by the group) and its own, one softmax."""
+        groups, end = q.shape[2], self.length
+        prompt_scores = self.from_grid(torch.matmul(self.to_grid(q), self.prompt_keys[i].transpose(-1, -2)), groups)
+        own_scores = torch.matmul(q, self.keys[i][:, :, :end].transpose(-1, -2))
+        scores = torch.cat((prompt_scores + self.row_bias, own_scores), dim=-1).softmax(-1)
+        to_prompt, to_own = scores.split((self.prompt_length, end), dim=-1)
+        from_prompt = self.from_grid(torch.matmul(self.to_grid(to_prompt), self.prompt_values[i]), groups)
+        return from_prompt + torch.matmul(to_own, self.values[i][:, :, :end])  # [rows, kv_heads, groups, dim]
 
-def _attend(cache: _Cache, i: int, q: torch.Tensor) -> torch.Tensor:
-    """One (scaled) query per row against its prompt's keys (shared by the group) and its own completion's, one softmax."""
-    groups, end = q.shape[2], cache.length
-    prompt_scores = cache.from_grid(torch.matmul(cache.to_grid(q), cache.prompt_keys[i].transpose(-1, -2)), groups)
-    own_scores = torch.matmul(q, cache.keys[i][:, :, :end].transpose(-1, -2))
-    scores = torch.cat((prompt_scores + cache.row_bias, own_scores), dim=-1).softmax(-1)
-    to_prompt, to_own = scores.split((cache.prompt_length, end), dim=-1)
-    from_prompt = cache.from_grid(torch.matmul(cache.to_grid(to_prompt), cache.prompt_values[i]), groups)
-    return from_prompt + torch.matmul(to_own, cache.values[i][:, :, :end])  # [rows, kv_heads, groups, dim]
+
+class _RowCache:
+    """Each row's prompt and completion keys and values in one buffer: distinct prompts (``group`` 1).
+
+    With nothing shared between rows, a row's prompt and completion are one sequence:
+    each step attends with one product for the scores and one for the values (the
+    group cache needs two of each, a concatenation and a split). Keys are kept
+    transposed, ``[rows, kv_heads, head_dim, prompt_length + capacity]``, so the scores
+    are a plain product ``q @ K``; values are ``[rows, kv_heads, positions, head_dim]``;
+    the additive mask is ``-inf`` at each row's left padding.
+    """
+
+    def __init__(self, prefill: _Prefill, capacity: int) -> None:
+        rows, self.length = prefill.mask.shape
+        total = self.length + capacity
+        self.keys, self.values = [], []
+        for keys, values in zip(prefill.keys, prefill.values):
+            self.keys.append(keys.new_empty(rows, keys.shape[1], keys.shape[3], total))
+            self.keys[-1][..., :self.length] = keys.transpose(-1, -2)
+            self.values.append(values.new_empty(rows, values.shape[1], total, values.shape[3]))
+            self.values[-1][:, :, :self.length] = values
+        self.bias = torch.zeros(rows, 1, 1, total)
+        self.bias[..., :self.length].masked_fill_((prefill.mask == 0)[:, None, None, :], float("-inf"))
+
+    def advance(self) -> None:
+        """Make room for one more token per row (written by :meth:`write`, attended from then on)."""
+        self.length += 1
+
+    def write(self, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Layer ``i``'s key and value ``[rows, kv_heads, head_dim]`` of the newest token."""
+        self.keys[i][..., self.length - 1] = keys
+        self.values[i][:, :, self.length - 1] = values
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (drop the finished ones)."""
+        self.keys = [_kept(buffer, rows, 3, self.length) for buffer in self.keys]
+        self.values = [_kept(buffer, rows, 2, self.length) for buffer in self.values]
+        self.bias = self.bias.index_select(0, rows)
+
+    def attend(self, i: int, q: torch.Tensor) -> torch.Tensor:
+        """One (scaled) query per row against its prompt's and its completion's keys: ``[rows, kv_heads, groups, dim]``."""
+        end = self.length
+        scores = torch.matmul(q, self.keys[i][..., :end]) + self.bias[..., :end]
+        return torch.matmul(scores.softmax(-1), self.values[i][:, :, :end])
 
 
-def _step(model: PreTrainedModel, layers: list[_Layer], rope: _Rope, cache: _Cache, tokens: torch.Tensor,
-          positions: torch.Tensor) -> torch.Tensor:
-    """One new token per row through every layer, its keys and values written at ``cache.length``; the logits."""
+def _kept(buffer: torch.Tensor, rows: torch.Tensor, axis: int, filled: int) -> torch.Tensor:
+    """A new buffer of ``buffer``'s ``rows``, copying only the ``filled`` positions along ``axis``."""
+    kept = buffer.new_empty(len(rows), *buffer.shape[1:])
+    kept.narrow(axis, 0, filled).copy_(buffer.narrow(axis, 0, filled)[rows])
+    return kept
+
+
+def _step(model: PreTrainedModel, layers: list[_Layer], rope: _Rope, cache: _GroupCache | _RowCache,
+          tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One new token per row through every layer, its keys and values added to ``cache``; the logits."""
     inner = model.model
     hidden = F.embedding(tokens, inner.embed_tokens.weight)  # [rows, hidden]
     cos, sin = rope.at(positions)
-    rows, at = hidden.shape[0], cache.length
-    cache.length += 1
+    rows = hidden.shape[0]
+    cache.advance()
     for i, layer in enumerate(layers):
         qkv = F.linear(_rms_norm(layer.input_norm, hidden), layer.qkv_weight, layer.qkv_bias)
         heads, kv_heads, dim = layer.heads, layer.kv_heads, layer.head_dim
@@ -216,9 +325,8 @@ def _step(model: PreTrainedModel, layers: list[_Layer], rope: _Rope, cache: _Cac
         if layer.qk_eps is not None:
             qk = F.rms_norm(qk, (dim,), None, layer.qk_eps)
         qk = _rotate(qk * layer.qk_weight, cos, sin)
-        cache.keys[i][:, :, at] = qk[:, heads:]
-        cache.values[i][:, :, at] = qkv[:, (heads + kv_heads) * dim:].view(rows, kv_heads, dim)
-        attended = _attend(cache, i, qk[:, :heads].view(rows, kv_heads, heads // kv_heads, dim))
+        cache.write(i, qk[:, heads:], qkv[:, (heads + kv_heads) * dim:].view(rows, kv_heads, dim))
+        attended = cache.attend(i, qk[:, :heads].view(rows, kv_heads, heads // kv_heads, dim))
         hidden = hidden + F.linear(attended.reshape(rows, -1), layer.o_proj.weight, layer.o_proj.bias)
         gate, up = F.linear(_rms_norm(layer.post_norm, hidden), layer.gate_up_weight, layer.gate_up_bias).chunk(
             2, dim=-1)
@@ -305,20 +413,17 @@ def _decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_to
             sampling: Sampling, pad_id: int, generator: torch.Generator | None, group: int) -> list[list[int]]:
     """The loop itself, on checked input (prefill, then one token per live row per step)."""
     rows = len(prompts) * group
-    ids, mask = _left_pad(prompts, pad_id)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    prefill = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=prefill,
-                   use_cache=True, logits_to_keep=1).logits[:, -1].float().repeat_interleave(group, 0)
-    cache = _Cache(prefill, mask, group, max_new_tokens)
+    prefill = _prefill(model, prompts, pad_id)
+    logits = prefill.logits.repeat_interleave(group, 0)
+    cache = _RowCache(prefill, max_new_tokens) if group == 1 else _GroupCache(prefill, group, max_new_tokens)
     layers = [_Layer(layer) for layer in model.model.layers]
-    rope = _Rope(model, ids.shape[1] + max_new_tokens)
+    rope = _Rope(model, prefill.mask.shape[1] + max_new_tokens)
     stops = torch.tensor(list(stop_ids), dtype=torch.long)
     out = torch.full((rows, max_new_tokens), stops[0].item(), dtype=torch.long)
     length = torch.full((rows,), max_new_tokens, dtype=torch.long)
     live = torch.arange(rows)  # the output row of each row of the batch
     done = torch.zeros(rows, dtype=torch.bool)  # rows that stopped but are still in the batch
-    position = (positions[:, -1] + 1).repeat_interleave(group, 0)
+    position = prefill.position.repeat_interleave(group, 0)
     for step in range(max_new_tokens):
         tokens = _choose(logits, sampling, generator)
         fresh = ~done
