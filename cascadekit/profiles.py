@@ -268,7 +268,9 @@ class EngineConfig:
     accumulation follows, the step's batch stays). ``data`` is ``world`` (the kit's synthetic six domains)
     or ``released`` (the papers' released data sets, :mod:`cascadekit.training.released_data`).
     ``rollouts`` ``kit`` has CPU GRPO roll out with the kit's decode loop (:mod:`cascadekit.training.rollouts`)
-    instead of ``generate``; it enters a GRPO stage's key only then.
+    instead of ``generate``; it enters a GRPO stage's key only then. ``evaluation_decoder`` ``kit`` has the
+    stage tables and Part I's sampling generate with that loop on the CPU
+    (:func:`cascadekit.engine.generation.uses_kit_decoder`; never on a GPU); it enters their keys only then.
     """
 
     allow_download: bool
@@ -290,6 +292,7 @@ class EngineConfig:
     vllm_sleep: bool = False  # colocated vLLM offloads its weights and cache during the optimizer step
     rl_micro_batch: int = 0  # GRPO completions per process per forward/backward; 0: the whole share at once
     rollouts: str = "generate"  # generate (TRL's own, or vLLM); kit: cascadekit.engine.decode, CPU GRPO only
+    evaluation_decoder: str = "generate"  # stage tables and Part I sampling: generate (or vLLM); kit: on the CPU
 
     def __post_init__(self) -> None:
         if self.vllm == "server":
@@ -304,6 +307,8 @@ class EngineConfig:
             raise ProfileError(f"engine.vllm_gpus={self.vllm_gpus} only means something with engine.vllm=server")
         if self.rollouts not in ("generate", "kit"):
             raise ProfileError(f"engine.rollouts is generate or kit, got {self.rollouts!r}")
+        if self.evaluation_decoder not in ("generate", "kit"):
+            raise ProfileError(f"engine.evaluation_decoder is generate or kit, got {self.evaluation_decoder!r}")
         if self.quantization == "4bit" and (self.distributed != "none" or self.nodes * self.gpus_per_node > 1):
             raise ProfileError("engine.quantization=4bit is the single-GPU QLoRA path: it needs "
                                "engine.distributed=none on one GPU (nodes=1, gpus_per_node=1)")

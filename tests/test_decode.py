@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from cascadekit.bench.decode import suite_prompts
 from cascadekit.chat import render, stop_token_ids
-from cascadekit.engine.decode import Sampling, decode, supports
+from cascadekit.engine.decode import PREFILL_ROWS, Sampling, decode, supports
 from cascadekit.engine.runtime import load_model, load_tokenizer
 from cascadekit.profiles import load_profile
 from cascadekit.training.chat_base import chat_base
@@ -77,6 +78,24 @@ def test_greedy_tokens_of_the_toy_chat_base_are_generates():
     assert decode(model, prompts, 40, stop, pad_id=pad) == expected
     grouped = decode(model, prompts, 40, stop, pad_id=pad, group=3)
     assert grouped == [row for row in expected for _ in range(3)]
+
+
+def test_the_stage_table_shape_is_generates_token_for_token():
+    """64 distinct stage-table prompts of different lengths, greedy, rows ending apart: ``generate``'s tokens.
+
+    More prompts than one prefill run holds, so the runs' keys are put back at the common width;
+    rows stop at many different steps (finished rows leave the batch) and some reach the budget.
+    """
+    profile = load_profile("toy")
+    folder = chat_base(profile).checkpoint
+    model, tokenizer = load_model(folder), load_tokenizer(folder)
+    stop, pad = stop_token_ids(tokenizer), tokenizer.pad_token_id
+    prompts = suite_prompts(profile, tokenizer, 64)
+    expected = with_generate(model, prompts, 96, stop, pad, do_sample=False)
+    assert decode(model, prompts, 96, stop, pad_id=pad) == expected
+    assert len(prompts) > 2 * PREFILL_ROWS and len(set(map(len, prompts))) > 10
+    ended = [len(row) for row in expected if row[-1] in stop]
+    assert len(set(ended)) > 10 and len(ended) < len(expected)
 
 
 def test_a_group_is_its_prompt_repeated_greedy_and_sampled():

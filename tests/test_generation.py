@@ -162,3 +162,42 @@ def test_evaluate_checkpoints_holds_one_vllm_engine_at_a_time(fake_vllm, two_che
     assert fake_vllm.most_alive == 1 and fake_vllm.alive == 0
     assert fake_vllm.engines[0]["gpu_memory_utilization"] == 0.3
     assert "generation: vLLM (greedy)" in (tmp_path / "stage_table.md").read_text()
+
+
+@pytest.mark.parametrize("vllm", ["none", "colocate"])
+def test_on_a_gpu_evaluation_never_decodes_with_the_kits_loop(fake_vllm, vllm):
+    """``engine.evaluation_decoder: kit`` is a CPU switch: on a GPU, vLLM or transformers generate, as without it."""
+    profile = load_profile("smoke", {**ON_GPU, "engine.vllm": vllm, "engine.evaluation_decoder": "kit"})
+    assert not generation.uses_kit_decoder(profile)
+    assert generation.backend(profile) == ("vllm" if vllm == "colocate" else "hf")
+    records = stage_table.suite_records(profile, ["math"])[:2]
+    assert stage_table._suite_inputs(profile, records).get("generation") == (None if vllm == "none" else "vllm")
+
+
+class Keyed(Exception):
+    """Raised in place of running a stage: its inputs are what a test looks at."""
+
+
+def test_on_the_cpu_the_kit_decoder_is_the_evaluations_and_says_so_in_its_keys(monkeypatch):
+    """Part I's samples and the stage tables take the kit's loop under the switch, keyed apart; by default nothing moves."""
+    from cascadekit.evaluation import sampler
+
+    kit = load_profile("smoke", {"sft.max_new_tokens": 4, "engine.evaluation_decoder": "kit"})
+    assert generation.uses_kit_decoder(kit) and generation.backend(kit) == "kit"
+    assert not generation.uses_kit_decoder(SMOKE) and generation.backend(SMOKE) == "hf"
+    records = stage_table.suite_records(kit, ["math"])[:2]
+    assert stage_table._suite_inputs(kit, records) == {**stage_table._suite_inputs(SMOKE, records), "generation": "kit"}
+    keys = []
+
+    def keyed(stage):
+        keys.append(stage.inputs)
+        raise Keyed
+
+    monkeypatch.setattr(sampler, "run_stage", keyed)
+    tokenizer = build_chat_tokenizer(SMOKE)
+    model = build_model(SMOKE.model, tokenizer, seed=0)
+    for profile in (SMOKE, kit):
+        with pytest.raises(Keyed):
+            sampler.cached_sample_completions(model, tokenizer, ["<q>"], profile.evaluation,
+                                              backend=generation.backend(profile))
+    assert keys[0]["backend"] == "hf" and keys[1] == {**keys[0], "backend": "kit"}

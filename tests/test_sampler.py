@@ -42,7 +42,8 @@ def test_batches_do_not_change_the_shape(model, tokenizer, problems):
     assert [len(s) for s in out] == [cfg.samples] * 3
 
 
-def test_sampling_stops_at_the_answer_tag(model, tokenizer, problems):
+@pytest.mark.parametrize("backend", ["hf", "kit"])
+def test_sampling_stops_at_the_answer_tag(model, tokenizer, problems, backend):
     """A model forced to emit ``</answer>`` stops after one token."""
     stop = tokenizer.convert_tokens_to_ids("</answer>")
 
@@ -53,10 +54,23 @@ def test_sampling_stops_at_the_answer_tag(model, tokenizer, problems):
 
     hook = model.lm_head.register_forward_hook(force_stop)
     try:
-        out = sample_completions(model, tokenizer, [problems[0].rl_prompt], PROFILE.evaluation, n=2)
+        out = sample_completions(model, tokenizer, [problems[0].rl_prompt], PROFILE.evaluation, n=2, backend=backend)
     finally:
         hook.remove()
     assert out == [["</answer>", "</answer>"]]
+
+
+def test_the_kit_backend_answers_as_generate_when_sampling_is_sharp(model, tokenizer, problems, monkeypatch):
+    """At a vanishing temperature both samplers take the argmax: the kit's tokenisation, stops and cut are ``hf``'s.
+
+    (That the kit's draws follow ``generate``'s distribution is tests/test_decode.py's.)
+    """
+    cfg = load_profile("smoke", {"evaluation.max_new_tokens": 24, "evaluation.temperature": 1e-4,
+                                 "evaluation.batch_size": 4}).evaluation
+    prompts = [p.rl_prompt for p in problems]
+    expected = sample_completions(model, tokenizer, prompts, cfg, n=2)
+    monkeypatch.setattr(model, "generate", lambda *a, **k: pytest.fail("model.generate sampled"))
+    assert sample_completions(model, tokenizer, prompts, cfg, n=2, backend="kit") == expected
 
 
 def test_decode_keeps_tags_drops_padding_and_cuts_after_the_answer(tokenizer):

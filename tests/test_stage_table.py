@@ -112,3 +112,27 @@ def test_a_checkpoint_is_evaluated_once_by_its_content(tmp_path, monkeypatch) ->
     table_module.stage_table(folders["other"], PROFILE, "SFT", records)
     table_module.stage_table(folders["one"], PROFILE, "SFT", records[:1])  # another suite
     assert len(calls) == before + 2
+
+
+def test_the_kit_decoder_answers_every_turn_as_generate_does(monkeypatch) -> None:
+    """Under ``engine.evaluation_decoder: kit`` the toy SFT's greedy stage-table samples and rows are ``generate``'s.
+
+    Four records per domain, both modes, tool turns included; the kit's table says so in its key.
+    """
+    from cascadekit.chapters.cascade import sft_checkpoint
+    from cascadekit.evaluation import stage_table as table_module
+    from cascadekit.evaluation.stage_table import _suite_inputs, evaluate_checkpoint
+
+    toy = load_profile("toy")
+    kit = load_profile("toy", {"engine.evaluation_decoder": "kit"})
+    checkpoint = sft_checkpoint(toy).checkpoint
+    records = [r for name in domains() for r in suite_records(toy, [name])[:4]]
+    expected = evaluate_checkpoint(checkpoint, toy, "SFT", records)
+    monkeypatch.setattr(table_module, "_generate_rows", lambda *a: pytest.fail("model.generate decoded"))
+    table = evaluate_checkpoint(checkpoint, kit, "SFT", records)
+    keep = ("completion", "tokens", "score", "follows_mode")
+    assert [{k: s[k] for k in keep} for s in table["samples"]] == [{k: s[k] for k in keep} for s in expected["samples"]]
+    assert table["rows"] == expected["rows"]
+    assert any("<tool_response>" in s["completion"] for s in expected["samples"])  # a second turn was decoded
+    assert len({s["tokens"] for s in expected["samples"]}) > 10
+    assert _suite_inputs(kit, records) == {**_suite_inputs(toy, records), "generation": "kit"}

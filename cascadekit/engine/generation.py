@@ -3,6 +3,9 @@
 Every place that generates asks here: GRPO's rollouts (:func:`grpo_arguments`, TRL's
 ``use_vllm``/``vllm_mode`` and the colocated engine's memory knobs), Part I's sampling
 (:func:`backend`), the stage tables and ``evaluate-checkpoints`` (:func:`greedy_generator`).
+On the CPU, ``engine.evaluation_decoder: kit`` has the stage tables and Part I's sampling
+decode with the kit's own loop (:mod:`cascadekit.engine.decode`, :func:`uses_kit_decoder`)
+instead of transformers' ``generate``; on a GPU it is never used.
 ``engine.vllm`` is ``none`` (transformers' ``generate``), ``colocate`` (vLLM inside the
 training processes; the evaluation's offline engines are these too) or ``server`` (GRPO's
 rollouts from a ``vllm serve`` process, :mod:`cascadekit.launch`; evaluation, which trains
@@ -39,7 +42,7 @@ from cascadekit.profiles import EngineConfig, Profile
 from cascadekit.engine.runtime import choose_device, require
 
 __all__ = ["VLLM_SERVER_ENV", "GreedyGenerator", "backend", "engine_arguments", "grpo_arguments", "greedy_generator", "offline_engine",
-           "uses_vllm"]
+           "uses_kit_decoder", "uses_vllm"]
 
 #: ``host:port`` of a running ``vllm serve`` (set by :mod:`cascadekit.launch` for server mode).
 VLLM_SERVER_ENV = "CASCADEKIT_VLLM_SERVER"
@@ -67,9 +70,19 @@ def uses_vllm(profile: Profile) -> bool:
     return True
 
 
+def uses_kit_decoder(profile: Profile) -> bool:
+    """Whether evaluation decodes with the kit's loop: ``engine.evaluation_decoder`` is ``kit`` and the profile runs on the CPU.
+
+    On a GPU generation stays vLLM's or transformers', whatever the field says.
+    """
+    return profile.engine.evaluation_decoder == "kit" and not choose_device(profile).on_gpu
+
+
 def backend(profile: Profile) -> str:
-    """``vllm`` or ``hf``: the sampler's backend for ``profile`` (:func:`uses_vllm`)."""
-    return "vllm" if uses_vllm(profile) else "hf"
+    """``vllm``, ``kit`` or ``hf``: the sampler's backend for ``profile`` (:func:`uses_vllm`, :func:`uses_kit_decoder`)."""
+    if uses_vllm(profile):
+        return "vllm"
+    return "kit" if uses_kit_decoder(profile) else "hf"
 
 
 def engine_arguments(engine: EngineConfig) -> dict[str, Any]:

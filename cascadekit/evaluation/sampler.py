@@ -1,11 +1,13 @@
-"""Sampling n completions per prompt, with Hugging Face ``generate`` on CPU or vLLM on GPUs.
+"""Sampling n completions per prompt, with Hugging Face ``generate`` or the kit's loop on CPU, or vLLM on GPUs.
 
-The caller names the backend, from the profile's ``engine.vllm``
-(:func:`cascadekit.engine.generation.backend`: ``vllm`` only with CUDA and the
-vllm package): ``hf`` batches prompts with left padding and a KV cache through
-``model.generate`` (several prompts x ``num_return_sequences`` per call); ``vllm``
-hands the whole list to a vLLM engine (sized by the profile's ``engine`` knobs,
-freed when it is done). Both stop at ``</answer>`` (a single token here) or EOS and
+The caller names the backend, from the profile's ``engine.vllm`` and
+``engine.evaluation_decoder`` (:func:`cascadekit.engine.generation.backend`: ``vllm``
+only with CUDA and the vllm package, ``kit`` only on the CPU): ``hf`` batches prompts
+with left padding and a KV cache through ``model.generate`` (several prompts x
+``num_return_sequences`` per call); ``kit`` decodes the same batches with the kit's
+loop (:func:`cascadekit.engine.decode.decode`, each prompt prefilled once for its
+``n`` samples: the same distribution, other draws); ``vllm`` hands the whole list to
+a vLLM engine (sized by the profile's ``engine`` knobs, freed when it is done). Both stop at ``</answer>`` (a single token here) or EOS and
 return the completion text after the prompt, ``</answer>`` included.
 
 Either backend takes a loaded model or a checkpoint (a folder or a hub name,
@@ -36,6 +38,7 @@ from cascadekit.artifacts import MANIFEST, PROVENANCE
 from cascadekit.atomic import atomic_write_json
 from cascadekit.profiles import EngineConfig, EvaluationConfig
 from cascadekit.stages import STAGE_FILE, Stage, run_stage
+from cascadekit.engine.decode import Sampling, decode
 from cascadekit.engine.generation import offline_engine
 from cascadekit.engine.runtime import Placement, checkpoint_folder, load_model, require, save_checkpoint
 from cascadekit.engine.tokenizer import tag_id
@@ -121,18 +124,18 @@ def sample_completions(model: PreTrainedModel | str | Path, tokenizer: PreTraine
     """``n`` (default ``cfg.samples``) sampled completions for each prompt, in prompt order.
 
     ``model`` is a loaded model or a checkpoint (a folder or a hub name), for
-    either ``backend`` (``hf`` or ``vllm``; ``engine`` sizes the vLLM engine). A checkpoint for the ``hf`` backend is loaded by
+    any ``backend`` (``hf``, ``kit`` or ``vllm``; ``engine`` sizes the vLLM engine). A checkpoint for ``hf`` or ``kit`` is loaded by
     :func:`cascadekit.engine.runtime.load_model` on ``placement`` (default: the CPU in
     float32); ``allow_download`` follows :func:`cascadekit.engine.runtime.download_allowed`.
     """
     n = n or cfg.samples
     if backend == "vllm":
         return _sample_vllm(model, tokenizer, prompts, cfg, n, seed, allow_download, engine)
-    if backend != "hf":
-        raise ValueError(f"unknown sampling backend {backend!r}; choose 'hf' or 'vllm'")
+    if backend not in ("hf", "kit"):
+        raise ValueError(f"unknown sampling backend {backend!r}; choose 'hf', 'kit' or 'vllm'")
     if isinstance(model, (str, Path)):
         model = load_model(model, placement, allow_download=allow_download)
-    return _sample_hf(model, tokenizer, prompts, cfg, n, seed)
+    return (_sample_kit if backend == "kit" else _sample_hf)(model, tokenizer, prompts, cfg, n, seed)
 
 
 def _cut(text: str) -> str:
@@ -166,6 +169,23 @@ def _sample_hf(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, promp
         )
         new = generated[:, batch["input_ids"].shape[1]:]
         texts = [_decode(tokenizer, row) for row in new]
+        out.extend(texts[i * n:(i + 1) * n] for i in range(len(texts) // n))
+    return out
+
+
+def _sample_kit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
+                cfg: EvaluationConfig, n: int, seed: int) -> list[list[str]]:
+    """:func:`_sample_hf`'s batches by the kit's decode loop: each prompt prefilled once, decoded ``n`` times."""
+    sampling = Sampling(temperature=cfg.temperature, top_p=cfg.top_p)
+    generator = torch.Generator().manual_seed(seed)
+    per_call = max(1, cfg.batch_size // n)
+    stop_ids = [tokenizer.eos_token_id, tag_id(tokenizer, STOP)]
+    out: list[list[str]] = []
+    for start in tqdm(range(0, len(prompts), per_call), desc="sampling", unit="batch", leave=False):
+        ids = [tokenizer(p)["input_ids"] for p in prompts[start:start + per_call]]
+        rows = decode(model, ids, cfg.max_new_tokens, stop_ids, sampling, pad_id=tokenizer.pad_token_id,
+                      generator=generator, group=n)
+        texts = [_decode(tokenizer, torch.tensor(row, dtype=torch.long)) for row in rows]
         out.extend(texts[i * n:(i + 1) * n] for i in range(len(texts) // n))
     return out
 

@@ -42,7 +42,8 @@ from cascadekit.evaluation.sampler import folder_digest
 from cascadekit.atomic import atomic_write_json
 from cascadekit.stages import Stage, StageOutput, content_id, run_stage
 from cascadekit.profiles import Profile
-from cascadekit.engine.generation import GreedyGenerator, greedy_generator, uses_vllm
+from cascadekit.engine.decode import Sampling, decode
+from cascadekit.engine.generation import GreedyGenerator, greedy_generator, uses_kit_decoder, uses_vllm
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
@@ -114,11 +115,14 @@ def repetition_rate(text: str, n: int = REPETITION_N) -> float:
 @torch.inference_mode()
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
              max_new_tokens: int, batch_size: int, temperature: float = 0.0,
-             top_p: float = 1.0) -> list[tuple[str, int]]:
+             top_p: float = 1.0, kit: bool = False) -> list[tuple[str, int]]:
     """Completions (text up to ``<|im_end|>``, and its token count) in prompt order.
 
     Greedy at ``temperature`` 0 (the stage table); above it, sampled at that
     temperature and ``top_p`` (no top-k) from torch's current random state.
+    Prompts go in batches of ``batch_size``, shortest first; each batch is decoded by
+    ``model.generate``, or with ``kit`` by the kit's loop (:func:`cascadekit.engine.decode.decode`:
+    the same greedy tokens, the same sampling distribution).
     """
     tokenizer.padding_side = "left"
     model.eval()
@@ -127,16 +131,38 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
     out: dict[int, tuple[str, int]] = {}
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        batch = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
-                          add_special_tokens=False).to(model.device)
-        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0 \
-            else {"do_sample": False}
-        generated = model.generate(**batch, **sampling, max_new_tokens=max_new_tokens,
-                                   eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
-        for i, row in zip(idx, generated[:, batch["input_ids"].shape[1]:].tolist()):
+        texts = [prompts[i] for i in idx]
+        rows = (_kit_rows(model, tokenizer, texts, max_new_tokens, temperature, top_p) if kit
+                else _generate_rows(model, tokenizer, texts, max_new_tokens, temperature, top_p))
+        for i, row in zip(idx, rows):
             ids = turn_ids(row, stop)
             out[i] = (tokenizer.decode(ids, skip_special_tokens=False), len(ids))
     return [out[i] for i in range(len(prompts))]
+
+
+def _generate_rows(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+                   max_new_tokens: int, temperature: float, top_p: float) -> list[list[int]]:
+    """One batch's new token ids by ``model.generate`` (rows that stopped are padded to the longest)."""
+    batch = tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0 \
+        else {"do_sample": False}
+    generated = model.generate(**batch, **sampling, max_new_tokens=max_new_tokens,
+                               eos_token_id=stop_token_ids(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    return generated[:, batch["input_ids"].shape[1]:].tolist()
+
+
+def _kit_rows(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+              max_new_tokens: int, temperature: float, top_p: float) -> list[list[int]]:
+    """One batch's new token ids by the kit's decode loop (each row up to and including its stop token)."""
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    return decode(model, ids, max_new_tokens, stop_token_ids(tokenizer), Sampling(temperature, top_p),
+                  pad_id=tokenizer.pad_token_id)
+
+
+def kit_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> GreedyGenerator:
+    """:func:`generate` by the kit's decode loop, as a :func:`rollout`'s ``generate_fn`` (greedy)."""
+    return lambda prompts, max_new_tokens, batch_size: generate(model, tokenizer, prompts, max_new_tokens,
+                                                                  batch_size, kit=True)
 
 
 @dataclass
@@ -251,15 +277,20 @@ def evaluate_checkpoint(checkpoint: str | Path, profile: Profile, stage: str,
                         records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """:func:`evaluate` on a checkpoint: ``rows`` (dicts), ``samples``, ``wall_s``.
 
-    The checkpoint is loaded on the profile's device and generates with transformers,
-    or vLLM loads it itself when ``engine.vllm`` asks and can
-    (:func:`cascadekit.engine.generation.uses_vllm`; its engine is freed afterwards).
+    The checkpoint is loaded on the profile's device and generates with transformers
+    (with the kit's decode loop under ``engine.evaluation_decoder: kit`` on the CPU,
+    :func:`cascadekit.engine.generation.uses_kit_decoder`), or vLLM loads it itself when
+    ``engine.vllm`` asks and can (:func:`cascadekit.engine.generation.uses_vllm`; its engine
+    is freed afterwards).
     """
     started = time.perf_counter()
     tokenizer = load_tokenizer(checkpoint)
     if uses_vllm(profile):
         with greedy_generator(checkpoint, tokenizer, profile) as generate_fn:
             rows, samples = evaluate(None, None, records, profile, stage, generate_fn)
+    elif uses_kit_decoder(profile):
+        model = load_model(checkpoint, choose_device(profile))
+        rows, samples = evaluate(None, None, records, profile, stage, kit_generator(model, tokenizer))
     else:
         rows, samples = evaluate(load_model(checkpoint, choose_device(profile)), tokenizer, records, profile, stage)
     return {"rows": [asdict(r) for r in rows], "samples": samples, "wall_s": round(time.perf_counter() - started, 1)}
@@ -303,14 +334,17 @@ def cached_stage_table(stage: StageOutput, profile: Profile, name: str,
 def _suite_inputs(profile: Profile, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What a stage table depends on besides its checkpoint: the suite and the decoding settings.
 
-    vLLM's greedy answers can differ from transformers', so a table it generates says so in
-    its key; transformers' tables (every shipped one) keep the key they had.
+    vLLM's greedy answers can differ from transformers', and the kit's loop's only by float
+    rounding near exact ties, but either says so in its key; transformers' tables (every
+    shipped one) keep the key they had.
     """
     placement = choose_device(profile)
     inputs = {"suite": records_digest(records), "n": len(records), "max_new_tokens": profile.sft.max_new_tokens,
               "batch_size": profile.evaluation.batch_size, "max_rounds": MAX_ROUNDS, "device": placement.device,
               "dtype": placement.dtype}
-    return {**inputs, "generation": "vllm"} if uses_vllm(profile) else inputs
+    if uses_vllm(profile):
+        return {**inputs, "generation": "vllm"}
+    return {**inputs, "generation": "kit"} if uses_kit_decoder(profile) else inputs
 
 
 def _cached_table(inputs: dict[str, Any], name: str, build_table: Callable[[], dict[str, Any]]) -> dict[str, Any]:
