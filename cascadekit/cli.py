@@ -449,10 +449,10 @@ def cmd_ship(args: argparse.Namespace) -> int:
 
 def cmd_rekey_base(args: argparse.Namespace) -> int:
     """Move a chat tokenizer and base built before stage keys hashed content to their content keys in the cache."""
-    from cascadekit.profiles import load_profile, parse_overrides
+    from cascadekit.profiles import load_profile
     from cascadekit.training.chat_base import rekey_chat_base
 
-    for kind, old, new, moved in rekey_chat_base(load_profile(args.scale, parse_overrides(args.set))):
+    for kind, old, new, moved in rekey_chat_base(load_profile(args.scale, _overrides(args))):
         print(f"{kind}/{old} -> {kind}/{new}: " + ("moved" if moved else "nothing to move (no entry under the old key, "
                                                    "or one under the new key already)"))
     return 0
@@ -722,6 +722,7 @@ def _ship_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _rekey_base_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", default="toy", choices=("smoke", "toy", "paper", "small", "full"))
+    _world_argument(parser)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="profile override, repeatable (those the base was built with)")
 
