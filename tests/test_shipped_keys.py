@@ -78,6 +78,7 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.evaluation.stage_table import cached_stage_table
     from cascadekit.chapters.ch05_context_transfer import B_SHARES, cached_variant
     from cascadekit.chapters.ch14_whole_cascade import RLHF_LAST_ORDER, harder_suite
+    from cascadekit.profiles import world_overrides
     from cascadekit.results import RESULTS_DIR
     from cascadekit.rewards import verifier_reward
     from cascadekit.training import reward_model, swe_judge
@@ -92,7 +93,8 @@ def entry_points() -> SimpleNamespace:
         Stage=stages.Stage, STAGE_FILE=stages.STAGE_FILE, resolve=resolve, content_id=content_id,
         legacy_key=legacy_key,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
-        chat_base=chat_base, sft_stages=sft_stages, reward_models=reward_models, judge=judge,
+        chat_base=chat_base, world_overrides=world_overrides, sft_stages=sft_stages, reward_models=reward_models,
+        judge=judge,
         unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
         swe_rl_start=swe_rl_start, unified_swe_rl=unified_swe_rl, sft_checkpoint=sft_checkpoint, if_rl_stage=if_rl_stage,
         verifier_reward=verifier_reward, run_cascade=run_cascade, ORDER=ORDER, RLHF_LAST_ORDER=RLHF_LAST_ORDER,
@@ -283,6 +285,8 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
     with rec.at("08 SFT"):
         profile08 = ep.resolve("08", scale).profile
         ep.sft_stages(ep.chat_base(profile08), profile08)
+    with rec.at("second world: base"):
+        ep.chat_base(ep.resolve("08", scale, ep.world_overrides("second")).profile)
     with rec.at("09 reward models"):
         ep.reward_models(ep.resolve("09", scale).profile)
     # Each chapter's start: the cascade so far, every earlier stage a hit (chapter 13's chain runs them all).
