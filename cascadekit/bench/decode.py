@@ -7,7 +7,12 @@ Both decode the same prompts with the shipped Part II chat base on one thread, i
 - ``grpo``: a GRPO rollout batch, ``rl.prompts_per_step`` prompts x ``rl.group_size``
   completions, sampled at ``rl.temperature``; the loop runs twice, each row prefilled
   on its own (``group=1`` on the repeated prompts, as ``generate`` gets them) and each
-  prompt prefilled once for its group (``group=rl.group_size``).
+  prompt prefilled once for its group (``group=rl.group_size``);
+- ``table`` (not in ``both``: it takes minutes): the whole stage table of the shipped
+  SFT checkpoint (every suite record, tool turns included) by ``evaluate_checkpoint``
+  under ``engine.evaluation_decoder`` ``generate`` and ``kit``: what a chapter's stage
+  table costs, prefill and verifiers included (tokens: each sample's transcript,
+  tool responses included, the same for both); the run checks that the samples agree.
 
 Runs rotate their order repeat by repeat so that a shared machine's load drifts onto
 all alike; the first repeat is warm-up. Tokens are the completions' own (up to and
@@ -29,10 +34,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import render, stop_token_ids, turn_ids
 from cascadekit.domains import prompt_of
+from cascadekit.chapters.cascade import sft_checkpoint
 from cascadekit.engine.decode import GREEDY, Sampling, decode
 from cascadekit.engine.runtime import load_model, load_tokenizer
-from cascadekit.evaluation.stage_table import suite_records
-from cascadekit.profiles import Profile, add_scale_arguments, profile_from_arguments, set_threads
+from cascadekit.evaluation.stage_table import evaluate_checkpoint, suite_records
+from cascadekit.profiles import Profile, add_scale_arguments, apply_overrides, profile_from_arguments, set_threads
 from cascadekit.training.chat_base import chat_base
 
 Decoder = Callable[[], list[list[int]]]
@@ -77,6 +83,19 @@ def measure(decoders: dict[str, Decoder], repeats: int) -> tuple[dict[str, list[
     return speeds, last
 
 
+def whole_table(profile: Profile) -> dict[str, Decoder]:
+    """The stage table of the shipped SFT under each evaluation decoder, as decoders of its samples' token ids."""
+    checkpoint, records = sft_checkpoint(profile).checkpoint, suite_records(profile)
+    tokenizer = load_tokenizer(checkpoint)
+
+    def table(decoder: str) -> Decoder:
+        settings = apply_overrides(profile, {"engine.evaluation_decoder": decoder})
+        return lambda: [tokenizer(s["completion"], add_special_tokens=False)["input_ids"]
+                        for s in evaluate_checkpoint(checkpoint, settings, "SFT", records)["samples"]]
+
+    return {"generate": table("generate"), "loop": table("kit")}
+
+
 def report(shape: str, speeds: dict[str, list[float]], same: str) -> None:
     base = speeds["generate"]
     for name, values in speeds.items():
@@ -93,7 +112,7 @@ def main(argv: Sequence[str] | None = None,
     parser.add_argument("--batch", type=int, default=64, help="stage-table prompts (distinct, greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (after one warm-up)")
-    parser.add_argument("--shape", choices=["stage-table", "grpo", "both"], default="both")
+    parser.add_argument("--shape", choices=["stage-table", "grpo", "both", "table"], default="both")
     profile = profile_from_arguments(args := parser.parse_args(argv))
     if args.batch < 1 or args.max_new_tokens < 1 or args.repeats < 1:
         parser.error("--batch, --max-new-tokens and --repeats must be at least 1")
@@ -122,3 +141,7 @@ def main(argv: Sequence[str] | None = None,
             "loop, each prompt prefilled once": lambda: decode(model, unique, n, stop, sampling, pad_id=pad,
                                                                group=rl.group_size)}, args.repeats)
         report(f"grpo {rl.prompts_per_step}x{rl.group_size}, T={rl.temperature}", speeds, "n/a (sampled)")
+    if args.shape == "table":
+        speeds, last = measure(whole_table(profile), args.repeats)
+        report(f"whole stage table, {len(suite_records(profile))} records", speeds,
+               str(last["loop"] == last["generate"]))

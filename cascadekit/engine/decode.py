@@ -33,7 +33,9 @@ Measured (``cascadekit bench decode --scale toy --threads 1 --repeats 5``, toy c
 base, shared 2-core machine, paired medians of CPU seconds): at the GRPO shape
 (8 prompts x 8 completions, T=1, 128 new tokens) 4.0x ``generate``'s tokens per
 CPU-second; on 64 distinct greedy stage-table prompts 2.65x, tokens identical (one
-buffer per row took it from 2.05x to 2.33x, length-sorted prefill runs to 2.63x).
+buffer per row took it from 2.05x to 2.33x, length-sorted prefill runs to 2.63x); on
+the whole toy stage table (``--shape table``: long prompts, short answers) 2.1x, half
+of the loop's time there being the prefill, the same work as ``generate``'s.
 What is left at that shape: the prefill is about 15% of the time; in a step,
 attention about 45% (64 rows' keys and values, about 20 MB a step, read by 128
 small batched products each), the fixed cost of about 150 tensor operations about

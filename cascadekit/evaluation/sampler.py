@@ -7,10 +7,11 @@ with left padding and a KV cache through ``model.generate`` (several prompts x
 ``num_return_sequences`` per call); ``kit`` decodes the same batches with the kit's
 loop (:func:`cascadekit.engine.decode.decode`, each prompt prefilled once for its
 ``n`` samples: the same distribution, other draws); ``vllm`` hands the whole list to
-a vLLM engine (sized by the profile's ``engine`` knobs, freed when it is done). Both stop at ``</answer>`` (a single token here) or EOS and
-return the completion text after the prompt, ``</answer>`` included.
+a vLLM engine (sized by the profile's ``engine`` knobs, freed when it is done). Each
+stops at ``</answer>`` (a single token here) or EOS and returns the completion text
+after the prompt, ``</answer>`` included.
 
-Either backend takes a loaded model or a checkpoint (a folder or a hub name,
+Every backend takes a loaded model or a checkpoint (a folder or a hub name,
 loaded through :mod:`cascadekit.engine.runtime`). vLLM loads weights itself, so an
 in-memory model is first saved to a temporary checkpoint folder
 (:func:`cascadekit.engine.runtime.save_checkpoint`, a LoRA adapter merged in) and that
