@@ -285,8 +285,10 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
     with rec.at("08 SFT"):
         profile08 = ep.resolve("08", scale).profile
         ep.sft_stages(ep.chat_base(profile08), profile08)
-    with rec.at("second world: base"):
-        ep.chat_base(ep.resolve("08", scale, ep.world_overrides("second")).profile)
+    for train_seed in (0, 1):  # the seeds whose SFT is shipped
+        with rec.at(f"second world: SFT, train seed {train_seed}"):
+            second = ep.resolve("08", scale, {**ep.world_overrides("second"), "train_seed": train_seed}).profile
+            ep.sft_stages(ep.chat_base(second), second)
     with rec.at("09 reward models"):
         ep.reward_models(ep.resolve("09", scale).profile)
     # Each chapter's start: the cascade so far, every earlier stage a hit (chapter 13's chain runs them all).
