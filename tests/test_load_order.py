@@ -4,7 +4,7 @@ DeepSpeed ZeRO-3 partitions a model while ``from_pretrained`` loads it only when
 with the DeepSpeed config is alive at that moment (transformers' ``is_deepspeed_zero3_enabled``); a model
 loaded before is loaded whole on every process, and ``zero3_init_flag`` does nothing. No DeepSpeed here: the
 test records the order of the two events through the real stage builds (SFT, GRPO, a reward model, the SWE
-judge) and stops each build at its model's load.
+judge, Part I's mid-training and pretraining from released weights) and stops each build at its model's load.
 """
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ import pytest
 from transformers import PreTrainedModel, TrainingArguments
 
 from cascadekit.artifacts import write_manifest
+from cascadekit.bands import Bands
 from cascadekit.engine.models import build_model
 from cascadekit.engine.runtime import save_checkpoint
 from cascadekit.evaluation.stage_table import suite_records
 from cascadekit.profiles import load_profile
 from cascadekit.stages import StageOutput
 from cascadekit.training.chat_base import build_chat_tokenizer
-from cascadekit.training.pipeline import chat_grpo
+from cascadekit.training.pipeline import chat_grpo, midtrained
+from cascadekit.training.pretrain import pretrain
 from cascadekit.training.reward_model import reward_model_stage
 from cascadekit.training.sft import sft_stage
 from cascadekit.training.swe_rl import judge_from
@@ -63,6 +65,10 @@ BUILDS = {
     "grpo": lambda start, work: chat_grpo(start, suite_records(PROFILE, ["math"])[:2], PROFILE, work),
     "reward-model": lambda start, work: reward_model_stage(start, PROFILE, 1),
     "swe-judge": lambda start, work: judge_from(start, PROFILE),
+    "midtrain": lambda start, work: midtrained(start, PROFILE, Bands.of_world(PROFILE.world), 4096),
+    "pretrain-released": lambda start, work: pretrain(
+        load_profile("smoke", {"model.pretrained": str(start.checkpoint)}), build_chat_tokenizer(PROFILE),
+        work / "base", work / "run"),
 }
 
 

@@ -35,7 +35,7 @@ import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 from transformers import (
@@ -306,45 +306,78 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def train_lm(model: PreTrainedModel, blocks: torch.Tensor, profile: Profile, run_dir: Path,
+#: A model, or a function that loads it once the training arguments exist (see :func:`lm_trainer`).
+ModelOrLoader = PreTrainedModel | Callable[[], PreTrainedModel]
+
+
+def lm_trainer(model: ModelOrLoader, blocks: torch.Tensor, profile: Profile, run_dir: Path, max_steps: int,
+               callbacks: Sequence[TrainerCallback] = (), cfg: PretrainConfig | None = None,
+               seed: int | None = None) -> Trainer:
+    """The Trainer of ``model`` on packed ``blocks`` for ``max_steps`` steps (:func:`training_arguments`).
+
+    ``model`` may be a function that loads it: it is called after the training
+    arguments exist, which is what lets DeepSpeed ZeRO-3 partition the weights as
+    they load (``zero3_init_flag``) instead of every process loading them whole.
+    """
+    args = training_arguments(cfg or profile.pretrain, run_dir, max_steps, profile, seed)
+    return Trainer(
+        model=model if isinstance(model, torch.nn.Module) else model(),
+        args=args,
+        train_dataset=BlockDataset(blocks),
+        data_collator=default_data_collator,
+        callbacks=list(callbacks),
+    )
+
+
+def _train(trainer: Trainer, run_dir: Path, tokens_per_step: int) -> list[tuple[int, int, float]]:
+    """Train, resuming from ``run_dir``'s last good checkpoint; the loss log."""
+    resume = resume_checkpoint(run_dir)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return loss_log(trainer.state.log_history, tokens_per_step)
+
+
+def _max_steps(cfg: PretrainConfig, tokens: int | None) -> tuple[int, int]:
+    """``(max_steps, tokens_per_step)`` of a token budget (default ``cfg.tokens``)."""
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    return max(1, (tokens or cfg.tokens) // tokens_per_step), tokens_per_step
+
+
+def train_lm(model: ModelOrLoader, blocks: torch.Tensor, profile: Profile, run_dir: Path,
              tokens: int | None = None, callbacks: Sequence[TrainerCallback] = (),
              cfg: PretrainConfig | None = None, seed: int | None = None) -> list[tuple[int, int, float]]:
     """Train ``model`` on packed ``blocks`` for a token budget; resume from ``run_dir``'s last good checkpoint.
 
     Returns the loss log. ``tokens`` defaults to ``profile.pretrain.tokens``, the
     Trainer's ``seed`` to the profile's ``seed`` (:func:`training_arguments`).
+    ``model`` may be a loader (:func:`lm_trainer`).
     """
     cfg = cfg or profile.pretrain
-    tokens_per_step = cfg.batch_size * cfg.seq_len
-    max_steps = max(1, (tokens or cfg.tokens) // tokens_per_step)
+    max_steps, tokens_per_step = _max_steps(cfg, tokens)
     run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(
-        model=model,
-        args=training_arguments(cfg, run_dir, max_steps, profile, seed),
-        train_dataset=BlockDataset(blocks),
-        data_collator=default_data_collator,
-        callbacks=list(callbacks),
-    )
-    resume = resume_checkpoint(run_dir)
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    return loss_log(trainer.state.log_history, tokens_per_step)
+    return _train(lm_trainer(model, blocks, profile, run_dir, max_steps, callbacks, cfg, seed), run_dir,
+                  tokens_per_step)
 
 
 def _save_stage(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, log: list, dest: Path) -> None:
     save_checkpoint(model, tokenizer, dest, files={LOSS_LOG: json.dumps(log)})
 
 
-def train_stage(profile: Profile, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dest: Path,
+def train_stage(profile: Profile, model: ModelOrLoader, tokenizer: PreTrainedTokenizerBase, dest: Path,
                 mixture: Mapping[str, float], split: str, tokens: int, run_dir: Path,
                 callbacks: Sequence[TrainerCallback] = (), cfg: PretrainConfig | None = None,
                 bands: Bands | None = None, seed: int | None = None) -> list[tuple[int, int, float]]:
     """Build one training stage's data, train (resuming if interrupted), save model + tokenizer + loss log to ``dest``.
 
-    ``seed`` shuffles and trains (default the profile's ``seed``, a base's).
+    ``seed`` shuffles and trains (default the profile's ``seed``, a base's). ``model``
+    may be a loader, called once the training arguments exist (:func:`lm_trainer`).
     """
     blocks = training_blocks(profile, tokenizer, mixture, split, tokens, bands, seed)
-    log = train_lm(model, blocks, profile, run_dir, tokens, callbacks=callbacks, cfg=cfg, seed=seed)
-    _save_stage(model, tokenizer, log, dest)
+    cfg = cfg or profile.pretrain
+    max_steps, tokens_per_step = _max_steps(cfg, tokens)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = lm_trainer(model, blocks, profile, run_dir, max_steps, callbacks, cfg, seed)
+    log = _train(trainer, run_dir, tokens_per_step)
+    _save_stage(trainer.model, tokenizer, log, dest)
     shutil.rmtree(run_dir, ignore_errors=True)
     return log
 
@@ -353,14 +386,17 @@ def pretrain(profile: Profile, tokenizer: PreTrainedTokenizerBase, dest: Path, r
              callbacks: Sequence[TrainerCallback] = ()) -> list[tuple[int, int, float]]:
     """Pretrain a fresh model on the in-distribution ``pretrain`` split; save it to ``dest``.
 
-    A profile that names released weights (``model.pretrained``) starts from them;
-    with ``pretrain.tokens`` 0 they are saved as they are, untrained.
+    A profile that names released weights (``model.pretrained``) starts from them,
+    loaded once the training arguments exist; with ``pretrain.tokens`` 0 they are
+    saved as they are, untrained.
     """
-    model = start_model(profile, tokenizer, placement=choose_device(profile))
+    def start() -> PreTrainedModel:
+        return start_model(profile, tokenizer, placement=choose_device(profile))
+
     if base_model_source(profile) and not profile.pretrain.tokens:
-        _save_stage(model, tokenizer, [], dest)
+        _save_stage(start(), tokenizer, [], dest)
         return []
-    return train_stage(profile, model, tokenizer, dest, PRETRAIN_MIXTURE, "pretrain",
+    return train_stage(profile, start, tokenizer, dest, PRETRAIN_MIXTURE, "pretrain",
                        profile.pretrain.tokens, run_dir, callbacks)
 
 
@@ -382,10 +418,10 @@ def midtrain(profile: Profile, checkpoint: Path, dest: Path, run_dir: Path, toke
     """Continue ``checkpoint`` on the ``midtrain`` split with a narrowed ``mixture`` over ``bands``; save to ``dest``.
 
     What a chapter trains, so shuffled and trained by the training seed (the base it starts from is not).
+    The checkpoint loads after the training arguments exist (:func:`lm_trainer`).
     """
     tokenizer = load_tokenizer(checkpoint)
-    model = load_model(checkpoint, choose_device(profile))
-    return train_stage(profile, model, tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
+    return train_stage(profile, lambda: load_model(checkpoint, choose_device(profile)), tokenizer, dest, mixture, "midtrain", tokens, run_dir, callbacks,
                        cfg=midtrain_config(profile.pretrain), bands=bands, seed=profile.seeds.train)
 
 
