@@ -109,6 +109,8 @@ def known_problems(versions: dict[str, str | None], device: str) -> list[str]:
     out = []
     if versions.get("vllm") and device == "cpu":
         out.append("vllm is installed but there is no GPU: evaluation uses the transformers backend")
+    if versions.get("trl") and (problem := runtime.cpu_trl_problem(versions["trl"], device == "cuda")):
+        out.append(problem)
     if versions.get("unsloth") and _at_least(versions.get("trl"), "1.16"):
         out.append("unsloth 2026.10 caps trl at 1.15; its GRPO path needs trl<=1.15 and a GPU")
     if versions.get("vllm") and _at_least(versions.get("transformers"), "5.21"):

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 import torch
+from packaging.version import Version
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import snapshot_download
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -54,10 +55,10 @@ from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.profiles import Profile
 
 __all__ = [
-    "CPU", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement", "base_model_source",
-    "checkpoint_folder", "choose_device", "cuda_device", "download_allowed", "four_bit_config", "hub_cache_dir",
-    "load_chat_tokenizer",
-    "load_model", "load_tokenizer", "lora_config", "require", "save_checkpoint", "with_lora",
+    "CPU", "CPU_TRL", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement",
+    "UnsupportedStack", "base_model_source", "checkpoint_folder", "choose_device", "cpu_trl_problem", "cuda_device",
+    "download_allowed", "four_bit_config", "hub_cache_dir", "load_chat_tokenizer",
+    "load_model", "load_tokenizer", "lora_config", "refuse_cpu_trl", "require", "save_checkpoint", "with_lora",
 ]
 
 #: Set to ``1`` to let :func:`load_model` and :func:`load_tokenizer` download a hub model that is not cached.
@@ -157,6 +158,36 @@ def choose_device(profile: Any = None) -> Placement:
     if dtype == "bfloat16" and not bf16:
         return Placement("cuda", "float16", f"{name} asks for bf16 but {gpu_name} lacks it: fp16")
     return Placement("cuda", dtype, f"{name} asks for cuda in {dtype} ({gpu_name})")
+
+
+#: The first TRL whose SFT and GRPO train on a CPU. TRL 1.15 (what the ``[unsloth]`` extra resolves to) computes
+#: every log-probability with its fused LM head, a Triton kernel; without it (``trl.trainer.utils``) the kernel is
+#: None and the first step dies with ``'NoneType' object has no attribute 'apply'`` (measured with transformers 5.17).
+CPU_TRL = "1.16"
+
+
+class UnsupportedStack(ValueError):
+    """An installed library version that cannot run what was asked on this device, in one line (the CLI prints it)."""
+
+
+def cpu_trl_problem(trl_version: str, on_gpu: bool) -> str | None:
+    """Why TRL ``trl_version`` cannot train SFT or GRPO here, or None when it can (any TRL on a GPU, 1.16+ anywhere)."""
+    if on_gpu or Version(trl_version) >= Version(CPU_TRL):
+        return None
+    return (f"trl {trl_version} (the [unsloth] extra's stack) cannot train SFT or GRPO on a CPU: its fused LM head "
+            f"is a Triton kernel ('NoneType' object has no attribute 'apply' at the first step); "
+            f"on a CPU install trl>={CPU_TRL} (pip install 'trl>={CPU_TRL},<1.17')")
+
+
+def refuse_cpu_trl(placement: Placement, trainer: str) -> None:
+    """:class:`UnsupportedStack` when the imported TRL cannot run ``trainer`` on ``placement`` (:func:`cpu_trl_problem`).
+
+    Called where a trainer's arguments are built, so it refuses before any model loads.
+    """
+    import trl
+
+    if problem := cpu_trl_problem(trl.__version__, placement.on_gpu):
+        raise UnsupportedStack(f"{trainer}: {problem}")
 
 
 # ---------------------------------------------------------------------------

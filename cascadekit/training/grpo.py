@@ -43,7 +43,9 @@ from trl import GRPOConfig, GRPOTrainer
 
 from cascadekit.profiles import EngineConfig, Profile, RLConfig
 from cascadekit.engine.generation import grpo_arguments
-from cascadekit.engine.runtime import choose_device, lora_config, save_checkpoint, training_precision
+from cascadekit.engine.runtime import (
+    choose_device, lora_config, refuse_cpu_trl, save_checkpoint, training_precision,
+)
 from cascadekit.training.rollouts import RolloutFunc, choose_rollouts
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
@@ -120,7 +122,9 @@ def build_grpo_config(
     if num_processes is None:  # the launcher's processes (torchrun/accelerate set WORLD_SIZE), else one
         num_processes = int(os.environ.get("WORLD_SIZE", 1))
     per_device, accumulation = micro_batches(rl, profile.engine, num_processes, gradient_accumulation_steps)
-    on_gpu = choose_device(profile).on_gpu
+    placement = choose_device(profile)
+    refuse_cpu_trl(placement, "GRPO")
+    on_gpu = placement.on_gpu
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
         # strict on-policy: one generation batch = one optimizer step, used once

@@ -47,7 +47,7 @@ from cascadekit.domains import chat_records, check_record, configured, draw_task
 from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, domains_inputs, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
-    choose_device, download_allowed, load_tokenizer, save_checkpoint, training_precision, with_lora,
+    choose_device, download_allowed, load_tokenizer, refuse_cpu_trl, save_checkpoint, training_precision, with_lora,
 )
 from cascadekit.training.released_data import available_pools, released_sets, stream_records
 from cascadekit.engine.trainable import engine_settings, load_trainable
@@ -133,6 +133,7 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
     steps = profile.engine.accumulation
     if cfg.batch_size % steps:
         raise ValueError(f"sft.batch_size={cfg.batch_size} does not split into engine.accumulation={steps} micro-batches")
+    refuse_cpu_trl(choose_device(profile), "SFT")
     return SFTConfig(
         output_dir=str(out_dir),
         max_length=seq_len(profile, stage),
