@@ -20,7 +20,8 @@
   and its tokenizer to a temporary folder beside the destination and renames it
   into place, so a checkpoint cut mid-save never sits under the real name.
   Under ``torchrun`` every process calls it: DeepSpeed ZeRO-3 shards are gathered
-  first, the main process alone writes, and all wait for it (:mod:`cascadekit.distributed`).
+  first (FSDP 2 shards into a full state dict on the main process), the main process
+  alone writes, and all wait for it (:mod:`cascadekit.distributed`).
 - :func:`base_model_source` is the profile's ``model.pretrained``: the released
   weights a GPU profile starts from (empty at the CPU scales, which build from scratch).
   :func:`load_chat_tokenizer` is that model's own tokenizer with the kit's chat
@@ -460,6 +461,29 @@ def _whole_weights(model: PreTrainedModel) -> contextlib.AbstractContextManager[
     return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
 
 
+def _fsdp_sharded(model: PreTrainedModel) -> bool:
+    """Whether FSDP 2 (``fully_shard``, what accelerate's FSDP gives) holds ``model``'s weights as DTensor shards."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False  # no process group, no shards (and no import of DTensor for a one-process save)
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def _full_state_dict(model: PreTrainedModel) -> dict[str, torch.Tensor] | None:
+    """An FSDP 2 model's whole weights, gathered onto the main process's CPU (empty on the others); else None.
+
+    Every process must call it (the gather is a collective). ``save_pretrained`` on
+    the sharded model itself gathers each DTensor as it writes, a collective the
+    other processes never join: the main process would hang there.
+    """
+    if not _fsdp_sharded(model):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
 def _merged(model: PreTrainedModel) -> PreTrainedModel:
     """A LoRA model with its adapter merged into a copy of the weights (the full base for QLoRA); others as they are."""
     if not isinstance(model, PeftModel):
@@ -478,10 +502,11 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
     once more). Returns ``dest``.
 
     Under a multi-process launch every process must call it: a ZeRO-3 model's
-    shards are gathered on all of them (:func:`_whole_weights`), only the main
-    process writes, and all wait for it to finish. Merging an adapter into a
-    ZeRO-3 model is refused (it would copy the gathered model once more on every
-    process); the kit's ZeRO-3 profile (``full``) trains without LoRA.
+    shards are gathered on all of them (:func:`_whole_weights`), an FSDP 2 model's
+    into one full state dict on the main process only (:func:`_full_state_dict`),
+    only the main process writes, and all wait for it to finish. Merging an adapter
+    into a ZeRO-3 or FSDP model is refused (it would copy the gathered model once
+    more); the kit's sharded profile (``full``) trains without LoRA.
     """
     dest = Path(dest)
     for name in files or {}:  # refused before any process waits for the main one to write
@@ -490,13 +515,17 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase |
     if merge_lora and isinstance(model, PeftModel) and _partitioned(model):
         raise ValueError("merging a LoRA adapter into a ZeRO-3 partitioned model is not supported: save the "
                          "adapter (merge_lora=False) or train without ZeRO-3")
+    if merge_lora and isinstance(model, PeftModel) and _fsdp_sharded(model):
+        raise ValueError("merging a LoRA adapter into an FSDP sharded model is not supported: save the "
+                         "adapter (merge_lora=False) or train without FSDP")
+    state = _full_state_dict(model)  # FSDP 2: gathered by every process onto the main one
     with _whole_weights(model):
         if distributed.is_main():  # the gather is every process's part; writing is the main process's
             model = _merged(model) if merge_lora else model
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.saving-", dir=dest.parent))
             try:
-                model.save_pretrained(tmp)
+                model.save_pretrained(tmp, **({} if state is None else {"state_dict": state}))
                 if tokenizer is not None:
                     tokenizer.save_pretrained(tmp)
                 for name, data in (files or {}).items():
