@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import pickle
 import shutil
@@ -48,7 +49,9 @@ from packaging.version import Version
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import snapshot_download
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
+)
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from cascadekit import distributed
@@ -59,7 +62,7 @@ __all__ = [
     "CPU", "CPU_TRL", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement",
     "UnsupportedStack", "base_model_source", "checkpoint_folder", "choose_device", "cpu_trl_problem", "cuda_device",
     "download_allowed", "four_bit_config", "hub_cache_dir", "load_chat_tokenizer",
-    "load_model", "load_tokenizer", "lora_config", "refuse_cpu_trl", "require", "save_checkpoint", "with_lora",
+    "load_classifier", "load_model", "load_tokenizer", "lora_config", "refuse_cpu_trl", "require", "save_checkpoint", "with_lora",
 ]
 
 #: Set to ``1`` to let :func:`load_model` and :func:`load_tokenizer` download a hub model that is not cached.
@@ -333,6 +336,20 @@ def four_bit_config(placement: Placement) -> Any:
                               bnb_4bit_compute_dtype=placement.torch_dtype)
 
 
+def _placed(placement: Placement, quantization: str) -> dict[str, Any]:
+    """``from_pretrained``'s dtype, quantization and device for ``placement``: on a GPU, this process's own one."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    kwargs: dict[str, Any] = {"dtype": placement.weights_dtype, "trust_remote_code": False}  # never ask, never run
+    if quantization == "4bit":
+        if not placement.on_gpu:
+            raise ValueError(f"4-bit loading needs a CUDA GPU (bitsandbytes); the placement is {placement}")
+        kwargs["quantization_config"] = four_bit_config(placement)
+    if placement.on_gpu and not is_deepspeed_zero3_enabled():  # ZeRO-3 shards the weights itself
+        kwargs["device_map"] = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return kwargs
+
+
 def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
                allow_download: bool | None = None, quantization: str = "none") -> PreTrainedModel:
     """A causal LM from a checkpoint folder or a hub name, on ``placement``'s device in its :attr:`~Placement.weights_dtype`.
@@ -344,17 +361,28 @@ def load_model(source: str | os.PathLike, placement: Placement | None = None, *,
     ``quantization="4bit"`` holds the weights in NF4 (:func:`four_bit_config`): a
     CUDA placement and bitsandbytes (the ``gpu`` extra) only, each refused clearly.
     """
-    placement = placement or CPU
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
-    kwargs: dict[str, Any] = {"dtype": placement.weights_dtype, "trust_remote_code": False}  # never ask, never run
-    if quantization == "4bit":
-        if not placement.on_gpu:
-            raise ValueError(f"4-bit loading needs a CUDA GPU (bitsandbytes); the placement is {placement}")
-        kwargs["quantization_config"] = four_bit_config(placement)
-    if placement.on_gpu and not is_deepspeed_zero3_enabled():  # ZeRO-3 shards the weights itself
-        kwargs["device_map"] = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    kwargs = _placed(placement or CPU, quantization)
     return _from_source("model", source, AutoModelForCausalLM.from_pretrained, allow_download, **kwargs)
+
+
+def load_classifier(source: str | os.PathLike, placement: Placement | None = None, *, labels: int | None = None,
+                    layers: int | None = None, quantization: str = "none") -> PreTrainedModel:
+    """A sequence classifier from a local checkpoint folder, placed as :func:`load_model` places a causal LM.
+
+    ``labels`` outputs on a fresh head (1: a reward model's scalar, 2: a yes/no
+    judge; None keeps a saved classifier's own), the first ``layers`` decoder layers
+    when given (a reward model cut from a policy), in NF4 with ``quantization="4bit"``.
+    """
+    config: dict[str, Any] = {} if labels is None else {"num_labels": labels}
+    if layers is not None:
+        saved = json.loads((Path(source) / "config.json").read_text())
+        if not 1 <= layers <= saved["num_hidden_layers"]:
+            raise ValueError(f"a classifier keeps 1 to {saved['num_hidden_layers']} layers of {source}, not {layers}")
+        config["num_hidden_layers"] = layers
+        if "layer_types" in saved:
+            config["layer_types"] = saved["layer_types"][:layers]
+    kwargs = {**_placed(placement or CPU, quantization), **config}
+    return _loaded("classifier", source, AutoModelForSequenceClassification.from_pretrained, **kwargs)
 
 
 def load_tokenizer(source: str | os.PathLike, *, allow_download: bool | None = None) -> PreTrainedTokenizerBase:
@@ -435,12 +463,20 @@ def _merged_on_full_weights(model: PeftModel) -> PreTrainedModel:
 
     Merging into the 4-bit weights would round the merged weights to NF4; the
     QLoRA recipe merges into the full-precision base the adapter was trained on.
+    The base is reloaded as the class and config it was trained as, less the
+    quantization: a causal LM, or a classifier with its kept layers and labels
+    (whose head the adapter carries whole, PEFT's ``modules_to_save``).
     """
+    base = model.get_base_model()
+    config = copy.deepcopy(base.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
     base_source = model.peft_config[model.active_adapter].base_model_name_or_path
     with tempfile.TemporaryDirectory(prefix="cascadekit-adapter-") as adapter:
         model.save_pretrained(adapter)
-        base = _from_source("model", base_source, AutoModelForCausalLM.from_pretrained, None, dtype=torch.bfloat16)
-        return PeftModel.from_pretrained(base, adapter).merge_and_unload()
+        full = _from_source("model", base_source, type(base).from_pretrained, None, config=config,
+                            dtype=torch.bfloat16, trust_remote_code=False)
+        return PeftModel.from_pretrained(full, adapter).merge_and_unload()
 
 
 def _partitioned(model: PreTrainedModel) -> bool:

@@ -10,6 +10,9 @@ One function, :func:`load_trainable`, reads the profile's ``engine`` section
 * **QLoRA** (``engine.quantization: 4bit``, the ``small`` profile): the frozen base
   in NF4 through bitsandbytes, PEFT's ``prepare_model_for_kbit_training``, then the
   LoRA adapter. A GPU only: on the CPU it is refused with one clear line.
+* **A classifier's QLoRA** (:func:`load_trainable_classifier`: reward models and the SWE
+  judge under ``engine.quantization: 4bit``): the cut classifier in NF4, LoRA on every
+  linear layer, and its fresh score head trained whole (:func:`classifier_lora`).
 * **Unsloth** (``engine.unsloth: true``): when the ``unsloth`` package is installed
   and a GPU is there, Unsloth's ``FastLanguageModel`` loads the model (in 4 bit
   when asked) and adds its LoRA; otherwise the PEFT path above, and the note says
@@ -26,15 +29,19 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from peft import PeftModel, prepare_model_for_kbit_training
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 from transformers import PreTrainedModel
 
-from cascadekit.engine.runtime import Placement, checkpoint_folder, load_model, require, with_lora
+from cascadekit.engine.runtime import Placement, checkpoint_folder, load_classifier, load_model, require, with_lora
 
-__all__ = ["Note", "engine_settings", "load_trainable", "unsloth_available"]
+__all__ = ["CLASSIFIER_HEAD", "Note", "classifier_lora", "engine_settings", "load_trainable",
+           "load_trainable_classifier", "trainable_in_float32", "unsloth_available"]
 
 #: LoRA's shape when the caller gives none: the kit's adapter (rank 16, alpha 32, every linear layer).
 LORA_RANK, LORA_ALPHA = 16, 32
+#: The fresh head of a transformers sequence classifier (``...ForSequenceClassification.score``).
+CLASSIFIER_HEAD = "score"
 #: The linear layers of a Qwen-style decoder (Unsloth takes names, not PEFT's "all-linear").
 QWEN_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -114,3 +121,48 @@ def _unsloth(source: str | os.PathLike, placement: Placement, four_bit: bool, ra
         model, r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=QWEN_LINEAR,
         use_gradient_checkpointing="unsloth", random_state=0)
     return model, Note("unsloth", f"Unsloth's FastLanguageModel{' in 4 bit' if four_bit else ''}, LoRA r={rank}")
+
+
+def classifier_lora(model: PreTrainedModel, rank: int = LORA_RANK, alpha: int = LORA_ALPHA) -> PeftModel:
+    """A sequence classifier with LoRA on every linear layer and its score head trained whole.
+
+    The head is new (drawn when the classifier was cut from a policy), so a
+    low-rank update of it would learn from a random start: PEFT keeps a full,
+    trainable copy of it (``modules_to_save``), saved with the adapter.
+    """
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="SEQ_CLS",
+                        modules_to_save=[CLASSIFIER_HEAD])
+    return get_peft_model(model, config)
+
+
+def load_trainable_classifier(source: str | os.PathLike, placement: Placement, engine: Any, *, layers: int | None,
+                              labels: int, rank: int = LORA_RANK,
+                              alpha: int = LORA_ALPHA) -> tuple[PreTrainedModel, Note]:
+    """A classifier of ``labels`` outputs on the first ``layers`` layers of ``source``, ready to train as ``engine`` asks.
+
+    ``engine.quantization: 4bit`` loads it in NF4 on this process's GPU, prepares it
+    for k-bit training and adds :func:`classifier_lora` (QLoRA; a GPU only, refused
+    clearly elsewhere); otherwise the full-precision classifier, every weight trained,
+    loaded on the CPU for the Trainer to place (and ZeRO-3 to partition).
+    """
+    if engine.quantization != "4bit":
+        return load_classifier(source, labels=labels, layers=layers), Note("full", "every weight trains")
+    model = load_classifier(source, placement, labels=labels, layers=layers, quantization="4bit")
+    model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+    return classifier_lora(model, rank, alpha), Note(
+        "qlora", f"NF4 base (bitsandbytes), LoRA r={rank}, the {CLASSIFIER_HEAD} head trained whole")
+
+
+def trainable_in_float32(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with its trainable weights in float32, in place.
+
+    TRL's RewardTrainer casts a 4-bit model's trainable weights (LoRA and the whole
+    score head) to bf16, the QLoRA paper's choice, which agree with the float32
+    activations of a model prepared for k-bit training only under the training's
+    autocast. Scoring after training (the held-out check) and merging read them in
+    float32, as PEFT creates them.
+    """
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+    return model

@@ -50,7 +50,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 from datasets import Dataset
-from transformers import AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import RewardConfig, RewardTrainer
 
 from cascadekit.chat import END_OF_TURN
@@ -60,7 +60,10 @@ from cascadekit.domains.general import preference_pairs, quality
 from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.growth import grow
-from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer, save_checkpoint, training_precision
+from cascadekit.engine.runtime import (
+    Placement, choose_device, load_classifier, load_model, load_tokenizer, save_checkpoint, training_precision,
+)
+from cascadekit.engine.trainable import Note, load_trainable_classifier, trainable_in_float32
 from cascadekit.training.dynamic_sampling import sample_groups
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
@@ -147,15 +150,7 @@ def load_reward_model(source: str | Path, layers: int | None = None, labels: int
 
     One label is a reward model's scalar; two are a yes/no judge's logits (chapter 13).
     """
-    kwargs: dict[str, Any] = {"num_labels": labels}
-    if layers is not None:
-        config = json.loads((Path(source) / "config.json").read_text())
-        if not 1 <= layers <= config["num_hidden_layers"]:
-            raise ValueError(f"a reward model keeps 1 to {config['num_hidden_layers']} layers of {source}, not {layers}")
-        kwargs["num_hidden_layers"] = layers
-        if "layer_types" in config:
-            kwargs["layer_types"] = config["layer_types"][:layers]
-    return AutoModelForSequenceClassification.from_pretrained(source, **kwargs)
+    return load_classifier(source, labels=labels, layers=layers)
 
 
 def sized_reward_model(source: str | Path, layers: int, width: int = 1, seed: int = 0) -> PreTrainedModel:
@@ -169,6 +164,22 @@ def sized_reward_model(source: str | Path, layers: int, width: int = 1, seed: in
     depth = json.loads((Path(source) / "config.json").read_text())["num_hidden_layers"]
     model = load_reward_model(source, min(layers, depth))
     return model if layers <= depth and width == 1 else grow(model, layers, width, seed)
+
+
+def trainable_reward_model(source: str | Path, profile: Profile, layers: int,
+                           width: int = 1) -> tuple[PreTrainedModel, Note]:
+    """What a reward-model stage trains: :func:`sized_reward_model` in full, or its cut in QLoRA under
+    ``engine.quantization: 4bit`` (:func:`cascadekit.engine.trainable.load_trainable_classifier`: NF4 on this
+    process's GPU, LoRA, the score head whole). A grown reward model has new weights to train in full, so
+    growth (layers past the checkpoint's depth, a wider MLP) is refused in 4 bit."""
+    if profile.engine.quantization == "none":
+        return sized_reward_model(source, layers, width, profile.seeds.train), Note("full", "every weight trains")
+    depth = json.loads((Path(source) / "config.json").read_text())["num_hidden_layers"]
+    if layers > depth or width != 1:
+        raise ValueError(f"a 4-bit reward model is a cut of {depth} layers or fewer at width 1 (QLoRA trains adapters "
+                         f"on frozen weights; a grown model's new ones need training): {layers} layers at width "
+                         f"{width} needs engine.quantization=none")
+    return load_trainable_classifier(source, choose_device(profile), profile.engine, layers=layers, labels=1)
 
 
 @torch.inference_mode()
@@ -290,18 +301,21 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int, width:
     def build(dest: Path) -> Mapping[str, Any]:
         tokenizer = load_tokenizer(start.checkpoint)
         args = reward_config(profile, run_dir)  # before the model: ZeRO-3 partitions it as it loads
-        model = sized_reward_model(start.checkpoint, layers, width, profile.seeds.train)
+        model, note = trainable_reward_model(start.checkpoint, profile, layers, width)
         trainer = RewardTrainer(model=model, args=args, processing_class=tokenizer,
                                 train_dataset=_tokenized(train, tokenizer))
         started = time.perf_counter()
         trainer.train()
         seconds = round(time.perf_counter() - started, 1)
+        trainable_in_float32(trainer.model)  # QLoRA: TRL trained the adapter in bf16, scored here outside autocast
         check = held_out_check(trainer.model, tokenizer, held_out)
-        save_checkpoint(trainer.model, tokenizer, dest, files={CALIBRATION_FILE: json.dumps(check["calibration"])})
+        save_checkpoint(trainer.model, tokenizer, dest, merge_lora=True,  # QLoRA: the full-precision classifier
+                        files={CALIBRATION_FILE: json.dumps(check["calibration"])})
         shutil.rmtree(run_dir, ignore_errors=True)
         return {"layers": layers, "width": width, "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "train_pairs": len(train), **check, "train_s": seconds,
-                "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
+                "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e],
+                **({"trainable": str(note)} if note.path != "full" else {})}
 
     return run_stage(Stage("reward-model", inputs, build, recipe=RECIPE))
 
@@ -313,10 +327,12 @@ class RewardModelScore:
     completions with their chat markers (:func:`cascadekit.rewards.reading_markup`,
     which :func:`cascadekit.training.pipeline.chat_grpo` applies). Its ``__name__`` names the
     reward model's content (:func:`cascadekit.stages.content_id`), so a GRPO stage's key changes with the reward model.
+    It scores on ``placement`` (by default this machine's: each process's own GPU
+    where there is one, the CPU in float32 otherwise).
     """
 
-    def __init__(self, stage: StageOutput, batch_size: int = 64):
-        self.model = AutoModelForSequenceClassification.from_pretrained(stage.checkpoint)
+    def __init__(self, stage: StageOutput, batch_size: int = 64, placement: Placement | None = None):
+        self.model = load_classifier(stage.checkpoint, placement or choose_device())  # on this process's GPU if any
         self.tokenizer = load_tokenizer(stage.checkpoint)
         calibration = json.loads((Path(stage.checkpoint) / CALIBRATION_FILE).read_text())
         self.a, self.b = calibration["a"], calibration["b"]

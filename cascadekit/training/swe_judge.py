@@ -40,19 +40,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 from datasets import Dataset
-from transformers import (
-    AutoModelForSequenceClassification, DataCollatorWithPadding, PreTrainedModel, PreTrainedTokenizerBase, Trainer,
-    TrainingArguments,
-)
+from transformers import DataCollatorWithPadding, PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
 from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
-from cascadekit.engine.runtime import load_tokenizer, save_checkpoint, training_precision
+from cascadekit.engine.runtime import (
+    Placement, choose_device, load_classifier, load_tokenizer, save_checkpoint, training_precision,
+)
+from cascadekit.engine.trainable import load_trainable_classifier
 from cascadekit.rewards import completion_text
-from cascadekit.training.reward_model import head_logits, load_reward_model, policy_samples, scored_text
+from cascadekit.training.reward_model import head_logits, policy_samples, scored_text
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
 RECIPE = 1
@@ -176,7 +176,8 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
             lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0,
             **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
             seed=profile.seeds.train, data_seed=profile.seeds.train)
-        model = load_reward_model(start.checkpoint, cfg.judge_layers, labels=2)
+        model, note = load_trainable_classifier(start.checkpoint, choose_device(profile), profile.engine,
+                                                layers=cfg.judge_layers, labels=2)  # QLoRA under 4-bit
         model.config.pad_token_id = tokenizer.pad_token_id
         limit = model.config.max_position_embeddings
         encoded = tokenizer([scored_text(e["prompt"], e["answer"]) for e in train_examples], truncation=True,
@@ -188,7 +189,7 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
         seconds = round(time.perf_counter() - started, 1)
         probabilities = yes_probabilities(trainer.model, tokenizer,
                                           [scored_text(e["prompt"], e["answer"]) for e in held_examples])
-        save_checkpoint(trainer.model, tokenizer, dest)
+        save_checkpoint(trainer.model, tokenizer, dest, merge_lora=True)  # QLoRA: the full-precision classifier
         shutil.rmtree(run_dir, ignore_errors=True)
         counts: dict[str, list[int]] = {}
         for e in train_examples:
@@ -196,7 +197,8 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
         return {"layers": cfg.judge_layers, "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "train_examples": {source: {"failing": c[0], "passing": c[1]} for source, c in counts.items()},
                 "held_out": held_out_check(probabilities, held_examples), "train_s": seconds,
-                "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]}
+                "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e],
+                **({"trainable": str(note)} if note.path != "full" else {})}
 
     return run_stage(Stage("swe-judge", inputs, build, recipe=RECIPE))
 
@@ -215,8 +217,8 @@ class SemanticJudge:
     the batch it is padded in; the tests hold it to 1e-5.)
     """
 
-    def __init__(self, stage: StageOutput, batch_size: int = 64):
-        self.model = AutoModelForSequenceClassification.from_pretrained(stage.checkpoint)
+    def __init__(self, stage: StageOutput, batch_size: int = 64, placement: Placement | None = None):
+        self.model = load_classifier(stage.checkpoint, placement or choose_device())  # on this process's GPU if any
         self.tokenizer = load_tokenizer(stage.checkpoint)
         self.batch_size = batch_size
         self.__name__ = f"swe_judge_{content_id(stage)}"
