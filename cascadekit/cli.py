@@ -10,6 +10,8 @@ traceback. Every file the command line writes is written atomically
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import json
 import re
@@ -309,6 +311,21 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_experiment(command: list[str]) -> None:
+    """A node's ``accelerate launch ... -m cascadekit experiment ...`` parsed by this command line's own parser."""
+    from cascadekit.launch import LaunchError
+
+    tail = command[command.index("cascadekit") + 1:]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            parsed = build_parser().parse_args(tail)
+    except SystemExit:
+        raise LaunchError(f"a node's experiment command is not one cascadekit parses ({' '.join(tail)}): "
+                          f"{said.getvalue().strip().splitlines()[-1]}") from None
+    if parsed.command != "experiment":
+        raise LaunchError(f"a node runs {parsed.command!r}, not a cascadekit experiment")
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     """A Part II stage on GPUs (:mod:`cascadekit.launch`): print the validated plan, write its Slurm script, or run one role.
 
@@ -333,6 +350,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     pairs = [*args.set, *(f"{key}={value}" for key, value in added.items())]  # the stage's experiment sees the same profile
     the_plan = plan(profile, args.stage, main_address=args.main_address or "$MAIN_ADDR",
                     server_address=args.server_address or "$VLLM_ADDR", extra=[f"--set={pair}" for pair in pairs])
+    for command in the_plan.node_commands:  # each node's experiment, as this command line will parse it there
+        _check_experiment(command)
     if args.dry_run:
         print(the_plan.describe())
         return 0

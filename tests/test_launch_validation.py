@@ -5,26 +5,27 @@ The training nodes' commands are parsed by ``accelerate launch``'s own parser
 (``launch_command_parser``) and merged with the accelerate config file as
 ``accelerate launch`` does (``_validate_launch_command``). The vLLM server's
 command is checked by vLLM's ``vllm serve`` parser where vLLM is installed; where it
-is not (CPU CI), against the flags TRL 1.16's ``build_command`` emits for its
-``vllm-serve`` arguments (the flags TRL's ``VLLMClient`` relies on), plus
-``--hf-overrides``, the one flag the kit adds (vLLM's context-extension guide's
-YaRN override, which TRL does not model).
+is not (CPU CI), against the flags recorded from vLLM 0.33.0's own parser
+(``cascadekit/launch/vllm_serve_flags.json``; :func:`cascadekit.launch.server_flags`). Each node's
+experiment command is parsed by the kit's own command-line parser.
 """
 from __future__ import annotations
 
 import inspect
 import json
 import os
+import sys
 
 import pytest
 from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 from accelerate.utils import DeepSpeedPlugin
 from trl.generation.vllm_client import VLLMClient
-from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-from cascadekit.cli import main
+from cascadekit import launch
+from cascadekit.cli import _check_experiment, build_parser, main
 from cascadekit.launch import (HEALTH_PATH, RL_STAGES, SERVER_ENVIRONMENT, STAGES, LaunchError, accelerate_config,
-                               launch_profile, plan, validate_config)
+                               check_server as check_server_flags, launch_profile, plan, server_flags,
+                               validate_config)
 from cascadekit.profiles import load_profile
 from cascadekit.training import grpo, reward_model, sft
 
@@ -41,24 +42,11 @@ def launch_overrides(scale: str, nodes: int, stage: str) -> dict:
     return overrides
 
 
-def server_flags() -> set[str]:
-    """Every flag TRL's translation of ``vllm-serve`` can emit (every optional argument set), and ``--hf-overrides``."""
-    try:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
-        full = ScriptArguments(model="m", revision="main", max_model_len=1, enable_prefix_caching=True,
-                               enforce_eager=True, trust_remote_code=True, distributed_executor_backend="ray",
-                               speculative_config="{}")
-        return {token for token in build_command(full) if token.startswith("--")} | {"--hf-overrides",
-                                                                                       "--enable-scale-out"}
-    parser = make_arg_parser(FlexibleArgumentParser())
-    return {option for action in parser._actions for option in action.option_strings}
-
-
 def check_server(profile, command: list[str]) -> None:
     assert command[:3] == ["vllm", "serve", profile.model.pretrained]
-    unknown = sorted({t for t in command if t.startswith("--")} - server_flags())
+    source, known = server_flags()  # vLLM's own parser, or vLLM 0.33.0's recorded flags: never TRL's own output
+    assert source.startswith("vLLM ")
+    unknown = sorted({t for t in command if t.startswith("--")} - known)
     assert not unknown, unknown
     value = {t: command[i + 1] for i, t in enumerate(command) if t.startswith("--") and i + 1 < len(command)}
     tensor = int(value["--tensor-parallel-size"])
@@ -78,8 +66,8 @@ def check_node(command: list[str], config_file) -> None:
     assert command[:2] == ["accelerate", "launch"]
     args = launch_command_parser().parse_args(command[2:])  # an unknown flag is SystemExit here
     assert args.module and args.training_script == "cascadekit" and args.training_script_args[0] == "experiment"
-    assert all(not t.startswith("--") or t.startswith("--set=") or t == "--scale"
-               for t in args.training_script_args), "an accelerate flag after the script is not accelerate's"
+    experiment = build_parser().parse_args(args.training_script_args)  # the kit's own parser, as the node runs it
+    assert experiment.command == "experiment" and experiment.chapter in STAGES.values()
     if config_file is not None:
         assert args.config_file == str(config_file)
         merged, _, _ = _validate_launch_command(args)  # the config file's values, as accelerate launch merges them
@@ -200,3 +188,27 @@ def test_only_a_stage_that_generates_asks_for_a_server(capsys):
     with pytest.raises(LaunchError, match="starts no vLLM server"):
         plan(load_profile("full", {"engine.nodes": 4}), "sft")
     assert os.environ.get("VLLM_SERVER_DEV_MODE") is None
+
+
+def test_the_recorded_vllm_flags_refuse_what_vllm_033_does_not_know(monkeypatch):
+    """Case 3/5: without vllm the server's flags meet vLLM 0.33.0's recorded parser; a flag it lacks is refused."""
+    monkeypatch.setitem(sys.modules, "vllm.entrypoints.common.cli_args", None)  # as on a machine without vllm
+    source, known = server_flags()
+    assert source == "vLLM 0.33.0's recorded flags" and len(known) > 300
+    assert {"--tensor-parallel-size", "--max-model-len", "--hf-overrides", "--weight-transfer-config"} <= known
+    server = plan(load_profile("full", {"engine.nodes": 4}), "if-rl").server
+    check_server_flags(server)
+    with pytest.raises(LaunchError, match="--num-gpus that vLLM 0.33.0's recorded flags does not know"):
+        check_server_flags([*server, "--num-gpus", "8"])
+    monkeypatch.setattr(launch, "_server_command", lambda profile, gpus: [*server, "--max-model-length", "1"])
+    with pytest.raises(LaunchError, match="--max-model-length"):
+        plan(load_profile("full", {"engine.nodes": 4}), "if-rl")
+
+
+def test_a_node_command_the_kit_cannot_parse_is_refused():
+    node = plan(load_profile("full", {"engine.nodes": 4}), "if-rl").node_commands[0]
+    _check_experiment(node)
+    with pytest.raises(LaunchError, match="not one cascadekit parses"):
+        _check_experiment([*node, "--accumulation", "4"])  # a launch flag is not an experiment's
+    with pytest.raises(LaunchError, match="runs 'env', not a cascadekit experiment"):
+        _check_experiment([*node[:node.index("experiment")], "env"])

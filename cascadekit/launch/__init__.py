@@ -36,7 +36,10 @@ config through accelerate's own ``ClusterConfig`` (unknown keys and bad enum
 values are errors) and its DeepSpeed/FSDP keys against ``accelerate launch``'s
 arguments (accelerate would ignore a misspelt one); the vLLM server's options
 through TRL's ``vllm-serve`` arguments (whose translation to ``vllm serve`` flags
-the command is); and the stage's batch against the training processes and
+the command is), then every flag of the finished command against vLLM's own
+``vllm serve`` parser where vllm is installed, else against the recorded flags of
+vLLM 0.33.0 (``vllm_serve_flags.json`` beside this file, :func:`server_flags`);
+and the stage's batch against the training processes and
 accumulation steps (strict on-policy GRPO needs ``prompts_per_step x group_size``
 completions to split evenly over them).
 
@@ -68,8 +71,9 @@ from cascadekit.profiles import Profile, load_profile
 from cascadekit.engine.generation import VLLM_SERVER_ENV as SERVER_ENV
 from cascadekit.training.grpo import micro_batches
 
-__all__ = ["CONFIGS", "LaunchError", "Plan", "RL_STAGES", "SERVER_ENVIRONMENT", "STAGES", "VLLM_PORT",
-           "accelerate_config", "launch_profile", "plan", "shell", "validate_config"]
+__all__ = ["CONFIGS", "LaunchError", "Plan", "RL_STAGES", "SERVER_ENVIRONMENT", "SERVER_FLAGS_FILE", "STAGES",
+           "VLLM_PORT", "accelerate_config", "check_server", "launch_profile", "plan", "server_flags", "shell",
+           "validate_config"]
 
 #: The accelerate config of each ``engine.distributed`` mode that shards (``none`` launches plain DDP).
 CONFIGS = {"zero3": "zero3.yaml", "fsdp": "fsdp.yaml"}
@@ -229,6 +233,33 @@ def _server_command(profile: Profile, gpus: int) -> list[str]:
     return ["vllm", *command[command.index("serve"):]]  # the command TRL itself prints as the direct equivalent
 
 
+#: The recorded option strings of vLLM 0.33.0's ``vllm serve`` (the ``gpu`` extra's vLLM), for machines without vllm.
+SERVER_FLAGS_FILE = "vllm_serve_flags.json"
+
+
+def server_flags() -> tuple[str, set[str]]:
+    """Where the known ``vllm serve`` flags come from, and the flags: vLLM's own parser where vllm is installed,
+    else the flags recorded from vLLM 0.33.0's parser (:data:`SERVER_FLAGS_FILE`)."""
+    try:
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        recorded = json.loads(resources.files("cascadekit.launch").joinpath(SERVER_FLAGS_FILE).read_text())
+        return f"vLLM {recorded['vllm']}'s recorded flags", set(recorded["flags"])
+    import vllm
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    return f"vLLM {vllm.__version__}'s parser", {o for action in parser._actions for o in action.option_strings}
+
+
+def check_server(command: list[str]) -> None:
+    """One :class:`LaunchError` naming any flag of the ``vllm serve`` command that vLLM does not know."""
+    source, known = server_flags()
+    unknown = sorted({token.split("=", 1)[0] for token in command if token.startswith("--")} - known)
+    if unknown:
+        raise LaunchError(f"the vLLM server's command has flag(s) {', '.join(unknown)} that {source} does not know")
+
+
 def _check_batch(profile: Profile, stage: str, processes: int, accumulation: int) -> None:
     if stage not in RL_STAGES:
         if profile.sft.batch_size % accumulation:
@@ -288,6 +319,7 @@ def plan(profile: Profile, stage: str, *, main_address: str = "$MAIN_ADDR", serv
     server = None
     if engine.vllm == "server":
         server = _server_command(profile, engine.vllm_gpus)
+        check_server(server)
     experiment = ["-m", "cascadekit", "experiment", chapter, "--scale", profile.name, *(extra or [])]
     commands = []
     for rank in range(engine.nodes):
