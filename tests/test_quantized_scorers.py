@@ -19,6 +19,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, BitsAndBytesConfig
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.engine import runtime, trainable
 from cascadekit.engine.models import build_model
 from cascadekit.engine.runtime import load_classifier, load_tokenizer, save_checkpoint
@@ -40,7 +41,9 @@ TEXTS = ["<|im_start|>user\nwhich is larger?<|im_end|>\n", "a longer answer with
 def start(tmp_path_factory) -> StageOutput:
     tokenizer = build_chat_tokenizer(PROFILE)
     model = build_model(PROFILE.model, tokenizer)
-    return StageOutput(save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("ck") / "sft"), "sft-start")
+    folder = save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("ck") / "sft")
+    write_manifest(folder, "sft", "sft-start")  # an entry: its content goes into the stages' keys
+    return StageOutput(folder, "sft-start")
 
 
 @pytest.fixture
@@ -108,6 +111,7 @@ def test_full_precision_stages_stay_full_fine_tuning(start, nf4):
     asked, _ = nf4
     out = reward_model_stage(start, load_profile("smoke", OVERRIDES), 1)
     assert asked == [] and "trainable" not in out.metrics  # sized_reward_model, every weight trained
+    assert reward_model_stage(start, PROFILE, 1).key != out.key  # the 4-bit one is another model, not a cache hit
 
 
 class Loaded(BaseException):

@@ -63,7 +63,7 @@ from cascadekit.engine.growth import grow
 from cascadekit.engine.runtime import (
     Placement, choose_device, load_classifier, load_model, load_tokenizer, save_checkpoint, training_precision,
 )
-from cascadekit.engine.trainable import Note, load_trainable_classifier, trainable_in_float32
+from cascadekit.engine.trainable import Note, engine_settings, load_trainable_classifier, trainable_in_float32
 from cascadekit.training.dynamic_sampling import sample_groups
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
@@ -295,7 +295,8 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int, width:
     held_out = preference_records(profile, "eval", cfg.eval_tasks, profile.seeds.data, start)
     inputs = {"start": content_id(start), "layers": layers, **({"width": width} if width != 1 else {}),
               "reward_model": settings_inputs(profile), "pairs": _digest(train), "held_out": _digest(held_out),
-              "seed": profile.seed, **seed_inputs(profile, "train"), **precision_inputs(profile)}
+              "seed": profile.seed, **seed_inputs(profile, "train"), **precision_inputs(profile),
+              **engine_settings(profile.engine)}  # a 4-bit reward model is another model
     run_dir = run_folder("reward-model", inputs, RECIPE)
 
     def build(dest: Path) -> Mapping[str, Any]:

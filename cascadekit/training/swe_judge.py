@@ -50,7 +50,7 @@ from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
     Placement, choose_device, load_classifier, load_tokenizer, save_checkpoint, training_precision,
 )
-from cascadekit.engine.trainable import load_trainable_classifier
+from cascadekit.engine.trainable import engine_settings, load_trainable_classifier
 from cascadekit.rewards import completion_text
 from cascadekit.training.reward_model import head_logits, policy_samples, scored_text
 
@@ -162,7 +162,8 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k.startswith("judge_")}
     inputs = {"start": content_id(start), **settings, "tasks": _digest(train), "held_out": _digest(held_out),
               "sampling": {"temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens},
-              "seed": profile.seed, **seed_inputs(profile, "data", "train"), **precision_inputs(profile)}
+              "seed": profile.seed, **seed_inputs(profile, "data", "train"), **precision_inputs(profile),
+              **engine_settings(profile.engine)}  # a 4-bit judge is another model
     run_dir = run_folder("swe-judge", inputs, RECIPE)
 
     def build(dest: Path) -> Mapping[str, Any]:
