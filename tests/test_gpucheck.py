@@ -10,8 +10,9 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from cascadekit.launch import gpucheck_workers as workers
+from cascadekit.launch import gpucheck
 from cascadekit.launch.gpucheck import (
-    NAMES, Row, check_in_process, datasheet_peak, mfu_text, needs_gpus, qwen3_0_6b_config, train_flops_per_token,
+    NAMES, Row, check_in_process, check_sft_stage, datasheet_peak, mfu_text, needs_gpus, qwen3_0_6b_config, train_flops_per_token,
     worker_command,
 )
 
@@ -79,3 +80,18 @@ def test_a_worker_row_goes_through_the_one_entry_point(tmp_path):
     from cascadekit.cli import main
 
     assert main(["gpucheck", "--worker", "chess", str(tmp_path)]) == 2  # the worker's own usage error
+
+
+def test_the_small_sft_row_runs_the_small_profiles_first_stage_through_the_kits_stages(monkeypatch, tmp_path):
+    """Its code on a CPU: a tiny random Qwen3 in place of the 0.6B shape, full-precision LoRA in place of QLoRA."""
+    tiny = Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+                       num_key_value_heads=1, head_dim=16, tie_word_embeddings=True, max_position_embeddings=1024)
+    monkeypatch.setattr(gpucheck, "DEVICE", "cpu")
+    monkeypatch.setattr(gpucheck, "qwen3_0_6b_config", lambda: tiny)
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "mine"))
+    text = check_sft_stage(tmp_path / "model", tmp_path / "sft", {"engine.quantization": "none", "device": "cpu",
+                                                                 "sft.stage1_tasks": 2})
+    assert text.startswith("sft/") and "steps of" in text and "lora" in text.lower(), text
+    (entry,) = (p for p in (tmp_path / "sft" / "cache" / "sft").iterdir() if not p.name.startswith("."))
+    assert text.startswith(f"sft/{entry.name}:") and not (tmp_path / "mine").exists()  # the check's own cache
+    assert os.environ["CASCADEKIT_CACHE"] == str(tmp_path / "mine")

@@ -14,6 +14,9 @@ nothing is downloaded. Each row ends ``ok``, ``skipped (why)`` or ``failed (why)
   s sequence length, d = heads x head dim; causal masking not discounted).
 * **LoRA step**, **4-bit QLoRA step**, **Unsloth LoRA step**: the paths of
   :func:`cascadekit.engine.trainable.load_trainable`, each a few optimizer steps.
+* **small SFT stage**: the ``small`` profile's first SFT stage through the kit's
+  stages (:func:`check_sft_stage`: QLoRA, a cache entry keyed and verified), on the
+  kit's world data instead of the released set, so nothing is downloaded.
 * **GRPO step**: one step of the kit's strict on-policy GRPO trainer (TRL),
   generation by transformers; **GRPO + colocated vLLM**: the same step with the
   rollouts from vLLM inside the training process (the ``small`` profile's memory
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import os
 import re
 import subprocess
 import sys
@@ -253,6 +257,42 @@ def check_grpo(folder: Path, work: Path, vllm: str = "none") -> str:
     return f"1 step of 4 prompts x 8 completions (128 tokens) in {time.perf_counter() - start:.1f} s{by}"
 
 
+#: The ``small`` profile's first SFT stage as the check runs it: the kit's world data (nothing to download), a
+#: short stage, Unsloth off (it patches transformers when imported, so only the last row may import it).
+SMALL_SFT = {"engine.data": "world", "engine.unsloth": False, "sft.stage1_tasks": 16, "sft.stage1_seq_len": 512,
+             "sft.batch_size": 8}
+
+
+def check_sft_stage(folder: Path, work: Path, overrides: dict[str, Any] | None = None) -> str:
+    """The ``small`` profile's first SFT stage through the kit's stages on the random weights (``model.pretrained``).
+
+    What a one-GPU user's first stage runs: the base resolved from the pretrained
+    folder, 4-bit QLoRA, the stage's cache entry written, keyed and verified, in a
+    cache of the check's own (``work``). ``overrides`` go on top of :data:`SMALL_SFT`.
+    """
+    from cascadekit import artifacts
+    from cascadekit.profiles import load_profile
+    from cascadekit.training.chat_base import chat_base
+    from cascadekit.training.sft import sft_stage
+
+    profile = load_profile("small", {**SMALL_SFT, "model.pretrained": str(_saved_model(folder, full_vocabulary=False)),
+                                     **(overrides or {})})
+    previous = os.environ.get("CASCADEKIT_CACHE")
+    os.environ["CASCADEKIT_CACHE"] = str(work / "cache")
+    try:
+        start = time.perf_counter()
+        out = sft_stage(chat_base(profile), profile, 1)
+        artifacts.verify(out.checkpoint, "sft", out.key)
+    finally:
+        if previous is None:
+            del os.environ["CASCADEKIT_CACHE"]
+        else:
+            os.environ["CASCADEKIT_CACHE"] = previous
+    path = out.metrics.get("trainable", "full fine-tuning")
+    return (f"sft/{out.key}: {out.metrics['steps']} steps of {out.metrics['records']} records in "
+            f"{time.perf_counter() - start:.1f} s ({path})")
+
+
 def check_in_process(command: list[str]) -> str:
     """Run a worker command (:mod:`cascadekit.launch.gpucheck_workers`): its last line of stdout, or the error."""
     try:
@@ -319,8 +359,8 @@ def _row(name: str, check: Callable[[], str], needs: tuple[str, ...] = (), gpus:
         torch.cuda.reset_peak_memory_stats()
 
 
-NAMES = ("matmul peak", "bf16 train step", "LoRA step", "4-bit QLoRA step", "GRPO step", "vLLM generation",
-         "GRPO + colocated vLLM", "two-process step", "ZeRO-3 save + reload", "Unsloth LoRA step")
+NAMES = ("matmul peak", "bf16 train step", "LoRA step", "4-bit QLoRA step", "small SFT stage", "GRPO step",
+         "vLLM generation", "GRPO + colocated vLLM", "two-process step", "ZeRO-3 save + reload", "Unsloth LoRA step")
 
 
 def run_checks(work: Path) -> list[Row]:
@@ -346,6 +386,7 @@ def run_checks(work: Path) -> list[Row]:
     rows.append(_row("LoRA step", lambda: check_adapter(folder, "none", False)))
     rows.append(_row("4-bit QLoRA step", lambda: check_adapter(folder, "4bit", False), ("bitsandbytes",)))
     small_vocabulary = work / "qwen3-0.6b-random-small-vocabulary"
+    rows.append(_row("small SFT stage", lambda: check_sft_stage(small_vocabulary, work / "sft"), ("bitsandbytes", "trl")))
     rows.append(_row("GRPO step", lambda: check_grpo(small_vocabulary, work / "grpo"), ("trl",)))
     rows.append(_row("vLLM generation", lambda: check_vllm(small_vocabulary), ("vllm",)))
     rows.append(_row("GRPO + colocated vLLM", lambda: check_grpo(small_vocabulary, work / "grpo-vllm", "colocate"),
