@@ -121,7 +121,7 @@ def _seeded(seeds: dict[str, int]) -> Callable[..., Any]:
     original = chapters.resolve
 
     def resolve(chapter: str, scale: str, overrides: Any = None, seed: int = 0, rebuild_base: bool = False):
-        return original(chapter, scale, {**(overrides or {}), **seeds}, seed, rebuild_base)
+        return original(chapter, scale, {**seeds, **(overrides or {})}, seed, rebuild_base)  # a walk step's own win
     return resolve
 
 

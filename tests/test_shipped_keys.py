@@ -101,8 +101,8 @@ def entry_points() -> SimpleNamespace:
         TARGETS=TARGETS, joint_rl=joint_rl, cached_stage_table=cached_stage_table, harder_suite=harder_suite,
         StageOutput=stages.StageOutput, RESULTS_DIR=RESULTS_DIR,
         # loaded by RewardModelScore / SemanticJudge; stubbed at smoke, where the fake reward model has no weights
-        model_loaders=[(reward_model, "AutoModelForSequenceClassification"), (reward_model, "load_tokenizer"),
-                       (swe_judge, "AutoModelForSequenceClassification"), (swe_judge, "load_tokenizer")],
+        model_loaders=[(reward_model, "load_classifier"), (reward_model, "load_tokenizer"),
+                       (swe_judge, "load_classifier"), (swe_judge, "load_tokenizer")],
         # a pure function the walk calls 5 times per profile (every reward model key recomputes every pair)
         preference_records=(reward_model, "preference_records"),
         calibration_file=reward_model.CALIBRATION_FILE, policy_samples_file=reward_model.SAMPLES_FILE,
@@ -247,13 +247,8 @@ def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool,
 
     monkeypatch.setattr(module, name, remembered)
     if fake:
-        class NoModel:
-            @staticmethod
-            def from_pretrained(*args: Any, **kwargs: Any) -> None:
-                return None
-
         for module, name in ep.model_loaders:
-            monkeypatch.setattr(module, name, NoModel if name.startswith("Auto") else (lambda *a, **k: None))
+            monkeypatch.setattr(module, name, lambda *a, **k: None)
     yield recorder
 
 
@@ -285,9 +280,11 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
     with rec.at("08 SFT"):
         profile08 = ep.resolve("08", scale).profile
         ep.sft_stages(ep.chat_base(profile08), profile08)
-    for train_seed in (0, 1):  # the seeds whose SFT is shipped
-        with rec.at(f"second world: SFT, train seed {train_seed}"):
-            second = ep.resolve("08", scale, {**ep.world_overrides("second"), "train_seed": train_seed}).profile
+    world = ep.world_overrides("second")
+    for offset in (0, 1):  # the chapters' training seed and the next: the second world's SFT is shipped for both
+        with rec.at(f"second world: SFT, training seed +{offset}"):
+            seed = ep.resolve("08", scale, world).profile.seeds.train + offset
+            second = ep.resolve("08", scale, {**world, "train_seed": seed}).profile
             ep.sft_stages(ep.chat_base(second), second)
     with rec.at("09 reward models"):
         ep.reward_models(ep.resolve("09", scale).profile)

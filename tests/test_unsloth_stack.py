@@ -17,6 +17,7 @@ import pytest
 import trl
 from transformers import PreTrainedModel
 
+from cascadekit.artifacts import write_manifest
 from cascadekit.engine.envinfo import known_problems
 from cascadekit.engine.models import build_model
 from cascadekit.engine.runtime import UnsupportedStack, cpu_trl_problem, save_checkpoint
@@ -32,11 +33,17 @@ PROFILE = load_profile("smoke")
 STACK = ["trl==1.15.0", "transformers==5.17.0", "huggingface-hub>=1.5,<2"]
 
 
+def saved_start(folder: Path) -> StageOutput:
+    """A random smoke model saved as a cache entry (a stage's start: its content goes into the stage's key)."""
+    tokenizer = build_chat_tokenizer(PROFILE)
+    write_manifest(save_checkpoint(build_model(PROFILE.model, tokenizer), tokenizer, folder), "sft", "start")
+    return StageOutput(folder, "start")
+
+
 @pytest.fixture
 def start(tmp_path, monkeypatch) -> StageOutput:
     monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path / "cache"))
-    tokenizer = build_chat_tokenizer(PROFILE)
-    return StageOutput(save_checkpoint(build_model(PROFILE.model, tokenizer), tokenizer, tmp_path / "sft"), "start")
+    return saved_start(tmp_path / "sft")
 
 
 @pytest.mark.parametrize("trainer", ["SFT", "GRPO"])
@@ -78,10 +85,8 @@ def test_the_real_unsloth_stack_is_refused_on_a_cpu(tmp_path):
     if install.returncode:
         pytest.skip(f"could not install the [unsloth] extra's stack: {install.stderr.strip()[-300:]}")
     script = ("import trl, transformers; print(trl.__version__, transformers.__version__);"
-              "from test_unsloth_stack import PROFILE, build_chat_tokenizer, build_model, save_checkpoint, sft_stage,"
-              " StageOutput; from pathlib import Path; t = build_chat_tokenizer(PROFILE);"
-              f" s = save_checkpoint(build_model(PROFILE.model, t), t, Path({str(tmp_path / 'sft')!r}));"
-              " sft_stage(StageOutput(s, 'start'), PROFILE, 1)")
+              "from test_unsloth_stack import PROFILE, saved_start, sft_stage; from pathlib import Path;"
+              f" sft_stage(saved_start(Path({str(tmp_path / 'sft')!r})), PROFILE, 1)")
     env = {**os.environ, "CASCADEKIT_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(target), str(Path(__file__).parent), *sys.path])}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
