@@ -14,7 +14,8 @@ from cascadekit.rewards import reading_markup
 from cascadekit.stages import content_id
 from cascadekit.chapters.cascade import (IF_RM_WEIGHT, RLHF_ARMS, rl_records, rlhf_records,
                                          verifier_plus_reward_model)
-from cascadekit.training.reward_model import (RewardModelScore, fit_calibration, load_reward_model,
+from cascadekit.engine.runtime import load_classifier
+from cascadekit.training.reward_model import (RewardModelScore, fit_calibration,
                                               pairwise_accuracy, preference_records, reward_model_stage)
 
 PROFILE = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "reward_model.tasks": 6,
@@ -74,7 +75,7 @@ def test_a_tiny_reward_model_trains_calibrates_and_scores_garbage(reward_model) 
     assert set(metrics["held_out_by_mode"]) == {"think", "no_think"} and "perturbed" in metrics["held_out_by_source"]
     assert set(metrics["calibration"]) == {"a", "b", "r"}
     with pytest.raises(ValueError, match="keeps 1 to 1 layers"):
-        load_reward_model(sft.checkpoint, 2)
+        load_classifier(sft.checkpoint, labels=1, layers=2)
     scorer = RewardModelScore(rm)
     assert scorer.__name__ == f"reward_model_{content_id(rm)}"  # what a GRPO key names: the model's content
     prompt = preference_records(PROFILE, "eval", 1, 0)[0]["prompt"]

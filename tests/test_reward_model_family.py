@@ -13,7 +13,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassifi
 
 from cascadekit.engine.growth import grow, layer_sources
 from cascadekit.profiles import ProfileError, load_profile
-from cascadekit.training.reward_model import (RewardModelScore, load_reward_model, preference_records,
+from cascadekit.engine.runtime import load_classifier
+from cascadekit.training.reward_model import (RewardModelScore, preference_records,
                                               reward_model_stage, settings_inputs, sized_reward_model)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "checkpoints" / "reward-model"
@@ -121,7 +122,7 @@ def test_a_sized_reward_model_starts_as_the_cut_it_grew_from(sft) -> None:
     ids = tokenizer(["<|im_start|>user\nhello<|im_end|>", "2 + 3 = 5"], return_tensors="pt", padding=True,
                     add_special_tokens=False)
     torch.manual_seed(0)
-    cut = load_reward_model(sft.checkpoint, 1).eval()
+    cut = load_classifier(sft.checkpoint, labels=1, layers=1).eval()
     torch.manual_seed(0)
     grown = sized_reward_model(sft.checkpoint, 3, 2, seed=5).eval()
     assert grown.config.num_hidden_layers == 3 and grown.config.intermediate_size == 2 * cut.config.intermediate_size
@@ -139,7 +140,8 @@ def test_a_grown_reward_model_trains_and_scores(sft) -> None:
     metrics = grown.metrics
     assert metrics["layers"] == 2 and metrics["width"] == 2 and metrics["train_pairs"] > 0
     assert 0 <= metrics["held_out"]["accuracy"] <= 1 and set(metrics["calibration"]) == {"a", "b", "r"}
-    assert metrics["parameters"] > sum(p.numel() for p in load_reward_model(sft.checkpoint, 1).parameters())
+    cut = load_classifier(sft.checkpoint, labels=1, layers=1)
+    assert metrics["parameters"] > sum(p.numel() for p in cut.parameters())
     config = json.loads((Path(grown.checkpoint) / "config.json").read_text())
     assert config["num_hidden_layers"] == 2 and config["intermediate_size"] == 2 * profile.model.intermediate
     inputs = json.loads((Path(grown.checkpoint) / "stage.json").read_text())["inputs"]

@@ -145,24 +145,17 @@ def scored_text(prompt: str, completion: str) -> str:
     return f"{prompt}{completion}{END_OF_TURN}"
 
 
-def load_reward_model(source: str | Path, layers: int | None = None, labels: int = 1) -> PreTrainedModel:
-    """A sequence classifier of ``labels`` outputs from a checkpoint (its first ``layers`` decoder layers when given).
-
-    One label is a reward model's scalar; two are a yes/no judge's logits (chapter 13).
-    """
-    return load_classifier(source, labels=labels, layers=layers)
-
-
 def sized_reward_model(source: str | Path, layers: int, width: int = 1, seed: int = 0) -> PreTrainedModel:
     """A reward model of ``layers`` decoder layers and ``width`` times the MLP units, from a chat checkpoint.
 
-    Within the checkpoint's depth at width 1 it is :func:`load_reward_model`'s cut;
+    Within the checkpoint's depth at width 1 it is the checkpoint's cut
+    (:func:`cascadekit.engine.runtime.load_classifier` with one label);
     otherwise the cut (or the whole model) grown by :func:`cascadekit.engine.growth.grow`,
     ``seed`` drawing the new units. The scalar head is drawn before growth, so it
     reads the grown model as it read the source.
     """
     depth = json.loads((Path(source) / "config.json").read_text())["num_hidden_layers"]
-    model = load_reward_model(source, min(layers, depth))
+    model = load_classifier(source, labels=1, layers=min(layers, depth))
     return model if layers <= depth and width == 1 else grow(model, layers, width, seed)
 
 

@@ -4,7 +4,7 @@ The paper asks Kimi-Dev-72B whether a generated patch is equivalent to the gold
 one and uses the probability of its "YES" token as the semantic reward. The kit
 trains its own judge instead: the SFT checkpoint cut to ``swe_rl.judge_layers``
 decoder layers with a fresh two-way head (NO, YES), the same cut as chapter 09's
-reward models (:func:`cascadekit.training.reward_model.load_reward_model`), and
+reward models (:func:`cascadekit.engine.runtime.load_classifier`), and
 its reward is the softmax probability of YES.
 
 **What it learns from.** For each SWE prompt (the buggy file, spec and failing
