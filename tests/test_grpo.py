@@ -309,6 +309,21 @@ def test_sample_groups_returns_group_size_completions_per_prompt():
     assert len(completions) == 6 and all(isinstance(c, str) for c in completions)
 
 
+def test_sample_groups_by_the_kit_loop_matches_generate_at_a_vanishing_temperature():
+    """At T=1e-4 both samplers are greedy in effect: the kit's loop must give generate's completions exactly."""
+    model, tokenizer, prompts = tiny_model(), tiny_tokenizer(), ["1+1=", "22+3=", "7="]
+    by_generate = ds.sample_groups(model, tokenizer, prompts, 2, temperature=1e-4, max_completion_length=9)
+    by_kit = ds.sample_groups(model, tokenizer, prompts, 2, temperature=1e-4, max_completion_length=9, kit=True)
+    assert by_kit == by_generate and len(by_kit) == 6
+
+
+def test_screen_by_the_kit_loop_keeps_the_same_prompts_at_a_vanishing_temperature():
+    pool = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3="], "kind": ["easy", "hard", "mixed"]})
+    screens = [ds.screen_prompts(tiny_model(), tiny_tokenizer(), pool, by_kind, target=5, group_size=2,
+                                 temperature=1e-4, max_completion_length=3, kit=kit) for kit in (False, True)]
+    assert screens[0].kept["kind"] == screens[1].kept["kind"] == ["mixed"]
+
+
 def test_sample_groups_renders_chat_prompts_with_the_template():
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}= {% endif %}"

@@ -32,6 +32,7 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import stop_token_ids, turn_ids
+from cascadekit.engine.decode import Sampling, decode
 
 RewardFunc = Callable[..., list[float | None]]
 
@@ -53,6 +54,7 @@ def sample_groups(
     temperature: float = 1.0,
     max_completion_length: int = 256,
     keep_markup: bool = False,
+    kit: bool = False,
 ) -> list[Any]:
     """``group_size`` sampled completions per prompt, group by group, shaped as TRL shapes them.
 
@@ -68,6 +70,10 @@ def sample_groups(
     prompt, sampling also stops at ``<|im_end|>``, and each completion keeps its
     chat markers up to its end, as Part II's GRPO hands completions to its rewards
     (:func:`cascadekit.rewards.reading_markup`).
+
+    ``kit`` samples with the kit's decode loop (:func:`cascadekit.engine.decode.decode`,
+    each prompt prefilled once for its group; the same distribution, other draws) in
+    place of ``model.generate``: ``engine.rollouts: kit`` on the CPU.
     """
     chat = _is_conversational(prompts[0])
     if chat:
@@ -75,11 +81,24 @@ def sample_groups(
                for p in prompts]
     else:
         ids = tokenizer(list(prompts), add_special_tokens=not keep_markup)["input_ids"]
+    stops = stop_token_ids(tokenizer) if keep_markup else [tokenizer.eos_token_id]
+    rows = (decode(model, [list(x) for x in ids], max_completion_length, stops, Sampling(temperature),
+                   pad_id=tokenizer.pad_token_id, group=group_size) if kit
+            else _generated(model, tokenizer, ids, group_size, temperature, max_completion_length, stops))
+    if keep_markup:
+        texts = tokenizer.batch_decode([turn_ids(row, stops) for row in rows], skip_special_tokens=False)
+    else:
+        texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
+    return [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
+
+
+def _generated(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, ids: Sequence[Sequence[int]],
+               group_size: int, temperature: float, max_completion_length: int, stops: list[int]) -> list[list[int]]:
+    """``group_size`` sampled rows of new token ids per prompt by ``model.generate``, prompt-major."""
     width = max(len(x) for x in ids)
     pad = tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in ids], device=model.device)
     attention_mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=model.device)
-    stops = stop_token_ids(tokenizer) if keep_markup else [tokenizer.eos_token_id]
     was_training = model.training
     model.eval()
     out = model.generate(
@@ -95,12 +114,7 @@ def sample_groups(
         eos_token_id=stops,
     )
     model.train(was_training)
-    if keep_markup:
-        texts = tokenizer.batch_decode([turn_ids(row, stops) for row in out[:, width:].tolist()],
-                                       skip_special_tokens=False)
-    else:
-        texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-    return [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
+    return out[:, width:].tolist()
 
 
 def score_groups(
@@ -177,6 +191,7 @@ def screen_prompts(
     readmit_prob: float = 0.0,
     seed: int = 0,
     keep_markup: bool = False,
+    kit: bool = False,
 ) -> ScreenResult:
     """Dynamic sampling as a pre-screen: up to ``target`` prompts of ``pool`` whose rollouts disagree.
 
@@ -184,7 +199,8 @@ def screen_prompts(
     functions. Prompts are screened ``chunk_size`` at a time in a random order
     fixed by ``seed`` and screening stops as soon as ``target`` are kept.
     ``readmit_prob`` keeps each dropped prompt with that probability anyway.
-    ``keep_markup`` screens Part II's rendered chat prompts as :func:`sample_groups` says.
+    ``keep_markup`` screens Part II's rendered chat prompts, and ``kit`` samples with the
+    kit's decode loop, as :func:`sample_groups` says.
     """
     funcs = list(reward_funcs) if isinstance(reward_funcs, Sequence) else [reward_funcs]
     rng = random.Random(seed)
@@ -199,7 +215,7 @@ def screen_prompts(
         chunk = pool.select(order[start : start + chunk_size])
         completions = sample_groups(
             model, tokenizer, chunk["prompt"], group_size,
-            temperature=temperature, max_completion_length=max_completion_length, keep_markup=keep_markup,
+            temperature=temperature, max_completion_length=max_completion_length, keep_markup=keep_markup, kit=kit,
         )
         rewards = score_groups(
             funcs, chunk["prompt"], completions, {c: chunk[c] for c in columns}, group_size, reward_weights

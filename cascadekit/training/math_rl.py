@@ -36,6 +36,7 @@ from cascadekit.profiles import Profile, RLConfig, seed_inputs
 from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.dynamic_sampling import screen_prompts
+from cascadekit.training.rollouts import kit_sampling, rollout_inputs
 from cascadekit.training.released_rl import is_released, released_math_reward
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
@@ -98,6 +99,7 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
             target=len(records), group_size=rl.group_size, temperature=rl.temperature,
             max_completion_length=rl.max_completion_length, chunk_size=SCREEN_CHUNK,
             readmit_prob=profile.math_rl.readmit, seed=profile.seeds.train + epoch, keep_markup=True,
+            kit=kit_sampling(profile),
         )
         report = result.report
         return {"kept": sorted(int(i) for i in report.loc[report["kept"], "index"]),
@@ -107,7 +109,7 @@ def filter_stage(start: StageOutput, records: list[dict[str, Any]], profile: Pro
 
     inputs = {"start": content_id(start), "prompts": records_digest(records), "n_prompts": len(records),
               "reward": reward.__name__, "rl": dataclasses.asdict(rl), "readmit": profile.math_rl.readmit,
-              "epoch": epoch, "seed": profile.seed, **seed_inputs(profile, "train")}
+              "epoch": epoch, "seed": profile.seed, **seed_inputs(profile, "train"), **rollout_inputs(profile)}
     return run_stage(Stage("dynamic-filter", inputs, build, recipe=RECIPE))
 
 

@@ -65,6 +65,7 @@ from cascadekit.engine.runtime import (
 )
 from cascadekit.engine.trainable import Note, engine_settings, load_trainable_classifier, trainable_in_float32
 from cascadekit.training.dynamic_sampling import sample_groups
+from cascadekit.training.rollouts import kit_sampling, rollout_inputs
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
 RECIPE = 1
@@ -115,7 +116,7 @@ def policy_samples(policy: StageOutput, prompts: Sequence[str], n: int, profile:
     (every chapter after 09) reads the samples instead of drawing thousands again."""
     inputs = {"policy": content_id(policy), "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
               "n": n, "temperature": profile.rl.temperature, "max_new_tokens": profile.sft.max_new_tokens,
-              "batch_size": profile.evaluation.batch_size, "seed": seed}
+              "batch_size": profile.evaluation.batch_size, "seed": seed, **rollout_inputs(profile)}
 
     def build(folder: Path) -> Mapping[str, Any]:
         started = time.perf_counter()
@@ -128,14 +129,15 @@ def policy_samples(policy: StageOutput, prompts: Sequence[str], n: int, profile:
 
 def sampled_answers(checkpoint: str | Path, prompts: Sequence[str], n: int, profile: Profile,
                     seed: int) -> list[list[str]]:
-    """``n`` answers per prompt sampled from a chat checkpoint at the RL temperature, each up to ``<|im_end|>``."""
+    """``n`` answers per prompt sampled from a chat checkpoint at the RL temperature, each up to ``<|im_end|>``
+    (by the kit's decode loop under ``engine.rollouts: kit``)."""
     model, tokenizer = load_model(checkpoint, choose_device(profile)), load_tokenizer(checkpoint)
     torch.manual_seed(seed)
     step = max(1, profile.evaluation.batch_size // n)
     out: list[list[str]] = []
     for start in range(0, len(prompts), step):
         texts = sample_groups(model, tokenizer, prompts[start:start + step], n, temperature=profile.rl.temperature,
-                              max_completion_length=profile.sft.max_new_tokens, keep_markup=True)
+                              max_completion_length=profile.sft.max_new_tokens, keep_markup=True, kit=kit_sampling(profile))
         out += [texts[i:i + n] for i in range(0, len(texts), n)]
     return out
 

@@ -65,6 +65,11 @@ def choose_rollouts(profile: Profile, rl: RLConfig) -> RolloutFunc | None:
     return kit_rollouts
 
 
+def kit_sampling(profile: Profile) -> bool:
+    """Whether the stages that sample outside GRPO (policy samples, Math RL's screens) use the kit's loop too."""
+    return profile.engine.rollouts == "kit"
+
+
 def rollout_inputs(profile: Profile) -> dict[str, str]:
     """What a GRPO stage's key adds for ``engine.rollouts``: nothing at ``generate``, so no shipped key moves."""
     return {} if profile.engine.rollouts == "generate" else {"rollouts": profile.engine.rollouts}
