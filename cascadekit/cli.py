@@ -252,9 +252,10 @@ def _combine(spec: Any, seeds: list[int], writer: Any) -> int:
     return 0
 
 
-def _train_seeds_of(args: argparse.Namespace) -> list[int] | None:
-    """``--train-seed``'s seeds (None when not given), after checking ``--jobs`` has several to run."""
-    if args.jobs > 1 and (args.train_seed is None or len(args.train_seed) < 2):
+def _train_seeds_of(args: argparse.Namespace, one_seed_jobs: int = 1) -> list[int] | None:
+    """``--train-seed``'s seeds (None when not given), after checking ``--jobs`` has several to run
+    (or at most ``one_seed_jobs`` processes of one seed's)."""
+    if args.jobs > one_seed_jobs and (args.train_seed is None or len(args.train_seed) < 2):
         raise ValueError("--jobs runs several training seeds at once: give it with --train-seed N,N,...")
     return args.train_seed
 
@@ -297,7 +298,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import set_threads
 
-    seeds = _train_seeds_of(args)
+    seeds = _train_seeds_of(args, one_seed_jobs=2)
     overrides = _with_train_seed(_overrides(args), seeds)
     out, work = Path(args.out), Path(args.work)
     if seeds is not None and len(seeds) > 1:
@@ -307,7 +308,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         out, work = seed_folder(out, seeds[0]), seed_folder(work, seeds[0])
     set_threads(args.threads)
     lever(args.scale, args.seed, overrides, args.order, args.joint, args.against, args.harder, out, work,
-          _command(args))
+          _command(args), beside=args.jobs > 1)
     return 0
 
 
@@ -644,7 +645,8 @@ def _replicate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the training seed (the profile's train_seed); the outputs go to a train-seed-N "
                              "subfolder. Several seeds run as single-thread child processes, one log each")
     parser.add_argument("--jobs", type=_bounded_int(1, 64), default=1,
-                        help="with several --train-seed seeds: how many children run at once (2: both cores)")
+                        help="with several --train-seed seeds: how many children run at once (2: both cores); "
+                             "cascade with one seed: 2 builds the stage tables in a second process beside training")
 
 
 def _cascade_arguments(parser: argparse.ArgumentParser) -> None:

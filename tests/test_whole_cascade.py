@@ -206,6 +206,25 @@ def test_the_cascade_command_writes_the_stage_table_after_each_stage(tmp_path, c
     assert "garbage.json" in capsys.readouterr().err
 
 
+def test_tables_built_beside_training_are_the_inline_ones(tmp_path, monkeypatch):
+    """``cascade --jobs 2`` with one seed: the stage tables come from a second process, and equal the inline ones."""
+    import json
+    import shutil
+
+    from cascadekit.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(cache))  # a fresh cache: the spawned process builds the tables
+    command = ["cascade", "--scale", "smoke", "--order", "RLHF", "--work", str(tmp_path / "work")]
+    assert main([*command, "--jobs", "2", "--out", str(tmp_path / "beside")]) == 0
+    built = sorted(p.name for p in (cache / "stage-table").iterdir())
+    shutil.rmtree(cache / "stage-table")
+    assert main([*command, "--out", str(tmp_path / "inline")]) == 0
+    assert sorted(p.name for p in (cache / "stage-table").iterdir()) == built
+    beside, inline = (json.loads((tmp_path / run / "rows.json").read_text()) for run in ("beside", "inline"))
+    assert beside["rows"] == inline["rows"] and [s["stage"] for s in beside["stages"]] == ["SFT", "RLHF"]
+
+
 def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     """``--harder --against``: both suites after each stage, and the last stage against each arm."""
     from cascadekit.chapters import resolve

@@ -46,6 +46,7 @@ from cascadekit.domains import chat_records, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import (CEILING, change_row, compact, forgetting_matrix, kept_domains_row,
                                                 paired_change, picked)
 from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
+from cascadekit.evaluation.beside import StageTables
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
@@ -616,18 +617,20 @@ def notes(metrics: Mapping[str, Any]) -> str:
 
 
 def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None, joint: str | None,
-          against: str | None, harder: bool, out: Path, work: Path, command: str) -> None:
+          against: str | None, harder: bool, out: Path, work: Path, command: str, beside: bool = False) -> None:
     """One more arm of chapter 14 at ``scale``: the cascade in ``order`` (default the paper's), or joint RL.
 
     Every stage is cached (shipped at toy), so the run resumes from the last
     stage it finds and trains the rest. ``stage_table.md`` and ``rows.json`` in
-    ``out`` are rewritten after every stage, so an interrupted run keeps what it
+    ``out`` are rewritten after every stage's tables, so an interrupted run keeps what it
     evaluated. ``harder`` adds the harder suite (:func:`harder_suite`) after
     every stage; ``against`` (a chapter 14 ``metrics.json``) compares the last
     stage with its arms (:func:`against_arms`, in ``against.md``). ``joint``
     (``"swe=192,instructions=512"``, :func:`cascadekit.chapters.cascade.parse_joint`)
     trains joint RL over those domains instead of a chain: SFT, then "joint RL".
-    Every argument is checked before anything trains; a bad one is a ValueError.
+    ``beside`` builds the stage tables in a second process while the next stage trains
+    (:mod:`cascadekit.evaluation.beside`). Every argument is checked before anything
+    trains; a bad one is a ValueError.
     """
     stages_order = ORDER if order is None else check_order([n.strip() for n in order.split(",") if n.strip()])
     joint_prompts = None if joint is None else parse_joint(joint)  # before anything trains; '' is an error
@@ -645,27 +648,35 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
     last: dict[str, list[dict]] = {}
     made = provenance(command)
 
-    def evaluated(stage: CascadeStage) -> None:
-        for suite, records in suites.items():
-            table = cached_stage_table(stage.checkpoint, profile, stage.name, records)
+    def record(name: str, tables: Mapping[str, Mapping[str, Any]]) -> None:
+        for suite, table in tables.items():
             rows[suite].extend(table["rows"])
             last[suite] = table["samples"]
-        stages.append({"stage": stage.name, "key": stage.checkpoint.key, "checkpoint": shown(stage.checkpoint.checkpoint),
-                       "prompts": stage.prompts(profile), "build_s": round(stage.train_s, 1)})
         atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
                                               **({"harder_rows": rows["harder"]} if harder else {})})
         atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
         if harder:
             atomic_write_text(out / "harder_table.md", stage_markdown(rows["harder"]) + "\n")
-        print(f"{stage.name}: {stage.checkpoint.key} evaluated", flush=True)
+        print(f"{name}: evaluated", flush=True)
 
-    if joint_prompts:
-        sft = sft_checkpoint(profile)
-        evaluated(CascadeStage("SFT", (), sft))
-        trained = joint_rl(profile, joint_prompts, work / "joint")
-        evaluated(CascadeStage("joint RL", (trained,), trained))
-    else:
-        run_cascade(profile, work, stages_order, evaluated)
+    with StageTables(profile, suites, beside) as tables:
+        def evaluated(stage: CascadeStage) -> None:
+            stages.append({"stage": stage.name, "key": stage.checkpoint.key,
+                           "checkpoint": shown(stage.checkpoint.checkpoint), "prompts": stage.prompts(profile),
+                           "build_s": round(stage.train_s, 1)})
+            tables.submit(stage.checkpoint, stage.name)
+            for name, done in tables.ready():
+                record(name, done)
+
+        if joint_prompts:
+            sft = sft_checkpoint(profile)
+            evaluated(CascadeStage("SFT", (), sft))
+            trained = joint_rl(profile, joint_prompts, work / "joint")
+            evaluated(CascadeStage("joint RL", (trained,), trained))
+        else:
+            run_cascade(profile, work, stages_order, evaluated)
+        for name, done in tables.ready(wait=True):
+            record(name, done)
     print((out / "stage_table.md").read_text())
     if arms is not None:
         compared = against_arms(arms, last)
