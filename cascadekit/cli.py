@@ -294,16 +294,24 @@ def _command(args: argparse.Namespace) -> str:
 def cmd_cascade(args: argparse.Namespace) -> int:
     """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
     from cascadekit.chapters import resolve
-    from cascadekit.chapters.ch14_whole_cascade import lever
+    from cascadekit.chapters.ch14_whole_cascade import lever, write_lever_claims
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import set_threads
 
     seeds = _train_seeds_of(args, one_seed_jobs=2)
     overrides = _with_train_seed(_overrides(args), seeds)
     out, work = Path(args.out), Path(args.work)
+    if args.claims:
+        if seeds is None:
+            raise ValueError("--claims reads the seeds' folders: give --train-seed N,N,...")
+        print(write_lever_claims(out, [seed_folder(out, s) for s in seeds], _command(args)).read_text())
+        return 0
     if seeds is not None and len(seeds) > 1:
         resolve("14", args.scale, overrides, args.seed)  # a bad setting is one error here, not one per child
-        return _replicates(args, seeds, work)
+        code = _replicates(args, seeds, work)
+        if code == 0:
+            print(f"claims over the seeds: {write_lever_claims(out, [seed_folder(out, s) for s in seeds], _command(args))}")
+        return code
     if seeds is not None:
         out, work = seed_folder(out, seeds[0]), seed_folder(work, seeds[0])
     set_threads(args.threads)
@@ -661,6 +669,8 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also evaluate chapter 14's harder suite (math, code, SWE at their RL difficulty)")
     parser.add_argument("--against", metavar="METRICS",
                         help="compare the last stage with the arms of chapter 14's metrics.json (written to against.md)")
+    parser.add_argument("--claims", action="store_true",
+                        help="train nothing: write claims.md over the --train-seed seeds' folders already in --out")
     parser.add_argument("--out", default="runs/cascade", help="folder for stage_table.md and rows.json")
     parser.add_argument("--work", default="runs/cascade/work", help="scratch folder for trainer files")
 

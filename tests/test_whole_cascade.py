@@ -225,6 +225,28 @@ def test_tables_built_beside_training_are_the_inline_ones(tmp_path, monkeypatch)
     assert beside["rows"] == inline["rows"] and [s["stage"] for s in beside["stages"]] == ["SFT", "RLHF"]
 
 
+def test_claims_over_a_levers_seeds_read_each_seeds_samples(tmp_path, capsys):
+    """Two seeds' runs, then ``--claims``: every row of the lever's claims, with per-seed estimates; garbage refused."""
+    from cascadekit.cli import main
+
+    command = ["cascade", "--scale", "smoke", "--order", "RLHF", "--out", str(tmp_path / "out")]
+    for seed in ("5", "6"):
+        assert main([*command, "--train-seed", seed, "--work", str(tmp_path / "work")]) == 0
+    assert main([*command, "--train-seed", "5,6", "--claims"]) == 0
+    claims = (tmp_path / "out" / "claims.md").read_text()
+    for row in ("RLHF lifts its own domain (general, both modes; per_sample)", "RLHF cuts general's tokens",
+                "RLHF keeps the other domains", "the last stage (RLHF) minus SFT (per_sample",
+                "| RLHF | swe | no_think |"):
+        assert row in claims, row
+    assert "train-seed-5, train-seed-6" in claims and "primary" in claims
+    (tmp_path / "out" / "train-seed-6" / "samples.json").write_text("{" * 10)
+    assert main([*command, "--train-seed", "5,6", "--claims"]) == 2
+    assert "no readable samples.json" in capsys.readouterr().err
+    (tmp_path / "out" / "train-seed-6" / "samples.json").write_text('{"per_sample": {"SFT": []}}')
+    assert main([*command, "--train-seed", "5,6", "--claims"]) == 2
+    assert "did not evaluate the same stages" in capsys.readouterr().err
+
+
 def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     """``--harder --against``: both suites after each stage, and the last stage against each arm."""
     from cascadekit.chapters import resolve

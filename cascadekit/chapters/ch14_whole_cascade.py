@@ -646,12 +646,16 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
     rows: dict[str, list[dict]] = {suite: [] for suite in suites}
     stages: list[dict] = []
     last: dict[str, list[dict]] = {}
+    kept: dict[str, dict[str, list[dict]]] = {suite: {} for suite in suites}
     made = provenance(command)
 
     def record(name: str, tables: Mapping[str, Mapping[str, Any]]) -> None:
         for suite, table in tables.items():
             rows[suite].extend(table["rows"])
             last[suite] = table["samples"]
+        for suite, samples in compact_suites(tables).items():
+            kept[suite][name] = samples
+        atomic_write_json(out / LEVER_SAMPLES, kept)
         atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
                                               **({"harder_rows": rows["harder"]} if harder else {})})
         atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
@@ -685,6 +689,93 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
         atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {against}, "
                                               f"made by `{made['command']}` (commit {made['git_commit']})\n\n{table}\n")
         print(table)
+
+
+#: Each stage's per-sample results of a lever run, per suite (:func:`compact`): what claims over seeds read.
+LEVER_SAMPLES = "samples.json"
+
+
+def compact_suites(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """One stage's tables (suite -> table) cut to the fields a paired claim reads."""
+    return {suite: compact({"stage": table})["stage"] for suite, table in tables.items()}
+
+
+def lever_runs(folders: Sequence[Path]) -> list[dict[str, dict[str, list[dict[str, Any]]]]]:
+    """Each seed's ``samples.json`` (suite -> stage -> samples), checked to name the same stages and suites."""
+    runs = []
+    for folder in folders:
+        try:
+            runs.append(json.loads((Path(folder) / LEVER_SAMPLES).read_text()))
+        except (OSError, ValueError, RecursionError) as err:
+            raise ValueError(f"{folder}: no readable {LEVER_SAMPLES} ({err})") from None
+    shape = [(suite, list(stages)) for suite, stages in runs[0].items()] if runs else None
+    if not runs or any([(suite, list(stages)) for suite, stages in run.items()] != shape for run in runs):
+        raise ValueError(f"the seeds' runs ({', '.join(map(str, folders))}) did not evaluate the same stages and suites")
+    return runs
+
+
+def lever_claims(folders: Sequence[Path]) -> list[dict[str, Any]]:
+    """A lever's claims over its training seeds (one ``cascadekit cascade`` output folder per seed).
+
+    Each RL stage: its own domain's lift (primary on :func:`primary_suite` when the
+    run evaluated the harder suite), RLHF's length and repetition on general, and
+    "keeps the other domains" over the cells below the ceiling; then the last stage
+    minus SFT on every suite. Intervals are over seeds, then prompts; Holm per family.
+    """
+    runs = lever_runs(folders)
+    suites = list(runs[0])
+    tables = {suite: [run[suite] for run in runs] for suite in suites}
+    names = list(runs[0]["per_sample"])
+    rows = []
+    for before, after in zip(names, names[1:]):
+        if after not in TARGETS:
+            continue
+        domain, mode = TARGETS[after]
+        own = [suite for suite in SUITES if suite in suites and (suite == "per_sample" or domain in REASONING)]
+        primary = primary_suite(domain) if primary_suite(domain) in own else "per_sample"
+        for suite in own:
+            rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; {suite})",
+                                   f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                                   [t[before] for t in tables[suite]], [t[after] for t in tables[suite]], "up",
+                                   names=[domain], think=_think(mode), primary=suite == primary))
+        if after == "RLHF":
+            rows += [change_row(f"RLHF cuts general's {field} (both modes)", "RLHF cuts verbosity and repetition",
+                                [t[before] for t in tables["per_sample"]], [t[after] for t in tables["per_sample"]],
+                                "down", field, names=["general"]) for field in ("tokens", "repetition")]
+        rows.append(kept_domains_row(f"{after} keeps the other domains", "sequential RL forgets little",
+                                     [t[before] for t in tables["per_sample"]], [t[after] for t in tables["per_sample"]],
+                                     [d for d in DOMAINS if d != domain]))
+    for suite in suites:
+        rows.append(change_row(f"the last stage ({names[-1]}) minus SFT ({suite}, every domain, both modes)",
+                               "every benchmark above the SFT model", [t[names[0]] for t in tables[suite]],
+                               [t[names[-1]] for t in tables[suite]], "up"))
+    return holm_rows(rows)
+
+
+def lever_forgetting(folders: Sequence[Path]) -> list[dict[str, Any]]:
+    """Every stage's change per domain and mode (the stage table's suite), over the seeds, with its interval."""
+    tables = [run["per_sample"] for run in lever_runs(folders)]
+    names = list(tables[0])
+    rows = []
+    for before, after in zip(names, names[1:]):
+        for cell in forgetting_matrix([t[before] for t in tables], [t[after] for t in tables], DOMAINS):
+            rows.append({"stage": after, "domain": cell["domain"], "mode": cell["mode"], "before": cell["before"],
+                         "change [95% CI]": f"{cell['change']:+.3f} [{cell['low']:+.3f}, {cell['high']:+.3f}]",
+                         "seeds": " / ".join(f"{x:+.3f}" for x in cell["seeds"]),
+                         "at ceiling": "yes" if cell["at_ceiling"] else ""})
+    return rows
+
+
+def write_lever_claims(out: Path, folders: Sequence[Path], command: str) -> Path:
+    """``claims.md`` in ``out``: :func:`lever_claims` and :func:`lever_forgetting` over the seeds' folders."""
+    made = provenance(command)
+    text = (f"# Claims over training seeds ({', '.join(Path(f).name for f in folders)})\n\n"
+            f"Made by `{made['command']}` (commit {made['git_commit']}, {made['date']}). Intervals: seeds, then "
+            "prompts; per-seed estimates beside them; Holm within each family.\n\n"
+            f"{markdown_table(lever_claims(folders))}\n\n## Each stage's change per domain and mode\n\n"
+            f"{markdown_table(lever_forgetting(folders))}\n")
+    atomic_write_text(out / "claims.md", text)
+    return out / "claims.md"
 
 
 # ---------------------------------------------------------------------------
