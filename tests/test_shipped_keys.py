@@ -281,7 +281,7 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
         profile08 = ep.resolve("08", scale).profile
         ep.sft_stages(ep.chat_base(profile08), profile08)
     world = ep.world_overrides("second")
-    for offset in (0, 1):  # the chapters' training seed and the next: the second world's SFT is shipped for both
+    for offset in (0, 1, 2):  # the chapters' training seed and the next two: the second world's SFT is shipped for each
         with rec.at(f"second world: SFT, training seed +{offset}"):
             seed = ep.resolve("08", scale, world).profile.seeds.train + offset
             second = ep.resolve("08", scale, {**world, "train_seed": seed}).profile
