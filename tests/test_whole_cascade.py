@@ -316,3 +316,32 @@ def test_the_committed_paper_vs_run_regenerates_from_the_committed_metrics(tmp_p
     assert set(figures) == {"stage_table", "forgetting", "joint_curves", "forgetting_rlhf_last"}
     for figure in figures.values():
         plt.close(figure)
+
+
+@pytest.mark.slow
+def test_each_primary_claim_holds_on_fresh_prompts(tmp_path):
+    """The committed run's primary claims, re-asked of the same (shipped) checkpoints on another evaluation seed.
+
+    Two 95% intervals of one change from independent prompt sets should overlap; and a
+    direction the committed run calls reproduced or contradicted must not reverse.
+    """
+    import re
+
+    from cascadekit.chapters import resolve
+    from cascadekit.chapters.ch14_whole_cascade import claims, fresh_prompt_rows
+    from cascadekit.results import load_metrics
+
+    metrics = load_metrics("14_whole_cascade")
+    committed = {row["claim"].split(" (")[0]: row for row in claims(metrics) if row["family"] == "primary"}
+    fresh = fresh_prompt_rows(resolve("14", "toy", metrics["overrides"]).profile, tmp_path)
+
+    def interval(row):
+        return [float(x) for x in re.findall(r"[-+]?\d*\.\d+|[-+]?\d+", row["95% interval"])]
+
+    assert len(fresh) == len(committed) == 5
+    for row in fresh:
+        old = committed[row["claim"].split(" (")[0]]
+        (low, high), (old_low, old_high) = interval(row), interval(old)
+        assert low <= old_high and old_low <= high, (row["claim"], row["95% interval"], old["95% interval"])
+        reversed_verdict = {"reproduced": "contradicted", "contradicted": "reproduced"}.get(old["verdict"])
+        assert row["verdict"] != reversed_verdict, (row["claim"], row["verdict"], old["verdict"])

@@ -27,6 +27,7 @@ each stage and, with ``--against``, its last stage against the committed arms.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -39,8 +40,9 @@ from matplotlib.figure import Figure
 from cascadekit.artifacts import shown
 from cascadekit.atomic import atomic_write_json, atomic_write_text
 from cascadekit.chapters import ChapterConfig, resolve
-from cascadekit.chapters.cascade import (ORDER, TARGETS, CascadeStage, DomainReward, check_order, joint_rl, judge,
-                                         largest_reward_model, parse_joint, run_cascade, sft_checkpoint)
+from cascadekit.chapters.cascade import (ORDER, TARGETS, CascadeStage, DomainReward, cascade_stage, check_order,
+                                         joint_rl, judge, largest_reward_model, parse_joint, run_cascade,
+                                         sft_checkpoint)
 from cascadekit.claims import bootstrap_interval, holm_rows, seed_row
 from cascadekit.domains import chat_records, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import (CEILING, change_row, compact, forgetting_matrix, kept_domains_row,
@@ -689,6 +691,37 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
         atomic_write_text(out / "against.md", f"Last stage ({stages[-1]['stage']}) against {against}, "
                                               f"made by `{made['command']}` (commit {made['git_commit']})\n\n{table}\n")
         print(table)
+
+
+#: How far from the profile's evaluation seed the fresh prompts that re-ask each primary claim are drawn.
+FRESH_EVAL_OFFSET = 1
+
+
+def fresh_prompt_rows(profile: Profile, work_dir: Path, offset: int = FRESH_EVAL_OFFSET) -> list[dict[str, Any]]:
+    """Each RL stage's primary claim asked again on fresh prompts: the same checkpoints, another evaluation seed.
+
+    The stages are the cascade's (:func:`cascadekit.chapters.cascade.cascade_stage`,
+    shipped at toy); an evaluation seed moves only the suites, never a training key,
+    so a gap to the committed claim is the prompts' sampling alone. Only each stage's
+    own domain is asked, on its :func:`primary_suite`.
+    """
+    fresh = dataclasses.replace(profile, eval_seed=profile.seeds.eval + offset)
+    names = ["SFT", *ORDER]
+    stages = {name: cascade_stage(name, fresh, work_dir).checkpoint for name in names}
+    rows = []
+    for before, after in zip(names, names[1:]):
+        domain, mode = TARGETS[after]
+        suite = primary_suite(domain)
+        records = [r for r in (harder_suite(fresh) if suite == "harder" else suite_records(fresh, [domain]))
+                   if r["domain"] == domain]
+        before_samples, after_samples = (cached_stage_table(stages[n], fresh, n, records)["samples"]
+                                         for n in (before, after))
+        rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; fresh {suite} "
+                               f"prompts, evaluation seed +{offset})",
+                               f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                               [before_samples], [after_samples], "up", names=[domain], think=_think(mode),
+                               primary=True))
+    return rows
 
 
 #: Each stage's per-sample results of a lever run, per suite (:func:`compact`): what claims over seeds read.
