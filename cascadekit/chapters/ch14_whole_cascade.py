@@ -657,7 +657,7 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
             last[suite] = table["samples"]
         for suite, samples in compact_suites(tables).items():
             kept[suite][name] = samples
-        atomic_write_json(out / LEVER_SAMPLES, kept)
+        atomic_write_json(out / LEVER_SAMPLES, kept, indent=None)  # one line: about a third of the indented size
         atomic_write_json(out / "rows.json", {"provenance": made, "stages": stages, "rows": rows["per_sample"],
                                               **({"harder_rows": rows["harder"]} if harder else {})})
         atomic_write_text(out / "stage_table.md", stage_markdown(rows["per_sample"]) + "\n")
