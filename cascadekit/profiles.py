@@ -229,6 +229,19 @@ class SWERLConfig:
 
 
 @dataclass(frozen=True)
+class RLHFConfig:
+    """Chapter 09's RLHF stage: its own learning rate (``None``: ``rl.lr``, and nothing enters its key).
+
+    Why a rate of its own: at toy scale RLHF on general prompts at RL's rate costs the
+    other domains most (tools lost 0.1-0.25 in the second world); half the rate kept
+    them better and the reward still cut general's length (issue 32's lever runs). The
+    paper's RLHF rate is its own too. The later stages keep ``rl.lr``.
+    """
+
+    lr: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """How the GPU stack runs a profile: downloads, 4-bit loading, Unsloth, parallelism, rollouts, data; CPU precision.
 
@@ -419,6 +432,7 @@ class Profile:
     swe_rl: SWERLConfig
     engine: EngineConfig
     domains: DomainsConfig = DomainsConfig()
+    rlhf: RLHFConfig = RLHFConfig()
     seed: int = 0
     data_seed: int | None = None
     eval_seed: int | None = None
@@ -479,6 +493,7 @@ _SECTIONS = {
     "swe_rl": SWERLConfig,
     "engine": EngineConfig,
     "domains": DomainsConfig,
+    "rlhf": RLHFConfig,
 }
 _TOP_LEVEL = {"description", "device", "dtype", "seed", *(f"{role}_seed" for role in SEED_ROLES)}
 
@@ -572,6 +587,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{f"reward_model.{k}": _POSITIVE for k in ("tasks", "pairs_per_task", "eval_tasks", "epochs", "lr",
                                                 "batch_size")},
     "reward_model.policy_samples": _NON_NEGATIVE,
+    "rlhf.lr": (lambda v: v is None or v > 0, "positive (or null: rl.lr)"),
     "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.epochs": _POSITIVE, "math_rl.lr": _POSITIVE,
     "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
     "math_rl.lengths": (lambda v: len(v) > 0 and all(n > 0 for n in v) and list(v) == sorted(set(v)),
@@ -634,6 +650,8 @@ def _typed(value: Any, hint: Any) -> tuple[Any, str]:
     """``(value as the field stores it, "")`` when ``value`` has type ``hint`` exactly, else ``(None, what was expected)``."""
     if hint == int | None:  # a seed of a role: an integer, or None to follow ``seed``
         return (None, "") if value is None else _typed(value, int)
+    if hint == float | None:  # a stage's own rate: a number, or None to follow the shared one
+        return (None, "") if value is None else _typed(value, float)
     if hint is bool:
         return (value, "") if isinstance(value, bool) else (None, "true or false")
     if hint is int:

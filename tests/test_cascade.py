@@ -3,6 +3,7 @@ accuracy, a tiny trained model and its GRPO reward), the markup-reading reward w
 IF-RL prompt sets and rewards, and paired stage-table changes."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -175,3 +176,13 @@ def test_screening_chat_prompts_stops_at_the_turn_and_keeps_markers(reward_model
     assert seen["eos_token_id"][0] == tokenizer.convert_tokens_to_ids("<|im_end|>") and seen["skip"] is False
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     assert seen["input_ids"].shape[1] == len(ids)  # nothing added to the rendered prompt
+
+
+def test_rlhf_has_a_rate_of_its_own_only_when_set() -> None:
+    from cascadekit.chapters.cascade import rlhf_settings
+    from cascadekit.profiles import load_profile
+
+    shared = load_profile("toy")
+    assert rlhf_settings(shared) is shared.rl  # unset: RL's settings, so no RLHF key moves
+    own = load_profile("toy", {"rlhf.lr": 2.5e-5})
+    assert rlhf_settings(own) == dataclasses.replace(own.rl, lr=2.5e-5) and own.rl.lr == shared.rl.lr

@@ -149,7 +149,12 @@ def rlhf_stage(profile: Profile, arm: str, reward_model: StageOutput, work_dir: 
     Chapter 14's order ablation runs it last, from the SWE RL checkpoint.
     """
     return chat_grpo(start or sft_checkpoint(profile), rlhf_records(profile, arm), profile, work_dir,
-                     reward=RewardModelScore(reward_model), in_order=True)
+                     reward=RewardModelScore(reward_model), in_order=True, rl=rlhf_settings(profile))
+
+
+def rlhf_settings(profile: Profile) -> RLConfig:
+    """RLHF's RL settings: RL's, at ``rlhf.lr`` where that is set."""
+    return profile.rl if profile.rlhf.lr is None else dataclasses.replace(profile.rl, lr=profile.rlhf.lr)
 
 
 def verifier_plus_reward_model(scorer: RewardModelScore, weight: float = IF_RM_WEIGHT) -> RewardFn:
