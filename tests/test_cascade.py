@@ -186,3 +186,5 @@ def test_rlhf_has_a_rate_of_its_own_only_when_set() -> None:
     assert rlhf_settings(shared) is shared.rl  # unset: RL's settings, so no RLHF key moves
     own = load_profile("toy", {"rlhf.lr": 2.5e-5})
     assert rlhf_settings(own) == dataclasses.replace(own.rl, lr=2.5e-5) and own.rl.lr == shared.rl.lr
+    both = load_profile("toy", {"rlhf.lr": 2.5e-5, "rlhf.kl_beta": 0.5})
+    assert rlhf_settings(both) == dataclasses.replace(both.rl, lr=2.5e-5, kl_beta=0.5) and both.rl.kl_beta == 0.0

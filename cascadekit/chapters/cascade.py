@@ -153,8 +153,9 @@ def rlhf_stage(profile: Profile, arm: str, reward_model: StageOutput, work_dir: 
 
 
 def rlhf_settings(profile: Profile) -> RLConfig:
-    """RLHF's RL settings: RL's, at ``rlhf.lr`` where that is set."""
-    return profile.rl if profile.rlhf.lr is None else dataclasses.replace(profile.rl, lr=profile.rlhf.lr)
+    """RLHF's RL settings: RL's, with ``rlhf.lr`` and ``rlhf.kl_beta`` where they are set."""
+    own = {k: v for k, v in dataclasses.asdict(profile.rlhf).items() if v is not None}
+    return dataclasses.replace(profile.rl, **own) if own else profile.rl
 
 
 def verifier_plus_reward_model(scorer: RewardModelScore, weight: float = IF_RM_WEIGHT) -> RewardFn:
