@@ -294,7 +294,7 @@ def _command(args: argparse.Namespace) -> str:
 def cmd_cascade(args: argparse.Namespace) -> int:
     """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
     from cascadekit.chapters import resolve
-    from cascadekit.chapters.ch14_whole_cascade import lever, write_lever_claims
+    from cascadekit.chapters.ch14_whole_cascade import lever, write_fresh_prompts, write_lever_claims
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import set_threads
 
@@ -305,6 +305,13 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         if seeds is None:
             raise ValueError("--claims reads the seeds' folders: give --train-seed N,N,...")
         print(write_lever_claims(out, [seed_folder(out, s) for s in seeds], _command(args)).read_text())
+        return 0
+    if args.fresh:
+        set_threads(args.threads)
+        base = _overrides(args)
+        profiles = [resolve("14", args.scale, {**base, "train_seed": s} if s is not None else base, args.seed).profile
+                    for s in (seeds or [None])]
+        print(write_fresh_prompts(out, profiles, work, _command(args)).read_text())
         return 0
     if seeds is not None and len(seeds) > 1:
         resolve("14", args.scale, overrides, args.seed)  # a bad setting is one error here, not one per child
@@ -671,6 +678,9 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare the last stage with the arms of chapter 14's metrics.json (written to against.md)")
     parser.add_argument("--claims", action="store_true",
                         help="train nothing: write claims.md over the --train-seed seeds' folders already in --out")
+    parser.add_argument("--fresh", action="store_true",
+                        help="write fresh_prompts.md in --out: each stage's primary claim re-asked of the cascade's "
+                             "checkpoints (of every --train-seed seed) on another evaluation seed's prompts")
     parser.add_argument("--out", default="runs/cascade", help="folder for stage_table.md and rows.json")
     parser.add_argument("--work", default="runs/cascade/work", help="scratch folder for trainer files")
 

@@ -2,6 +2,7 @@
 tables, several rewards in one GRPO stage, and the forgetting matrix and order statistics."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -247,6 +248,32 @@ def test_claims_over_a_levers_seeds_read_each_seeds_samples(tmp_path, capsys):
     assert "did not evaluate the same stages" in capsys.readouterr().err
 
 
+def test_fresh_prompts_reask_each_primary_claim_of_the_cascades_checkpoints(tmp_path, monkeypatch):
+    """``cascade --fresh``: five primary rows on another evaluation seed's prompts (every stage stood in for by SFT)."""
+    from types import SimpleNamespace
+
+    from cascadekit.chapters import ch14_whole_cascade as ch14
+    from cascadekit.chapters import resolve
+    from cascadekit.chapters.cascade import sft_checkpoint
+    from cascadekit.cli import main
+
+    profile = resolve("14", "smoke").profile
+    sft = sft_checkpoint(profile)
+    asked = []
+    monkeypatch.setattr(ch14, "cascade_stage", lambda name, p, work: SimpleNamespace(checkpoint=sft))
+    real_table = ch14.cached_stage_table
+    monkeypatch.setattr(ch14, "cached_stage_table",
+                        lambda stage, p, name, records: asked.append(records) or real_table(stage, p, name, records))
+    assert main(["cascade", "--scale", "smoke", "--fresh", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work")]) == 0
+    text = (tmp_path / "out" / "fresh_prompts.md").read_text()
+    for stage in ("RLHF", "IF-RL", "Math RL", "Code RL", "SWE RL"):
+        assert f"| {stage} lifts its own domain (" in text and "evaluation seed +1" in text
+    assert text.count("| primary |") == 5 and "| 0.000 |" in text  # SFT against itself: no change
+    own = {json.dumps(r["messages"]) for r in stage_table.suite_records(profile, ["general"])}
+    assert not own & {json.dumps(r["messages"]) for r in asked[0]}  # RLHF's rows: other general prompts
+
+
 def test_a_lever_run_compares_its_last_stage_with_the_committed_arms(tmp_path):
     """``--harder --against``: both suites after each stage, and the last stage against each arm."""
     from cascadekit.chapters import resolve
@@ -333,7 +360,7 @@ def test_each_primary_claim_holds_on_fresh_prompts(tmp_path):
 
     metrics = load_metrics("14_whole_cascade")
     committed = {row["claim"].split(" (")[0]: row for row in claims(metrics) if row["family"] == "primary"}
-    fresh = fresh_prompt_rows(resolve("14", "toy", metrics["overrides"]).profile, tmp_path)
+    fresh = fresh_prompt_rows([resolve("14", "toy", metrics["overrides"]).profile], tmp_path)
 
     def interval(row):
         return [float(x) for x in re.findall(r"[-+]?\d*\.\d+|[-+]?\d+", row["95% interval"])]

@@ -697,31 +697,32 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
 FRESH_EVAL_OFFSET = 1
 
 
-def fresh_prompt_rows(profile: Profile, work_dir: Path, offset: int = FRESH_EVAL_OFFSET) -> list[dict[str, Any]]:
+def fresh_prompt_rows(profiles: Sequence[Profile], work_dir: Path,
+                      offset: int = FRESH_EVAL_OFFSET) -> list[dict[str, Any]]:
     """Each RL stage's primary claim asked again on fresh prompts: the same checkpoints, another evaluation seed.
 
-    The stages are the cascade's (:func:`cascadekit.chapters.cascade.cascade_stage`,
-    shipped at toy); an evaluation seed moves only the suites, never a training key,
-    so a gap to the committed claim is the prompts' sampling alone. Only each stage's
-    own domain is asked, on its :func:`primary_suite`.
+    ``profiles`` are one per training seed (the interval is over them, then the
+    prompts). The stages are the cascade's (:func:`cascadekit.chapters.cascade.cascade_stage`,
+    shipped at toy or cached); an evaluation seed moves only the suites, never a
+    training key, so a gap to the committed claim is the prompts' sampling alone. Only
+    each stage's own domain is asked, on its :func:`primary_suite`.
     """
-    fresh = dataclasses.replace(profile, eval_seed=profile.seeds.eval + offset)
+    fresh = [dataclasses.replace(p, eval_seed=p.seeds.eval + offset) for p in profiles]
     names = ["SFT", *ORDER]
-    stages = {name: cascade_stage(name, fresh, work_dir).checkpoint for name in names}
+    stages = [{name: cascade_stage(name, p, work_dir).checkpoint for name in names} for p in fresh]
     rows = []
     for before, after in zip(names, names[1:]):
         domain, mode = TARGETS[after]
         suite = primary_suite(domain)
-        records = [r for r in (harder_suite(fresh) if suite == "harder" else suite_records(fresh, [domain]))
+        records = [r for r in (harder_suite(fresh[0]) if suite == "harder" else suite_records(fresh[0], [domain]))
                    if r["domain"] == domain]
-        before_samples, after_samples = (cached_stage_table(stages[n], fresh, n, records)["samples"]
-                                         for n in (before, after))
+        tables = [[cached_stage_table(seed[n], p, n, records)["samples"] for seed, p in zip(stages, fresh)]
+                  for n in (before, after)]
         rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; fresh {suite} "
                                f"prompts, evaluation seed +{offset})",
                                f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
-                               [before_samples], [after_samples], "up", names=[domain], think=_think(mode),
-                               primary=True))
-    return rows
+                               tables[0], tables[1], "up", names=[domain], think=_think(mode), primary=True))
+    return holm_rows(rows)
 
 
 #: Each stage's per-sample results of a lever run, per suite (:func:`compact`): what claims over seeds read.
@@ -797,6 +798,20 @@ def lever_forgetting(folders: Sequence[Path]) -> list[dict[str, Any]]:
                          "seeds": " / ".join(f"{x:+.3f}" for x in cell["seeds"]),
                          "at ceiling": "yes" if cell["at_ceiling"] else ""})
     return rows
+
+
+def write_fresh_prompts(out: Path, profiles: Sequence[Profile], work: Path, command: str) -> Path:
+    """``fresh_prompts.md`` in ``out``: :func:`fresh_prompt_rows` over the profiles' training seeds."""
+    made = provenance(command)
+    seeds = ", ".join(str(p.seeds.train) for p in profiles)
+    text = (f"# Each RL stage's primary claim on fresh prompts (training seeds {seeds})\n\n"
+            f"Made by `{made['command']}` (commit {made['git_commit']}, {made['date']}): the cascade's own "
+            f"checkpoints, {profiles[0].sft.eval_tasks} prompts per mode drawn with evaluation seed "
+            f"{profiles[0].seeds.eval + FRESH_EVAL_OFFSET}. Intervals: seeds, then prompts; Holm over the five.\n\n"
+            f"{markdown_table(fresh_prompt_rows(profiles, work))}\n")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "fresh_prompts.md", text)
+    return out / "fresh_prompts.md"
 
 
 def write_lever_claims(out: Path, folders: Sequence[Path], command: str) -> Path:
