@@ -294,7 +294,7 @@ def _command(args: argparse.Namespace) -> str:
 def cmd_cascade(args: argparse.Namespace) -> int:
     """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
     from cascadekit.chapters import resolve
-    from cascadekit.chapters.ch14_whole_cascade import lever, write_fresh_prompts, write_lever_claims
+    from cascadekit.chapters.ch14_whole_cascade import lever, write_fresh_prompts, write_lever_claims, write_versus
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import set_threads
 
@@ -305,6 +305,9 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         if seeds is None:
             raise ValueError("--claims reads the seeds' folders: give --train-seed N,N,...")
         print(write_lever_claims(out, [seed_folder(out, s) for s in seeds], _command(args)).read_text())
+        if args.versus:
+            print(write_versus(out, [seed_folder(out, s) for s in seeds],
+                               [seed_folder(Path(args.versus), s) for s in seeds], _command(args)).read_text())
         return 0
     if args.fresh:
         set_threads(args.threads)
@@ -678,6 +681,9 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare the last stage with the arms of chapter 14's metrics.json (written to against.md)")
     parser.add_argument("--claims", action="store_true",
                         help="train nothing: write claims.md over the --train-seed seeds' folders already in --out")
+    parser.add_argument("--versus", metavar="FOLDER",
+                        help="with --claims: also versus.md, the last stage of each seed against the last stage of "
+                             "the same seed's run in FOLDER (another arm's --out), prompt by prompt")
     parser.add_argument("--fresh", action="store_true",
                         help="write fresh_prompts.md in --out: each stage's primary claim re-asked of the cascade's "
                              "checkpoints (of every --train-seed seed) on another evaluation seed's prompts")

@@ -800,6 +800,39 @@ def lever_forgetting(folders: Sequence[Path]) -> list[dict[str, Any]]:
     return rows
 
 
+def versus_rows(ours: Sequence[Path], theirs: Sequence[Path]) -> list[dict[str, Any]]:
+    """Our last stage minus theirs, seed by seed (one output folder each, the same seeds and suites), per suite.
+
+    How two arms that each ran on every seed (the cascade and joint RL, or two orders)
+    are decided over seeds: each seed's two final models answered the same prompts, so
+    each row pairs them prompt by prompt and resamples seeds, then prompts.
+    """
+    a, b = lever_runs(ours), lever_runs(theirs)
+    if len(a) != len(b) or list(a[0]) != list(b[0]):
+        raise ValueError("the two arms need the same number of seeds and the same suites")
+    rows = []
+    for suite in a[0]:
+        last_a, last_b = list(a[0][suite])[-1], list(b[0][suite])[-1]
+        mine, other = [run[suite][last_a] for run in a], [run[suite][last_b] for run in b]
+        names = list(dict.fromkeys(s["domain"] for s in mine[0]))
+        rows.append(change_row(f"{last_a} minus {last_b} ({suite}, every domain, both modes)",
+                               "domain-wise cascade instead of mixed-domain RL", other, mine, "up"))
+        rows += [change_row(f"{last_a} minus {last_b} ({suite}, {name}, both modes)",
+                            "domain-wise cascade instead of mixed-domain RL", other, mine, "up", names=[name])
+                 for name in names]
+    return holm_rows(rows)
+
+
+def write_versus(out: Path, ours: Sequence[Path], theirs: Sequence[Path], command: str) -> Path:
+    """``versus.md`` in ``out``: :func:`versus_rows`."""
+    made = provenance(command)
+    text = (f"# {Path(ours[0]).parent} against {Path(theirs[0]).parent}, last stage against last stage\n\n"
+            f"Made by `{made['command']}` (commit {made['git_commit']}, {made['date']}). Intervals: seeds, then "
+            f"prompts.\n\n{markdown_table(versus_rows(ours, theirs))}\n")
+    atomic_write_text(out / "versus.md", text)
+    return out / "versus.md"
+
+
 def write_fresh_prompts(out: Path, profiles: Sequence[Profile], work: Path, command: str) -> Path:
     """``fresh_prompts.md`` in ``out``: :func:`fresh_prompt_rows` over the profiles' training seeds."""
     made = provenance(command)
