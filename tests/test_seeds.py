@@ -228,10 +228,13 @@ def test_a_cascade_of_one_training_seed_writes_into_its_own_folders(monkeypatch,
     from cascadekit.chapters import ch14_whole_cascade
 
     seen = {}
-    monkeypatch.setattr(ch14_whole_cascade, "lever", lambda scale, seed, overrides, *rest: seen.update(
-        overrides=overrides, out=rest[-3], work=rest[-2], command=rest[-1]))
+    monkeypatch.setattr(ch14_whole_cascade, "lever", lambda scale, seed, overrides, *rest, beside: seen.update(
+        overrides=overrides, out=rest[-3], work=rest[-2], command=rest[-1], beside=beside))
     assert cli.main(["cascade", "--scale", "smoke", "--train-seed", "5", "--out", str(tmp_path / "out"),
                      "--work", str(tmp_path / "work")]) == 0
-    assert seen["overrides"] == {"train_seed": 5}
+    assert seen["overrides"] == {"train_seed": 5} and seen["beside"] is False
     assert (seen["out"], seen["work"]) == (tmp_path / "out" / "train-seed-5", tmp_path / "work" / "train-seed-5")
+    assert cli.main(["cascade", "--scale", "smoke", "--train-seed", "5", "--jobs", "2", "--out", str(tmp_path / "out"),
+                     "--work", str(tmp_path / "work")]) == 0
+    assert seen["beside"] is True  # one seed, two processes: its tables beside its training
     assert cli.main(["cascade", "--scale", "smoke", "--train-seed", "5", "--set", "train_seed=6"]) == 2
