@@ -304,10 +304,11 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     if args.claims:
         if seeds is None:
             raise ValueError("--claims reads the seeds' folders: give --train-seed N,N,...")
-        print(write_lever_claims(out, [seed_folder(out, s) for s in seeds], _command(args)).read_text())
+        folders = [seed_folder(out, s) for s in seeds]
+        print(write_lever_claims(out, folders, _command(args)).read_text())
         if args.versus:
-            print(write_versus(out, [seed_folder(out, s) for s in seeds],
-                               [seed_folder(Path(args.versus), s) for s in seeds], _command(args)).read_text())
+            print(write_versus(out, folders, [seed_folder(Path(args.versus), s) for s in seeds],
+                               _command(args)).read_text())
         return 0
     if args.fresh:
         set_threads(args.threads)

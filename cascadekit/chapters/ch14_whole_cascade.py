@@ -710,12 +710,12 @@ def fresh_prompt_rows(profiles: Sequence[Profile], work_dir: Path,
     fresh = [dataclasses.replace(p, eval_seed=p.seeds.eval + offset) for p in profiles]
     names = ["SFT", *ORDER]
     stages = [{name: cascade_stage(name, p, work_dir).checkpoint for name in names} for p in fresh]
-    rows = []
+    harder, rows = harder_suite(fresh[0]), []
     for before, after in zip(names, names[1:]):
         domain, mode = TARGETS[after]
         suite = primary_suite(domain)
-        records = [r for r in (harder_suite(fresh[0]) if suite == "harder" else suite_records(fresh[0], [domain]))
-                   if r["domain"] == domain]
+        records = [r for r in harder if r["domain"] == domain] if suite == "harder" else \
+            suite_records(fresh[0], [domain])
         tables = [[cached_stage_table(seed[n], p, n, records)["samples"] for seed, p in zip(stages, fresh)]
                   for n in (before, after)]
         rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; fresh {suite} "
@@ -826,7 +826,7 @@ def versus_rows(ours: Sequence[Path], theirs: Sequence[Path]) -> list[dict[str, 
 def write_versus(out: Path, ours: Sequence[Path], theirs: Sequence[Path], command: str) -> Path:
     """``versus.md`` in ``out``: :func:`versus_rows`."""
     made = provenance(command)
-    text = (f"# {Path(ours[0]).parent} against {Path(theirs[0]).parent}, last stage against last stage\n\n"
+    text = ("# Each seed's last stage here against the same seed's last stage of the other arm (--versus)\n\n"
             f"Made by `{made['command']}` (commit {made['git_commit']}, {made['date']}). Intervals: seeds, then "
             f"prompts.\n\n{markdown_table(versus_rows(ours, theirs))}\n")
     atomic_write_text(out / "versus.md", text)
