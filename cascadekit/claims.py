@@ -326,18 +326,20 @@ def claim_row(claim: str, paper: str, estimate: float, low: float, high: float, 
 
 
 def seed_row(claim: str, paper: str, differences: Sequence[ArrayLike], direction: Direction, *,
-             primary: bool = False, tolerance: float = FLAT_TOLERANCE, digits: int = 3, **extra: Any) -> dict[str, Any]:
+             primary: bool = False, tolerance: float = FLAT_TOLERANCE, digits: int = 3, shared_prompts: bool = True,
+             **extra: Any) -> dict[str, Any]:
     """A claim row of paired per-prompt differences, one array per training seed: interval, p-value, per-seed estimates.
 
     :func:`seed_bootstrap` gives the interval and :func:`bootstrap_p_value` the p
-    from the same resamples; the per-seed estimates are shown when there is more
-    than one seed, so a one-seed row reads as a prompt-bootstrap row plus its p.
+    from the same resamples (``shared_prompts`` as there); the per-seed estimates
+    are shown when there is more than one seed, so a one-seed row reads as a
+    prompt-bootstrap row plus its p.
     """
-    estimate, low, high = seed_bootstrap(differences)
+    estimate, low, high = seed_bootstrap(differences, shared_prompts=shared_prompts)
     seeds = [float(np.mean(d)) for d in differences]
+    p_value = bootstrap_p_value(differences, direction, tolerance=tolerance, shared_prompts=shared_prompts)
     return claim_row(claim, paper, estimate, low, high, direction, tolerance=tolerance, digits=digits,
-                     seeds=seeds if len(seeds) > 1 else None,
-                     p_value=bootstrap_p_value(differences, direction, tolerance=tolerance), primary=primary, **extra)
+                     seeds=seeds if len(seeds) > 1 else None, p_value=p_value, primary=primary, **extra)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -38,7 +38,8 @@ from matplotlib.figure import Figure
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.domains import prompt_text
-from cascadekit.claims import claim_row, holm_rows, seed_row
+from cascadekit.claims import claim_row, holm_rows, problem_outcomes, seed_row
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import change_row, compact, mean_of, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
@@ -117,13 +118,33 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
 RESULTS_TITLE = "Chapter 09: reward model and half-half RLHF"
 
 
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims and notes read.
+REPLICATE_FIELDS = ("per_sample", "reward_models", "reward_model_views", "runs", "largest")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`).
+
+    Every seed trains its own SFT, reward models and arms; they must share the
+    reward models' sizes (a ValueError if not), and they ask the same suite
+    (the evaluation seed is the course's).
+    """
+    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("largest",))
+
+
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chapter's paper-vs-run rows, each with a 95% interval, a verdict from it and a Holm column.
 
-    The primary claim is RLHF's lift of its own domain (general, both modes).
+    Over several training seeds (a result of :func:`combine`) every interval is
+    over seeds, then prompts or pairs. The primary claim is RLHF's lift of its
+    own domain (general, both modes).
     """
-    samples, largest = metrics["per_sample"], metrics["largest"]
-    sft, half = [samples[SFT_STAGE]], [samples["RLHF half-half"]]
+    runs, largest = replicates(metrics), metrics["largest"]
+
+    def stage(name: str) -> list[list[Mapping[str, Any]]]:
+        return [m["per_sample"][name] for m in runs]
+
+    sft, half = stage(SFT_STAGE), stage("RLHF half-half")
     rows = []
     for name, (bench, before, after) in PAPER_RLHF.items():
         rows.append(change_row(f"RLHF (half-half) changes the {name} score, both modes", f"{bench} {before} -> {after}",
@@ -134,24 +155,51 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
                            sft, half, "down", "repetition"))
     for other in list(RLHF_ARMS)[1:]:
         rows.append(change_row(f"half-half beats {other}: mean score over all domains and modes",
-                               "half-half best on ArenaHard, AIME25 and LCB v6", [samples[f"RLHF {other}"]], half,
-                               "up"))
+                               "half-half best on ArenaHard, AIME25 and LCB v6", stage(f"RLHF {other}"), half, "up"))
     sizes = sorted(int(k) for k in metrics["reward_models"])
-    for layers in sizes:
-        acc = metrics["reward_models"][str(layers)]["held_out"]
-        rows.append(claim_row(f"the {layers}-layer reward model's held-out pairwise accuracy, above chance (0.5)",
-                              "RewardBench used to pick the reward model", acc["accuracy"] - 0.5, acc["low"] - 0.5,
-                              acc["high"] - 0.5, "up", pairs=acc["pairs"]))
-    views = metrics["reward_model_views"]
+    rows.extend(accuracy_row(layers, runs) for layers in sizes)
     for small in sizes[:-1]:
         small_run = arm_name("half-half", small, largest)
-        gap_large = [v["gap"] for v in views[f"RLHF half-half / RM {largest}"]]
-        gap_small = [v["gap"] for v in views[f"{small_run} / RM {small}"]]
+        differences = [np.subtract([v["gap"] for v in m["reward_model_views"][f"RLHF half-half / RM {largest}"]],
+                                   [v["gap"] for v in m["reward_model_views"][f"{small_run} / RM {small}"]])
+                       for m in runs]
         rows.append(seed_row(f"a larger reward model is hacked less: (predicted - true quality) after RLHF against "
                              f"the {largest}-layer RM minus against the {small}-layer RM",
                              "small RMs more exposed to style artifacts and reward hacking (7B-72B)",
-                             [np.subtract(gap_large, gap_small)], "down"))
+                             differences, "down"))
     return holm_rows(rows)
+
+
+def accuracy_row(layers: int, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``layers``-layer reward model's held-out pairwise accuracy above chance: the exact binomial interval of
+    one run, or over several seeds' reward models the two-level bootstrap of their pairs' outcomes (each seed's
+    pairs are its own SFT model's samples, so they are resampled within each seed)."""
+    claim = f"the {layers}-layer reward model's held-out pairwise accuracy, above chance (0.5)"
+    paper = "RewardBench used to pick the reward model"
+    held = [m["reward_models"][str(layers)]["held_out"] for m in runs]
+    if len(held) == 1:
+        acc = held[0]
+        return claim_row(claim, paper, acc["accuracy"] - 0.5, acc["low"] - 0.5, acc["high"] - 0.5, "up",
+                         pairs=acc["pairs"])
+    outcomes = [problem_outcomes(acc["accuracy"], acc["pairs"]) - 0.5 for acc in held]
+    return seed_row(claim, paper, outcomes, "up", shared_prompts=False, pairs=held[0]["pairs"])
+
+
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: each reward model's held-out accuracy, RLHF's change of general and each hack gap."""
+    rows = []
+    for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics)):
+        row: dict[str, Any] = {"train seed": seed}
+        for layers, rm in sorted(m["reward_models"].items(), key=lambda kv: int(kv[0])):
+            row[f"RM {layers} accuracy"] = round(rm["held_out"]["accuracy"], 3)
+        row["general, half-half minus SFT"] = round(
+            mean_of(picked(m["per_sample"]["RLHF half-half"], ["general"]))[0]
+            - mean_of(picked(m["per_sample"][SFT_STAGE], ["general"]))[0], 3)
+        for name, view in m["reward_model_views"].items():
+            if name.startswith("RLHF"):
+                row[f"gap, {name}"] = round(float(np.mean([v["gap"] for v in view])), 3)
+        rows.append(row)
+    return rows
 
 
 def gap_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -173,12 +221,18 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 
 
 def notes(metrics: Mapping[str, Any]) -> str:
-    """The reward models' view of their policies, the stage table after SFT and each arm, the timings."""
-    return (f"### Reward models' view of their policies' general answers\n\n{markdown_table(gap_rows(metrics))}\n\n"
-            f"### Stage table after SFT and after each RLHF arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+    """The reward models' view of their policies, the stage table after SFT and each arm, the timings; over
+    several training seeds each seed's headline numbers first (the tables are then the first seed's)."""
+    several = "train_seeds" in metrics
+    first = " (the first seed's run)" if several else ""
+    seeds = f"### Each training seed\n\n{markdown_table(seed_rows(metrics))}\n\n" if several else ""
+    return (f"{seeds}### Reward models' view of their policies' general answers{first}\n\n"
+            f"{markdown_table(gap_rows(metrics))}\n\n"
+            f"### Stage table after SFT and after each RLHF arm{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Paper numbers are percent on the real benchmarks; this run's are changes on the toy suite "
-            f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt.\n\n"
-            f"Timings (s): {json.dumps(metrics['timings'])}")
+            f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt"
+            f"{f', over {seeds_text(metrics)}' if several else ''}.\n\n"
+            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
@@ -187,8 +241,12 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
 
 
 def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread."""
-    write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread.
+
+    A combined result (:func:`combine`) has no records of its own: each seed's folder keeps its spread.
+    """
+    if "samples" in metrics:
+        write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
     return {k: v for k, v in metrics.items() if k != "samples"}
 
 

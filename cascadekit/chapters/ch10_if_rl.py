@@ -35,12 +35,13 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import stage_row
 from cascadekit.domains import prompt_text
 from cascadekit.claims import bootstrap_interval, claim_row, holm_rows, seed_row
-from cascadekit.evaluation.stage_claims import change_row, compact, picked
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.stage_claims import change_row, compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.plots import rl_curves
-from cascadekit.results import write_sample_spread
+from cascadekit.results import markdown_table, write_sample_spread
 from cascadekit.rewards import verifier_reward
 from cascadekit.verify.instructions import MaxWords
 from cascadekit.chapters.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
@@ -98,15 +99,45 @@ def entropy_change(curves: Sequence[Mapping[str, Any]], window: float = ENTROPY_
 RESULTS_TITLE = "Chapter 10: IF-RL"
 
 
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims read.
+REPLICATE_FIELDS = ("per_sample", "predicted_general_quality", "runs")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`);
+    each seed starts from its own RLHF checkpoint, with its own reward model, and asks the course's one suite."""
+    return combine_runs(per_seed, REPLICATE_FIELDS)
+
+
+def entropy_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The IF-RL arm's entropy change, last quarter of steps minus first: over one run's steps (unpaired), or
+    over several seeds each seed's steps paired by position within the quarters (resampled within the seed)."""
+    claim, paper = "the policy's entropy falls: mean token entropy, last quarter of steps minus first", \
+        "model entropy falls"
+    curves = [m["runs"][UNIFIED]["curves"] for m in runs]
+    if len(curves) == 1:
+        return claim_row(claim, paper, *entropy_change(curves[0]), "down")
+    differences = []
+    for curve in curves:
+        values = [float(c["entropy"]) for c in curve]
+        n = max(1, int(len(values) * ENTROPY_WINDOW))
+        differences.append(np.subtract(values[-n:], values[:n]))
+    return seed_row(claim, paper, differences, "down", shared_prompts=False)
+
+
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chapter's paper-vs-run rows, each with a 95% interval, a verdict from it and a Holm column.
 
-    The primary claim is IF-RL's lift of its own domain (instructions, no_think).
+    Over several training seeds (a result of :func:`combine`) every interval is over
+    seeds, then prompts. The primary claim is IF-RL's lift of its own domain
+    (instructions, no_think).
     """
-    samples = metrics["per_sample"]
-    before, after = [samples[START]], [samples[UNIFIED]]
-    combined = [samples["IF-RL no_think, verifier + RM"]]
-    predicted = metrics["predicted_general_quality"]
+    runs = replicates(metrics)
+    before = [m["per_sample"][START] for m in runs]
+    after = [m["per_sample"][UNIFIED] for m in runs]
+    combined = [m["per_sample"]["IF-RL no_think, verifier + RM"] for m in runs]
+    predicted = [np.subtract(m["predicted_general_quality"][UNIFIED], m["predicted_general_quality"][START])
+                 for m in runs]
     return holm_rows([
         change_row("IF-RL raises instruction following in no_think (strict score)", "IFEval and IFBench rise",
                    before, after, "up", names=["instructions"], think=False, primary=True),
@@ -114,18 +145,31 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
                    before, after, "up", names=["instructions"], think=True),
         change_row("responses get shorter: mean tokens, all domains", "shorter reasoning traces",
                    before, after, "down", "tokens", digits=1),
-        claim_row("the policy's entropy falls: mean token entropy, last quarter of steps minus first",
-                  "model entropy falls", *entropy_change(metrics["runs"][UNIFIED]["curves"]), "down"),
+        entropy_row(runs),
         change_row("general quality may drop: hidden true quality", "ArenaHard may fall",
                    before, after, "down", names=["general"]),
         seed_row("general quality may drop: the reward model's predicted quality", "the RM's score may fall",
-                 [np.subtract(predicted[UNIFIED], predicted[START])], "down"),
+                 predicted, "down"),
         change_row("adding the reward model's score limits the drop: true general quality, verifier + RM minus "
                    "verifier alone (both no_think)", "the combined reward keeps human alignment",
                    after, combined, "up", names=["general"]),
         change_row("reasoning domains may dip: math and code score", "a temporary dip on reasoning benchmarks",
                    before, after, "down", names=["math", "code"]),
     ])
+
+
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: IF-RL's change of instructions (no_think) and of general, each arm against the start."""
+    rows = []
+    for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics)):
+        start = m["per_sample"][START]
+        row: dict[str, Any] = {"train seed": seed}
+        for name in ARMS:
+            row[f"instructions no_think, {name}"] = round(paired_change(start, m["per_sample"][name],
+                                                                         names=["instructions"], think=False)[0], 3)
+        row[f"general, {UNIFIED}"] = round(paired_change(start, m["per_sample"][UNIFIED], names=["general"])[0], 3)
+        rows.append(row)
+    return rows
 
 
 def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
@@ -135,10 +179,15 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 
 
 def notes(metrics: Mapping[str, Any]) -> str:
-    """The stage table after RLHF and after each arm, and the timings."""
-    return (f"### Stage table after RLHF and after each IF-RL arm\n\n{stage_markdown(metrics['rows'])}\n\n"
-            f"Changes are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
-            f"per domain and mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
+    """The stage table after RLHF and after each arm, and the timings; over several training seeds each
+    seed's headline changes first (the table and timings are then the first seed's)."""
+    several = "train_seeds" in metrics
+    first = " (the first seed's run)" if several else ""
+    seeds = f"### Each training seed\n\n{markdown_table(seed_rows(metrics))}\n\n" if several else ""
+    return (f"{seeds}### Stage table after RLHF and after each IF-RL arm{first}\n\n{stage_markdown(metrics['rows'])}"
+            f"\n\nChanges are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
+            f"per domain and mode, greedy){f', over {seeds_text(metrics)}' if several else ''}.\n\n"
+            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
@@ -147,8 +196,12 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
 
 
 def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread."""
-    write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread.
+
+    A combined result (:func:`combine`) has no records of its own: each seed's folder keeps its spread.
+    """
+    if "samples" in metrics:
+        write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
     return {k: v for k, v in metrics.items() if k != "samples"}
 
 

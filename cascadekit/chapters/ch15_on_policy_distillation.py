@@ -50,6 +50,7 @@ from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teac
                                          joint_rl, joint_rl_settings, mopd_prompts, mopd_teachers, single_teacher,
                                          validation_scores)
 from cascadekit.claims import holm_rows
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import change_row, forgetting_matrix, picked
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.exercises import Exercise
@@ -272,28 +273,12 @@ REPLICATE_FIELDS = ("suite", "teachers", "single_teacher", "by_step", "per_sampl
 
 
 def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """One result of several training seeds' runs: the first seed's run, with every seed's under ``replicates``.
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`).
 
-    The figures, the per-domain tables and the notebook read the first seed's run
-    as they read a one-seed result; the claims read every seed's
-    (:func:`replicates`). The seeds share the student, the teachers and the suite
-    (none of them reads the training seed): a ValueError if they do not.
+    The seeds share the student, the teachers and the suite (none of them reads
+    the training seed): a ValueError if they do not.
     """
-    if not per_seed:
-        raise ValueError("no training seed's results to combine")
-    runs = {int(seed): dict(m) for seed, m in per_seed.items()}
-    first = runs[min(runs)] if 0 in runs else runs[next(iter(runs))]
-    for seed, m in runs.items():
-        for shared in ("suite", "teachers", "student_key"):
-            if m.get(shared) != first.get(shared):
-                raise ValueError(f"training seed {seed}'s run has another {shared} than the first seed's")
-    kept = {str(seed): {k: m[k] for k in REPLICATE_FIELDS if k in m} for seed, m in sorted(runs.items())}
-    return {**{k: v for k, v in first.items() if k != "produced_by"}, "train_seeds": sorted(runs), "replicates": kept}
-
-
-def replicates(metrics: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """Each training seed's run: the ``replicates`` of a combined result, else the one run."""
-    return list(metrics["replicates"].values()) if "replicates" in metrics else [metrics]
+    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("suite", "teachers", "student_key"))
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -418,12 +403,6 @@ def notes(metrics: Mapping[str, Any]) -> str:
             f"Intervals are over {seeds_text(metrics)}, then the suite's prompts "
             f"({metrics['profile']['sft']['eval_tasks']} per domain and mode, greedy). The per-domain tables, the "
             f"figures and these timings (s) are the first seed's run: {json.dumps(metrics['timings'])}")
-
-
-def seeds_text(metrics: Mapping[str, Any]) -> str:
-    """"training seeds 0, 1, 2" for a combined result, "one training seed" for one run."""
-    seeds = metrics.get("train_seeds")
-    return f"training seeds {', '.join(map(str, seeds))}" if seeds else "one training seed"
 
 
 # ---------------------------------------------------------------------------
