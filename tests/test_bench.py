@@ -38,6 +38,16 @@ def test_the_grpo_bench_splits_each_step_into_its_phases_for_kit_and_bare_trl():
         assert phases["optimizer"] > 0 and 0 < out[f"{which}_generate_peak"] < 1 and 0 < out[f"{which}_train_peak"] < 1
 
 
+def test_the_grpo_bench_gives_bare_trl_the_kit_rollout_path_under_rollouts_kit(monkeypatch):
+    from cascadekit.training import rollouts
+    calls = []
+    decode = rollouts.decode
+    monkeypatch.setattr(rollouts, "decode", lambda *a, **k: calls.append(1) or decode(*a, **k))
+    out = run(load_profile("smoke", {"rl.max_completion_length": 16, "engine.rollouts": "kit"}), steps=3, repeats=1)
+    assert out["same_rewards"] and out["bare_phases"]["generate"] > 0 and out["kit_phases"]["generate"] > 0
+    assert len(calls) == 2 * 3  # every step of both runs rolled out by the kit's loop
+
+
 def test_phase_clock_refuses_a_trainer_it_cannot_time():
     with pytest.raises(RuntimeError, match="moved"):
         PhaseClock().attach(object())

@@ -1,6 +1,6 @@
 """How fast is the kit's GRPO step, where does its time go, and how near the machine does it run?
 
-``cascadekit bench grpo [--profile toy] [--steps 8] [--repeats 3] [--threads 1]``
+``cascadekit bench grpo [--profile toy] [--steps 8] [--repeats 3] [--threads 1] [--rollouts kit]``
 
 Three measurements in one process, on the same model shape, data and settings:
 
@@ -8,7 +8,9 @@ Three measurements in one process, on the same model shape, data and settings:
    with its phase timers and curve extraction) against a bare ``GRPOTrainer``
    given the very same ``GRPOConfig``. Both start from the same seeded model,
    so they sample the same rollouts and do the same work (the script checks
-   that their reward curves agree). Runs alternate (bare, kit, kit, bare, ...)
+   that their reward curves agree). With ``--rollouts kit`` both roll out by the
+   kit's decode loop (TRL's ``rollout_func``, as ``engine.rollouts: kit`` does), so
+   the overhead is measured on the rollout path the toy cascade uses. Runs alternate (bare, kit, kit, bare, ...)
    so that drift in a shared machine's load hits both alike. A step is timed
    from ``on_step_begin`` to ``on_step_end`` twice: in wall-clock seconds and
    in this process's CPU seconds. On a machine shared with other jobs the wall
@@ -57,6 +59,7 @@ from trl import GRPOTrainer
 
 from cascadekit.profiles import Profile, load_profile
 from cascadekit.training.grpo import build_grpo_config, phase_shares, train_grpo
+from cascadekit.training.rollouts import choose_rollouts
 
 _CHARS = list("0123456789+-=*/ ")
 
@@ -221,6 +224,7 @@ def _bare(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, PhaseC
     trainer = GRPOTrainer(
         model=_model(profile, len(tokenizer)), processing_class=tokenizer, reward_funcs=answer_prefix,
         args=config, train_dataset=_prompts(steps * profile.rl.prompts_per_step), callbacks=[clock],
+        rollout_func=choose_rollouts(profile, profile.rl),  # the kit's rollout path too under --rollouts kit
     )
     phases.attach(trainer)
     trainer.train()
@@ -285,16 +289,20 @@ def main(argv: Sequence[str] | None = None,
     parser.add_argument("--repeats", type=int, default=3, help="bare/kit run pairs")
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave torch's default)")
+    parser.add_argument("--rollouts", choices=("generate", "kit"), default="generate",
+                        help="engine.rollouts of both runs: TRL's generate, or the kit's decode loop "
+                             "(cascadekit.training.rollouts) given to the bare GRPOTrainer as well")
     args = parser.parse_args(argv)
     if args.steps < 2 or args.repeats < 1 or args.max_completion_length < 1 or args.threads < 0:
         parser.error("--steps must be at least 2, --repeats and --max-completion-length at least 1, --threads >= 0")
     if args.threads:
         torch.set_num_threads(args.threads)
-    profile = load_profile(args.profile, {"rl.max_completion_length": args.max_completion_length})
+    profile = load_profile(args.profile, {"rl.max_completion_length": args.max_completion_length,
+                                          "engine.rollouts": args.rollouts})
     rl = profile.rl
     print(f"profile {profile.name}: {profile.model.layers} layers x {profile.model.hidden} hidden, "
           f"{rl.prompts_per_step} prompts x {rl.group_size} rollouts per step, up to {rl.max_completion_length} "
-          f"tokens each, {torch.get_num_threads()} threads")
+          f"tokens each, {torch.get_num_threads()} threads, rollouts by {args.rollouts}")
     out = run(profile, args.steps, args.repeats)
     print(f"step time, median of {out['steps_measured']} steps each:   CPU s     wall s")
     print(f"  bare GRPOTrainer                     {out['bare_cpu_s']:7.3f}   {out['bare_wall_s']:7.3f}")
