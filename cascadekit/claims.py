@@ -342,6 +342,42 @@ def seed_row(claim: str, paper: str, differences: Sequence[ArrayLike], direction
                      seeds=seeds if len(seeds) > 1 else None, p_value=p_value, primary=primary, **extra)
 
 
+def unpaired_seed_row(claim: str, paper: str, after: Sequence[ArrayLike], before: Sequence[ArrayLike],
+                      direction: Direction, *, tolerance: float = FLAT_TOLERANCE, digits: int = 3, resamples: int = 2000,
+                      confidence: float = 0.95, seed: int = 0, **extra: Any) -> dict[str, Any]:
+    """A claim row of a change of means between two unpaired samples (steps of a run, two bands of prompts), one
+    pair of samples per training seed; like every unpaired row, in no Holm family (no p).
+
+    One seed: :func:`bootstrap_interval` with ``paired=False``, exactly. Several: each
+    resample draws seeds with replacement, then within each drawn seed resamples its
+    ``after`` and its ``before`` on their own; the estimate is the mean of the
+    per-seed changes, which are shown beside the interval.
+    """
+    if len(after) != len(before) or not after:
+        raise ValueError(f"need one after and one before sample per seed, got {len(after)} and {len(before)}")
+    if len(after) == 1:
+        return claim_row(claim, paper, *bootstrap_interval(after[0], before[0], paired=False, resamples=resamples,
+                                                           confidence=confidence, seed=seed), direction,
+                         tolerance=tolerance, digits=digits, **extra)
+    pairs = [(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)) for a, b in zip(after, before)]
+    if any(a.ndim != 1 or a.size == 0 or b.ndim != 1 or b.size == 0 for a, b in pairs):
+        raise ValueError("every seed's after and before must be non-empty 1-d sequences")
+    rng = np.random.default_rng(seed)
+
+    def means(x: np.ndarray) -> np.ndarray:
+        return x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+
+    changes = np.stack([means(a) - means(b) for a, b in pairs], axis=1)  # resamples x seeds
+    picks = rng.integers(0, len(pairs), size=(resamples, len(pairs)))
+    draws = np.take_along_axis(changes, picks, axis=1).mean(axis=1)
+    per_seed = [float(a.mean() - b.mean()) for a, b in pairs]
+    estimate = float(np.mean(per_seed))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return claim_row(claim, paper, estimate, float(min(low, estimate)), float(max(high, estimate)), direction,
+                     tolerance=tolerance, digits=digits, seeds=per_seed, **extra)
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-Bonferroni step-down adjusted p-values, in the order given.
 

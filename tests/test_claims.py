@@ -269,3 +269,16 @@ def test_seed_row_shows_the_seeds_only_when_there_are_several() -> None:
     three = seed_row("x", "rises", [np.full(20, 0.0), np.full(20, 0.1), np.full(20, 0.2)], "up")
     assert three["95% interval"].endswith("(seeds: 0.000, 0.100, 0.200)") and three["family"] == "secondary"
     assert three["this run"] == pytest.approx(0.1)
+
+
+def test_an_unpaired_row_over_seeds_resamples_within_each_seed_and_reads_as_the_one_run_for_one():
+    from cascadekit.claims import unpaired_seed_row
+    after, before = [0.2, 0.4, 0.3, 0.5], [0.6, 0.7, 0.5]
+    one = unpaired_seed_row("c", "p", [after], [before], "down")
+    est, low, high = bootstrap_interval(after, before, paired=False)
+    assert (one["this run"], one["95% interval"]) == (round(est, 3), f"[{low:.3f}, {high:.3f}]") and "p" not in one
+    two = unpaired_seed_row("c", "p", [after, [0.1, 0.2]], [before, [0.4, 0.4, 0.4]], "down")
+    assert two["this run"] == pytest.approx(((0.35 - 0.6) + (0.15 - 0.4)) / 2)
+    assert "(seeds: -0.250, -0.250)" in two["95% interval"] and two["verdict"] == "reproduced"
+    with pytest.raises(ValueError, match="one after and one before"):
+        unpaired_seed_row("c", "p", [after], [before, before], "down")

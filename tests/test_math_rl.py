@@ -113,8 +113,12 @@ def test_tokens_per_correct_and_its_paired_change() -> None:
     after = [{"tokens": 10, "score": 1.0}, {"tokens": 10, "score": 1.0}] * 10
     assert tokens_per_correct(before) == 40 and tokens_per_correct(after) == 10
     assert tokens_per_correct([{"tokens": 5, "score": 0.0}]) == float("inf")
-    estimate, low, high = ratio_change(before, after)
-    assert estimate == pytest.approx(-30) and low <= estimate <= high < 0
+    estimate, low, high, seeds = ratio_change([before], [after])
+    assert estimate == pytest.approx(-30) and low <= estimate <= high < 0 and seeds == [pytest.approx(-30)]
+    half = [{"tokens": 10, "score": 1.0}, {"tokens": 20, "score": 0.0}] * 10  # 30 tokens per correct
+    estimate, low, high, seeds = ratio_change([before, half], [after, after])
+    assert seeds == [pytest.approx(-30), pytest.approx(-20)] and estimate == pytest.approx(-25)
+    assert low <= -30 + 1e-9 and high >= -20 - 1e-9  # the seeds' spread is in the interval
 
 
 def test_an_arm_reads_as_one_run_and_each_stage_as_a_row() -> None:
@@ -125,3 +129,16 @@ def test_an_arm_reads_as_one_run_and_each_stage_as_a_row() -> None:
     assert len(rows) == 6 and rows[0]["kept"] == "8/8" and rows[0]["screen"] == "mixed 3"
     by_op = chapter.accuracy_by_op(metrics["math"])
     assert by_op[0]["op 2"] == 0.25 and by_op[1]["tokens per correct"] == float("inf")
+
+
+def test_the_claims_of_several_training_seeds_are_over_seeds_then_prompts() -> None:
+    one, other = _metrics(), _metrics()
+    other["math"][f"{chapter.CASCADE}, 12 tokens"] = _samples([1, 1, 0, 0])  # this seed gains less
+    other["runs"][chapter.CASCADE][0]["curves"] = []  # and trained one length stage only
+    combined = chapter.combine({0: one, 1: other})
+    rows = {r["claim"].split(":")[0]: r for r in chapter.claims(combined)}
+    gain = next(r for c, r in rows.items() if c.startswith("Math RL raises"))
+    assert gain["this run"] == pytest.approx((0.5 + 0.25) / 2) and "(seeds: 0.500, 0.250)" in gain["95% interval"]
+    assert not any(c.startswith("truncation falls") for c in rows)  # one seed has no two trained stages to compare
+    assert [r["train seed"] for r in chapter.seed_rows(combined)] == [0, 1]
+    assert "### Each training seed" in chapter.notes({**combined, "rows": [], "timings": {}})

@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import stage_row
 from cascadekit.domains import prompt_text
-from cascadekit.claims import bootstrap_interval, claim_row, holm_rows, seed_row
+from cascadekit.claims import holm_rows, seed_row, unpaired_seed_row
 from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import change_row, compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
@@ -89,11 +89,12 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def entropy_change(curves: Sequence[Mapping[str, Any]], window: float = ENTROPY_WINDOW) -> tuple[float, float, float]:
-    """(change, low, high) of the policy's mean token entropy: the last ``window`` of steps minus the first."""
+def entropy_windows(curves: Sequence[Mapping[str, Any]],
+                    window: float = ENTROPY_WINDOW) -> tuple[list[float], list[float]]:
+    """The policy's mean token entropy over the last ``window`` of an arm's GRPO steps, and over the first."""
     values = [float(c["entropy"]) for c in curves]
     n = max(1, int(len(values) * window))
-    return bootstrap_interval(values[-n:], values[:n], paired=False)
+    return values[-n:], values[:n]
 
 
 RESULTS_TITLE = "Chapter 10: IF-RL"
@@ -110,19 +111,11 @@ def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def entropy_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The IF-RL arm's entropy change, last quarter of steps minus first: over one run's steps (unpaired), or
-    over several seeds each seed's steps paired by position within the quarters (resampled within the seed)."""
-    claim, paper = "the policy's entropy falls: mean token entropy, last quarter of steps minus first", \
-        "model entropy falls"
-    curves = [m["runs"][UNIFIED]["curves"] for m in runs]
-    if len(curves) == 1:
-        return claim_row(claim, paper, *entropy_change(curves[0]), "down")
-    differences = []
-    for curve in curves:
-        values = [float(c["entropy"]) for c in curve]
-        n = max(1, int(len(values) * ENTROPY_WINDOW))
-        differences.append(np.subtract(values[-n:], values[:n]))
-    return seed_row(claim, paper, differences, "down", shared_prompts=False)
+    """The IF-RL arm's entropy change, last quarter of steps minus first (unpaired steps, within each seed)."""
+    windows = [entropy_windows(m["runs"][UNIFIED]["curves"]) for m in runs]
+    return unpaired_seed_row("the policy's entropy falls: mean token entropy, last quarter of steps minus first",
+                             "model entropy falls", [last for last, _ in windows], [first for _, first in windows],
+                             "down")
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:

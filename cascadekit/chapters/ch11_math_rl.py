@@ -34,8 +34,9 @@ from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
-from cascadekit.claims import bootstrap_interval, claim_row, holm_rows, seed_row
+from cascadekit.claims import claim_row, holm_rows, seed_row, unpaired_seed_row
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import compact, kept_domains_row
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
 from cascadekit.exercises import Exercise
@@ -135,18 +136,26 @@ def tokens_per_correct(samples: Sequence[Mapping[str, Any]]) -> float:
     return sum(s["tokens"] for s in samples) / correct if correct else float("inf")
 
 
-def ratio_change(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
-                 resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """(change, low, high) of tokens per correct answer, a paired bootstrap over prompts."""
+def ratio_change(before: Sequence[Sequence[Mapping[str, Any]]], after: Sequence[Sequence[Mapping[str, Any]]],
+                 resamples: int = 2000, seed: int = 0) -> tuple[float, float, float, list[float]]:
+    """(change, low, high, per-seed changes) of tokens per correct answer, ``before[i]`` and ``after[i]`` seed
+    i's answers to the same prompts: a paired bootstrap over prompts, and over several seeds seeds first."""
     rng = np.random.default_rng(seed)
-    a = np.array([[s["tokens"], s["score"]] for s in before], dtype=float)
-    b = np.array([[s["tokens"], s["score"]] for s in after], dtype=float)
-    idx = rng.integers(0, len(a), size=(resamples, len(a)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        draws = b[idx, 0].sum(1) / b[idx, 1].sum(1) - a[idx, 0].sum(1) / a[idx, 1].sum(1)
-    estimate = tokens_per_correct(after) - tokens_per_correct(before)
-    low, high = np.nanpercentile(draws[np.isfinite(draws)], [2.5, 97.5])
-    return float(estimate), float(min(low, estimate)), float(max(high, estimate))
+    draws, per_seed = [], []
+    for b_seed, a_seed in zip(before, after):
+        a = np.array([[s["tokens"], s["score"]] for s in b_seed], dtype=float)
+        b = np.array([[s["tokens"], s["score"]] for s in a_seed], dtype=float)
+        idx = rng.integers(0, len(a), size=(resamples, len(a)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            draws.append(b[idx, 0].sum(1) / b[idx, 1].sum(1) - a[idx, 0].sum(1) / a[idx, 1].sum(1))
+        per_seed.append(tokens_per_correct(a_seed) - tokens_per_correct(b_seed))
+    table = np.stack(draws, axis=1)  # resamples x seeds
+    if len(per_seed) > 1:
+        table = np.take_along_axis(table, rng.integers(0, len(per_seed), size=table.shape), axis=1)
+    pooled = table.mean(axis=1)
+    estimate = float(np.mean(per_seed))
+    low, high = np.nanpercentile(pooled[np.isfinite(pooled)], [2.5, 97.5])
+    return estimate, float(min(low, estimate)), float(max(high, estimate)), per_seed
 
 
 def curve_values(stages: Sequence[Mapping[str, Any]], column: str) -> list[float]:
@@ -157,64 +166,104 @@ def curve_values(stages: Sequence[Mapping[str, Any]], column: str) -> list[float
 RESULTS_TITLE = "Chapter 11: Math RL"
 
 
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims and notes read.
+REPLICATE_FIELDS = ("math", "runs", "per_sample")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`);
+    each seed starts from its own IF-RL and SFT checkpoints and asks the course's one math suite."""
+    return combine_runs(per_seed, REPLICATE_FIELDS)
+
+
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
 
     A row that needs trained steps or correct answers an arm did not produce (a
-    smoke run's screen can keep nothing) is left out rather than faked. The
-    primary claim is Math RL's lift of its own domain (math, think); "other domains
-    keep their scores" is flat over the cells below the ceiling.
+    smoke run's screen can keep nothing; over several seeds, in any seed) is left
+    out rather than faked. Over several training seeds (a result of :func:`combine`)
+    every interval is over seeds, then prompts or steps. The primary claim is Math
+    RL's lift of its own domain (math, think); "other domains keep their scores" is
+    flat over the cells below the ceiling.
     """
-    math, runs = metrics["math"], metrics["runs"]
+    runs = replicates(metrics)
     lo, hi = metrics["profile"]["math_rl"]["ops"]
     ops, hard, easy = list(range(lo, hi + 1)), [hi], list(range(lo, hi))
-    start, final = math["IF-RL start"], math[final_name(CASCADE, metrics)]
-    control = math[final_name("SFT start, filtered", metrics)]
-    unfiltered = math[final_name("IF-RL start, unfiltered", metrics)]
-    stages = [math[f"{CASCADE}, {length} tokens"] for length in dict.fromkeys(s["length"] for s in runs[CASCADE])]
-    before_last, last = stages[-2] if len(stages) > 1 else start, stages[-1]
-    rollouts = {arm: sum(s["rollouts"] for s in runs[arm]) for arm in runs}
+
+    def arm(name: str) -> list[Sequence[Mapping[str, Any]]]:
+        return [m["math"][name if name == "IF-RL start" else final_name(name, m)] for m in runs]
+
+    def change(after: list, before: list, on: Sequence[int], field: str = "score") -> list[np.ndarray]:
+        return [np.subtract(at_ops(a, on, field), at_ops(b, on, field)) for a, b in zip(after, before)]
+
+    start, final = arm("IF-RL start"), arm(CASCADE)
+    control, unfiltered = arm("SFT start, filtered"), arm("IF-RL start, unfiltered")
+    stages = [[m["math"][f"{CASCADE}, {length} tokens"] for length in dict.fromkeys(s["length"]
+                                                                                   for s in m["runs"][CASCADE])]
+              for m in runs]
+    before_last = [st[-2] if len(st) > 1 else s0 for st, s0 in zip(stages, start)]
+    last = [st[-1] for st in stages]
+    rollouts = {name: round(float(np.mean([sum(s["rollouts"] for s in m["runs"][name]) for m in runs])))
+                for name in metrics["runs"]}
+    a_seed = " a seed" if len(runs) > 1 else ""
     rows = [
         seed_row(f"Math RL raises math accuracy (think, ops {lo}-{hi})", "AIME25 75.0 -> 81.1",
-                 [np.subtract(at_ops(final, ops), at_ops(start, ops))], "up", primary=True),
+                 change(final, start, ops), "up", primary=True),
         seed_row("starting after RLHF and IF-RL beats starting from SFT: final accuracy, same recipe",
-                 "the RLHF start is much better", [np.subtract(at_ops(final, ops), at_ops(control, ops))], "up"),
+                 "the RLHF start is much better", change(final, control, ops), "up"),
     ]
-    if sum(s["score"] for s in control) and sum(s["score"] for s in final):
+    if all(sum(s["score"] for s in c) and sum(s["score"] for s in f) for c, f in zip(control, final)):
+        estimate, low, high, seeds = ratio_change(control, final)
         rows.append(claim_row("... with fewer tokens per correct answer (IF-RL start minus SFT start)",
-                              "RLHF makes reasoning more token-efficient", *ratio_change(control, final), "down",
-                              digits=1))
-    gain = lambda o: [y - x for x, y in zip(at_ops(before_last, o), at_ops(last, o))]  # noqa: E731
+                              "RLHF makes reasoning more token-efficient", estimate, low, high, "down", digits=1,
+                              seeds=seeds if len(seeds) > 1 else None))
+
+    def gain(on: Sequence[int]) -> list[list[float]]:
+        return [[y - x for x, y in zip(at_ops(b, on), at_ops(a, on))] for b, a in zip(before_last, last)]
+
     rows += [
         seed_row(f"the longest length stage lifts the hardest problems (op {hi}): last stage minus the one before",
-                 "hard AIME 30% -> 40% in the 40K stage", [np.subtract(at_ops(last, hard), at_ops(before_last, hard))],
-                 "up"),
-        claim_row(f"... more than it lifts ops {lo}-{hi - 1} (difference of the two gains)", "the gain is on hard problems",
-                  *bootstrap_interval(gain(hard), gain(easy), paired=False), "up"),
+                 "hard AIME 30% -> 40% in the 40K stage", change(last, before_last, hard), "up"),
+        unpaired_seed_row(f"... more than it lifts ops {lo}-{hi - 1} (difference of the two gains)",
+                          "the gain is on hard problems", gain(hard), gain(easy), "up"),
     ]
-    trained = [s for s in runs[CASCADE] if s["curves"]]
-    if len(trained) > 1:
-        rows.append(claim_row("truncation falls as the limit grows: share of rollouts cut, last stage minus first",
-                              "longer limits cut fewer responses",
-                              *bootstrap_interval(curve_values(trained[-1:], "clipped_ratio"),
-                                                  curve_values(trained[:1], "clipped_ratio"), paired=False), "down"))
-    zero = {arm: curve_values(runs[arm], "frac_reward_zero_std") for arm in (CASCADE, "IF-RL start, unfiltered")}
-    if all(zero.values()):
-        rows.append(claim_row("dynamic filtering cuts zero-variance groups: share per step, filtered minus unfiltered",
-                              "the stabiliser keeps every group informative",
-                              *bootstrap_interval(zero[CASCADE], zero["IF-RL start, unfiltered"], paired=False), "down"))
-    before, after = metrics["per_sample"]["IF-RL"], metrics["per_sample"]["Math RL"]
+    trained = [[s for s in m["runs"][CASCADE] if s["curves"]] for m in runs]
+    if all(len(t) > 1 for t in trained):
+        rows.append(unpaired_seed_row("truncation falls as the limit grows: share of rollouts cut, last stage minus "
+                                      "first", "longer limits cut fewer responses",
+                                      [curve_values(t[-1:], "clipped_ratio") for t in trained],
+                                      [curve_values(t[:1], "clipped_ratio") for t in trained], "down"))
+    zero = {name: [curve_values(m["runs"][name], "frac_reward_zero_std") for m in runs]
+            for name in (CASCADE, "IF-RL start, unfiltered")}
+    if all(all(z) for z in zero.values()):
+        rows.append(unpaired_seed_row("dynamic filtering cuts zero-variance groups: share per step, filtered minus "
+                                      "unfiltered", "the stabiliser keeps every group informative",
+                                      zero[CASCADE], zero["IF-RL start, unfiltered"], "down"))
     rows += [
         seed_row(f"dynamic filtering: final accuracy, filtered minus unfiltered ({rollouts[CASCADE]:,} vs "
-                 f"{rollouts['IF-RL start, unfiltered']:,} rollouts)", "stable, efficient training",
-                 [np.subtract(at_ops(final, ops), at_ops(unfiltered, ops))], "up"),
+                 f"{rollouts['IF-RL start, unfiltered']:,} rollouts{a_seed})", "stable, efficient training",
+                 change(final, unfiltered, ops), "up"),
         seed_row("the format-switch penalty keeps answers in one format: switching answers, after minus before",
-                 "code-switching penalised",
-                 [np.subtract(at_ops(final, ops, "switched"), at_ops(start, ops, "switched"))], "down"),
+                 "code-switching penalised", change(final, start, ops, "switched"), "down"),
         kept_domains_row("other domains keep their scores (general, IF, code, tools, SWE)", "little forgetting",
-                         [before], [after], ["general", "instructions", "code", "tools", "swe"]),
+                         [m["per_sample"]["IF-RL"] for m in runs], [m["per_sample"]["Math RL"] for m in runs],
+                         ["general", "instructions", "code", "tools", "swe"]),
     ]
     return holm_rows(rows)
+
+
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: math accuracy (think, every op and the hardest) at the start and after each arm."""
+    lo, hi = metrics["profile"]["math_rl"]["ops"]
+    rows = []
+    for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics)):
+        row: dict[str, Any] = {"train seed": seed}
+        for name in ("IF-RL start", *ARMS):
+            samples = m["math"][name if name == "IF-RL start" else final_name(name, m)]
+            row[f"{name}, ops {lo}-{hi}"] = round(float(np.mean(at_ops(samples, range(lo, hi + 1)))), 3)
+            row[f"{name}, op {hi}"] = round(float(np.mean(at_ops(samples, [hi]))), 3)
+        rows.append(row)
+    return rows
 
 
 def accuracy_by_op(math: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -266,12 +315,17 @@ def plot_by_op(math: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
 
 
 def notes(metrics: Mapping[str, Any]) -> str:
-    """Math accuracy by op after every checkpoint, the length stages, the stage table before and after, timings."""
-    return (f"### Math accuracy by op after every checkpoint (think, greedy)\n\n"
+    """Math accuracy by op after every checkpoint, the length stages, the stage table before and after, timings;
+    over several training seeds each seed's math accuracy first (the tables are then the first seed's)."""
+    several = "train_seeds" in metrics
+    first = " (the first seed's run)" if several else ""
+    seeds = (f"### Each training seed (math, think, greedy; over {seeds_text(metrics)})\n\n"
+             f"{markdown_table(seed_rows(metrics))}\n\n") if several else ""
+    return (f"{seeds}### Math accuracy by op after every checkpoint (think, greedy){first}\n\n"
             f"{markdown_table(accuracy_by_op(metrics['math']))}\n\n"
-            f"### Length stages\n\n{markdown_table(stage_rows(metrics['runs'], metrics['profile']))}\n\n"
-            f"### Stage table before and after the cascade's Math RL\n\n{stage_markdown(metrics['rows'])}\n\n"
-            f"Timings (s): {json.dumps(metrics['timings'])}")
+            f"### Length stages{first}\n\n{markdown_table(stage_rows(metrics['runs'], metrics['profile']))}\n\n"
+            f"### Stage table before and after the cascade's Math RL{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
@@ -280,10 +334,14 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
 
 
 def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the math completions, of which ``samples.jsonl`` in ``folder`` keeps a spread."""
-    write_sample_spread(folder, [{"checkpoint": name, **s, "completion": c}
-                                 for name, samples in metrics["math"].items()
-                                 for s, c in zip(samples, metrics["math_completions"][name])], KEPT_SAMPLES)
+    """The metrics without the math completions, of which ``samples.jsonl`` in ``folder`` keeps a spread.
+
+    A combined result (:func:`combine`) has no completions of its own: each seed's folder keeps its spread.
+    """
+    if "math_completions" in metrics:
+        write_sample_spread(folder, [{"checkpoint": name, **s, "completion": c}
+                                     for name, samples in metrics["math"].items()
+                                     for s, c in zip(samples, metrics["math_completions"][name])], KEPT_SAMPLES)
     return {k: v for k, v in metrics.items() if k != "math_completions"}
 
 
