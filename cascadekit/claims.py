@@ -342,6 +342,17 @@ def seed_row(claim: str, paper: str, differences: Sequence[ArrayLike], direction
                      seeds=seeds if len(seeds) > 1 else None, p_value=p_value, primary=primary, **extra)
 
 
+#: The share of a run's steps at each end that a "last steps minus first steps" row compares.
+STEP_WINDOW = 0.25
+
+
+def step_windows(values: Sequence[float], window: float = STEP_WINDOW) -> tuple[list[float], list[float]]:
+    """A run's per-step values over its last ``window`` share of steps, and over its first (one step at least)."""
+    values = [float(v) for v in values]
+    n = max(1, int(len(values) * window))
+    return values[-n:], values[:n]
+
+
 def unpaired_seed_row(claim: str, paper: str, after: Sequence[ArrayLike], before: Sequence[ArrayLike],
                       direction: Direction, *, tolerance: float = FLAT_TOLERANCE, digits: int = 3, resamples: int = 2000,
                       confidence: float = 0.95, seed: int = 0, **extra: Any) -> dict[str, Any]:

@@ -182,3 +182,17 @@ def test_claims_follow_their_intervals() -> None:
     assert signal_share([{"frac_reward_zero_std": 0.25}]) == [0.75]
     table = arm_table(_metrics(0.1))
     assert [r["arm"] for r in table] == [arm_name(0.6), arm_name(1.0)] and "op 3 think score" in table[0]
+
+
+def test_claims_of_several_training_seeds_show_each_seeds_estimate() -> None:
+    from cascadekit.chapters.ch12_code_rl import combine, seed_rows
+    combined = combine({0: _metrics(0.1), 1: _metrics(0.0)})
+    rows = claims(combined)
+    assert rows[0]["family"] == "primary" and "(seeds: 1.000, 1.000)" in rows[0]["95% interval"]
+    assert rows[5]["this run"] == pytest.approx((0.1 * 6 - 0.0) / 2)  # entropy: last 2 steps minus first 2, per seed
+    assert "(seeds: 0.600, 0.000)" in rows[5]["95% interval"]
+    assert [r["train seed"] for r in seed_rows(combined)] == [0, 1]
+    other = _metrics(0.1)
+    other["cascade_arm"] = arm_name(0.6)
+    with pytest.raises(ValueError, match="another cascade_arm"):
+        combine({0: _metrics(0.1), 1: other})

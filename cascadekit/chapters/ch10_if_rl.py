@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import stage_row
 from cascadekit.domains import prompt_text
-from cascadekit.claims import holm_rows, seed_row, unpaired_seed_row
+from cascadekit.claims import holm_rows, seed_row, step_windows, unpaired_seed_row
 from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import change_row, compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
@@ -53,8 +53,6 @@ ARMS = {"IF-RL no_think, verifier": (False, False), "IF-RL no_think, verifier + 
         "IF-RL think, verifier + RM": (True, True)}
 UNIFIED = "IF-RL no_think, verifier"
 KEPT_SAMPLES = 120
-#: Steps at each end of a run whose mean entropy the entropy claim compares.
-ENTROPY_WINDOW = 0.25
 
 
 def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
@@ -89,14 +87,6 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def entropy_windows(curves: Sequence[Mapping[str, Any]],
-                    window: float = ENTROPY_WINDOW) -> tuple[list[float], list[float]]:
-    """The policy's mean token entropy over the last ``window`` of an arm's GRPO steps, and over the first."""
-    values = [float(c["entropy"]) for c in curves]
-    n = max(1, int(len(values) * window))
-    return values[-n:], values[:n]
-
-
 RESULTS_TITLE = "Chapter 10: IF-RL"
 
 
@@ -112,7 +102,7 @@ def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 
 def entropy_row(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The IF-RL arm's entropy change, last quarter of steps minus first (unpaired steps, within each seed)."""
-    windows = [entropy_windows(m["runs"][UNIFIED]["curves"]) for m in runs]
+    windows = [step_windows([c["entropy"] for c in m["runs"][UNIFIED]["curves"]]) for m in runs]
     return unpaired_seed_row("the policy's entropy falls: mean token entropy, last quarter of steps minus first",
                              "model entropy falls", [last for last, _ in windows], [first for _, first in windows],
                              "down")

@@ -41,8 +41,9 @@ from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
-from cascadekit.claims import bootstrap_interval, claim_row, holm_rows
+from cascadekit.claims import bootstrap_interval, holm_rows, step_windows, unpaired_seed_row
 from cascadekit.domains import chat_records, domains, draw_tasks
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import change_row, compact, mean_of
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
@@ -55,8 +56,6 @@ from cascadekit.chapters.cascade import code_rl_stage, unified_math_rl
 
 START = "before Code RL"
 KEPT_SAMPLES = 120
-#: Steps at each end of a run whose mean entropy the growth compares.
-ENTROPY_WINDOW = 0.25
 #: "Flat" claims (no forgetting) hold when the change's interval lies within +- this.
 FORGETTING_TOLERANCE = 0.05
 #: The paper's asynchronous reward computation (8 DGX H100 nodes, batch 128, rollout 8).
@@ -112,11 +111,10 @@ def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def entropy_growth(curves: Sequence[Mapping[str, Any]], window: float = ENTROPY_WINDOW) -> tuple[float, float, float]:
-    """(change, low, high) of the mean token entropy: the last ``window`` of steps minus the first."""
-    values = [float(c["entropy"]) for c in curves]
-    n = max(1, int(len(values) * window))
-    return bootstrap_interval(values[-n:], values[:n], paired=False)
+def entropy_growth(curves: Sequence[Mapping[str, Any]]) -> tuple[float, float, float]:
+    """(change, low, high) of the mean token entropy: the last quarter of steps minus the first
+    (:func:`cascadekit.claims.step_windows`)."""
+    return bootstrap_interval(*step_windows([c["entropy"] for c in curves]), paired=False)
 
 
 def signal_share(curves: Sequence[Mapping[str, Any]]) -> list[float]:
@@ -146,46 +144,77 @@ def arm_table(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 RESULTS_TITLE = "Chapter 12: Code RL"
 
 
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims read.
+REPLICATE_FIELDS = ("code_per_sample", "per_sample", "runs")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`);
+    each seed starts from its own Math RL checkpoint, with the same arms and the course's one suite."""
+    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("cascade_arm",))
+
+
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chapter's paper-vs-run rows, each with a 95% interval, a verdict from it and a Holm column.
 
-    The primary claim is Code RL's lift of its own domain (held-out code, think).
+    Over several training seeds (a result of :func:`combine`) every interval is over
+    seeds, then prompts or steps. The primary claim is Code RL's lift of its own
+    domain (held-out code, think).
     """
+    runs = replicates(metrics)
     temperatures = sorted(arm["temperature"] for arm in metrics["runs"].values())
     low_t, high_t = arm_name(temperatures[0]), arm_name(temperatures[-1])
     cascade = metrics["cascade_arm"]
-    code, samples = metrics["code_per_sample"], metrics["per_sample"]
-    hard = max(s["op"] for s in code[START])
+
+    def code(name: str, op: int | None = None) -> list[list[Mapping[str, Any]]]:
+        return [[s for s in m["code_per_sample"][name] if op is None or s["op"] == op] for m in runs]
+
+    def table(name: str) -> list[list[Mapping[str, Any]]]:
+        return [m["per_sample"][name] for m in runs]
+
+    def windows(name: str, values: Any) -> list[list[float]]:
+        return [values(m["runs"][name]["curves"]) for m in runs]
+
+    first = metrics["code_per_sample"][START]
+    easy, hard = min(s["op"] for s in first), max(s["op"] for s in first)
+    entropy = [step_windows([c["entropy"] for c in m["runs"][high_t]["curves"]]) for m in runs]
     rows = [
-        change_row(f"Code RL raises held-out code pass rate, ops {min(s['op'] for s in code[START])}-{hard}, think "
-                   f"({cascade})", "LiveCodeBench v6 rises after Code RL",
-                   [code[START]], [code[cascade]], "up", names=["code"], think=True, primary=True),
+        change_row(f"Code RL raises held-out code pass rate, ops {easy}-{hard}, think ({cascade})",
+                   "LiveCodeBench v6 rises after Code RL", code(START), code(cascade), "up", names=["code"], think=True,
+                   primary=True),
         change_row(f"... on the hardest op ({hard}), think", "the gain is on problems the model could not yet solve",
-                   [[s for s in code[START] if s["op"] == hard]], [[s for s in code[cascade] if s["op"] == hard]], "up",
-                   names=["code"], think=True),
-        change_row(f"... and it carries into no_think (ops {min(s['op'] for s in code[START])}-{hard})",
-                   "not reported separately for the unified model",
-                   [code[START]], [code[cascade]], "up", names=["code"], think=False),
-        claim_row(f"higher temperature explores more: share of groups with a learning signal, "
-                  f"T={temperatures[-1]:g} minus T={temperatures[0]:g} (per step)",
-                  "a higher temperature explores better",
-                  *bootstrap_interval(signal_share(metrics["runs"][high_t]["curves"]),
-                                      signal_share(metrics["runs"][low_t]["curves"]), paired=False), "up"),
+                   code(START, hard), code(cascade, hard), "up", names=["code"], think=True),
+        change_row(f"... and it carries into no_think (ops {easy}-{hard})", "not reported separately for the unified model",
+                   code(START), code(cascade), "up", names=["code"], think=False),
+        unpaired_seed_row(f"higher temperature explores more: share of groups with a learning signal, "
+                          f"T={temperatures[-1]:g} minus T={temperatures[0]:g} (per step)",
+                          "a higher temperature explores better", windows(high_t, signal_share),
+                          windows(low_t, signal_share), "up"),
         change_row(f"... and scores higher: held-out code, think, T={temperatures[-1]:g} minus T={temperatures[0]:g}",
-                   "a higher temperature gives better performance",
-                   [code[low_t]], [code[high_t]], "up", names=["code"], think=True),
-        claim_row(f"the highest temperature risks entropy growth: T={temperatures[-1]:g}, mean token entropy, "
-                  f"last quarter of steps minus first", "entropy explosion at high temperature",
-                  *entropy_growth(metrics["runs"][high_t]["curves"]), "up"),
+                   "a higher temperature gives better performance", code(low_t), code(high_t), "up", names=["code"],
+                   think=True),
+        unpaired_seed_row(f"the highest temperature risks entropy growth: T={temperatures[-1]:g}, mean token entropy, "
+                          f"last quarter of steps minus first", "entropy explosion at high temperature",
+                          [last for last, _ in entropy], [start for _, start in entropy], "up"),
         change_row(f"little forgetting: math score change after Code RL ({cascade}), both modes, within "
                    f"+-{FORGETTING_TOLERANCE:g}", "sequential RL stages rarely degrade earlier domains",
-                   [samples[START]], [samples[cascade]], "flat", names=["math"], tolerance=FORGETTING_TOLERANCE),
+                   table(START), table(cascade), "flat", names=["math"], tolerance=FORGETTING_TOLERANCE),
         change_row(f"little forgetting: instruction following change after Code RL, both modes, within "
                    f"+-{FORGETTING_TOLERANCE:g}", "IF-RL's gains survive later stages",
-                   [samples[START]], [samples[cascade]], "flat", names=["instructions"],
-                   tolerance=FORGETTING_TOLERANCE),
+                   table(START), table(cascade), "flat", names=["instructions"], tolerance=FORGETTING_TOLERANCE),
     ]
     return holm_rows(rows)
+
+
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: held-out code (think) before Code RL and after each temperature arm."""
+    rows = []
+    for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics)):
+        row: dict[str, Any] = {"train seed": seed}
+        for name in (START, *m["runs"]):
+            row[f"code think, {name}"] = round(mean_of(m["code_per_sample"][name], names=["code"], think=True)[0], 3)
+        rows.append(row)
+    return rows
 
 
 def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
@@ -196,12 +225,18 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 
 
 def notes(metrics: Mapping[str, Any]) -> str:
-    """The arms, held-out code by op, the stage table before and after each arm, the timings."""
-    return (f"### Arms\n\n{markdown_table(arm_table(metrics))}\n\n"
-            f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}\n\n{stage_markdown(metrics['code_rows'])}"
-            f"\n\n### Stage table before and after each arm\n\n{stage_markdown(metrics['rows'])}\n\n"
+    """The arms, held-out code by op, the stage table before and after each arm, the timings; over several
+    training seeds each seed's held-out code first (the tables are then the first seed's)."""
+    several = "train_seeds" in metrics
+    first = " (the first seed's run)" if several else ""
+    seeds = f"### Each training seed\n\n{markdown_table(seed_rows(metrics))}\n\n" if several else ""
+    return (f"{seeds}### Arms{first}\n\n{markdown_table(arm_table(metrics))}\n\n"
+            f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}{first}\n\n"
+            f"{stage_markdown(metrics['code_rows'])}"
+            f"\n\n### Stage table before and after each arm{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
-            f"mode, greedy).\n\nTimings (s): {json.dumps(metrics['timings'])}")
+            f"mode, greedy){f', over {seeds_text(metrics)}' if several else ''}.\n\n"
+            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
@@ -210,8 +245,12 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
 
 
 def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread."""
-    write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
+    """The metrics without the per-sample records (``per_sample`` keeps them compact); ``samples.jsonl`` a spread.
+
+    A combined result (:func:`combine`) has no records of its own: each seed's folder keeps its spread.
+    """
+    if "samples" in metrics:
+        write_sample_spread(folder, [s for table in metrics["samples"].values() for s in table], KEPT_SAMPLES)
     return {k: v for k, v in metrics.items() if k != "samples"}
 
 
