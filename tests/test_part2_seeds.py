@@ -82,3 +82,17 @@ def test_if_rl_claims_over_training_seeds():
     assert entropy["this run"] < 0 and "(seeds: " in entropy["95% interval"]
     assert [r["train seed"] for r in ch10.seed_rows(combined)] == [0, 1]
     assert ch10.claims(ch10.combine({0: one}))[3]["95% interval"] == ch10.claims(one)[3]["95% interval"]
+
+
+@pytest.mark.parametrize("chapter", ["09", "10", "11", "12", "13"])
+def test_a_committed_run_combined_with_itself_keeps_every_estimate(chapter):
+    """Two seeds that agree: every claim's estimate is the one run's, each seed's shown beside the interval."""
+    from cascadekit.chapters import chapter_module, spec
+    from cascadekit.results import load_metrics
+    module, metrics = chapter_module(chapter), load_metrics(spec(chapter).folder)
+    alone, twice = module.claims(metrics), module.claims(module.combine({0: metrics, 1: metrics}))
+    assert [r["this run"] for r in twice] == [r["this run"] for r in alone]
+    assert [r["verdict"] for r in twice if r["verdict"] != "cannot tell"]  # the claims still decide something
+    assert all(f"{r['this run']:.3f}, {r['this run']:.3f})" in r["95% interval"]
+               for r in twice if "(seeds: " in r["95% interval"] and "tokens" not in r["claim"])
+    assert sum("(seeds: " in r["95% interval"] for r in twice) >= len(twice) // 2

@@ -12,7 +12,7 @@ from cascadekit.artifacts import write_manifest
 from cascadekit.training import pipeline
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
 from cascadekit.domains import swe
-from cascadekit.chapters.ch13_swe_rl import correlation, hacking_rate, prompt_bootstrap
+from cascadekit.chapters.ch13_swe_rl import correlation, hacking_rate, prompt_bootstrap, seeds_prompt_bootstrap
 from cascadekit.stages import StageOutput
 from cascadekit.profiles import ProfileError, load_profile, profile_names
 from cascadekit.training.swe_judge import auc, constructed, executed, held_out_check
@@ -143,3 +143,17 @@ def test_prompt_bootstrap_resamples_prompts_and_holds_its_estimate():
     assert low <= estimate <= high and low > 0.5
     flat = _rollouts([(0.5, 0.0)] * 8)
     assert all(np.isnan(v) for v in prompt_bootstrap(lambda r: correlation(r, "lexical"), flat, resamples=10))
+
+
+def test_the_prompt_bootstrap_over_seeds_averages_the_seeds_and_reads_as_one_run_for_one():
+    rng = np.random.default_rng(0)
+    strong = _rollouts([(x, float(x > 0.5)) for x in rng.random(40)])
+    weak = _rollouts([(x, float(x > 0.5) if i % 2 else 1.0 - float(x > 0.5)) for i, x in enumerate(rng.random(40))])
+    statistic = lambda r: correlation(r, "lexical")  # noqa: E731
+    one = seeds_prompt_bootstrap(statistic, [[strong]], resamples=200)
+    assert one[:3] == prompt_bootstrap(statistic, strong, resamples=200) and len(one[3]) == 1
+    estimate, low, high, seeds = seeds_prompt_bootstrap(statistic, [[strong], [weak]], resamples=200)
+    assert estimate == pytest.approx(np.mean(seeds)) and seeds[0] > 0.5 > seeds[1] and low <= estimate <= high
+    assert high - low > one[2] - one[1]  # the seeds' disagreement widens the interval
+    flat = _rollouts([(0.5, 0.0)] * 8)
+    assert all(np.isnan(v) for v in seeds_prompt_bootstrap(statistic, [[strong], [flat]], resamples=10)[:3])

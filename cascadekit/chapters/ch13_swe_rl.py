@@ -35,8 +35,9 @@ from matplotlib.figure import Figure
 
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
-from cascadekit.claims import bootstrap_interval, claim_row, holm_rows, seed_row
+from cascadekit.claims import claim_row, holm_rows, seed_row, unpaired_seed_row
 from cascadekit.domains import chat_record, prompt_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_claims import compact, kept_domains_row
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
 from cascadekit.exercises import Exercise
@@ -202,90 +203,155 @@ def prompt_bootstrap(statistic: Callable[..., float], *runs: Sequence[Mapping[st
     not independent. Resamples where the statistic is undefined are skipped; the
     interval is widened to hold the estimate, as the kit's other bootstraps do.
     """
+    estimate, draws = _prompt_draws(statistic, runs, resamples, seed)
+    return _widened(estimate, draws)
+
+
+def _prompt_draws(statistic: Callable[..., float], runs: Sequence[Sequence[Mapping[str, Any]]], resamples: int,
+                  seed: int) -> tuple[float, np.ndarray]:
+    """``statistic(*runs)`` and its values on ``resamples`` prompt resamples (nan where undefined), or nan and
+    no draws when the statistic is undefined on the runs themselves."""
     grouped = [_by_prompt(run) for run in runs]
     n = min(len(g) for g in grouped)
     estimate = statistic(*runs)
     if not n or not np.isfinite(estimate):
-        return float("nan"), float("nan"), float("nan")
+        return float("nan"), np.array([])
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(resamples):
         idx = rng.integers(0, n, size=n)
         draws.append(statistic(*[[r for i in idx for r in g[i]] for g in grouped]))
-    finite = np.array([d for d in draws if np.isfinite(d)])
+    return float(estimate), np.array(draws, dtype=float)
+
+
+def _widened(estimate: float, draws: np.ndarray) -> tuple[float, float, float]:
+    if not np.isfinite(estimate):
+        return float("nan"), float("nan"), float("nan")
+    finite = draws[np.isfinite(draws)]
     if not len(finite):
         return estimate, estimate, estimate
     low, high = np.percentile(finite, [2.5, 97.5])
     return float(estimate), float(min(low, estimate)), float(max(high, estimate))
 
 
+def seeds_prompt_bootstrap(statistic: Callable[..., float], per_seed: Sequence[Sequence[Sequence[Mapping[str, Any]]]],
+                           resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float, float, list[float]]:
+    """(estimate, low, high, per-seed estimates) of ``statistic``, ``per_seed[i]`` seed i's runs: over one seed
+    :func:`prompt_bootstrap`; over several, each seed's prompt resamples, then seeds drawn with replacement and
+    averaged (nan when the statistic is undefined on any seed's runs)."""
+    results = [_prompt_draws(statistic, runs, resamples, seed) for runs in per_seed]
+    estimates = [estimate for estimate, _ in results]
+    if len(results) == 1 or not all(np.isfinite(estimates)):
+        return (*(_widened(*results[0]) if len(results) == 1 else (float("nan"),) * 3), estimates)
+    table = np.stack([draws for _, draws in results], axis=1)  # resamples x seeds
+    picks = np.random.default_rng(seed).integers(0, len(results), size=table.shape)
+    return (*_widened(float(np.mean(estimates)), np.take_along_axis(table, picks, axis=1).mean(axis=1)), estimates)
+
+
 RESULTS_TITLE = "Chapter 13: SWE RL"
+
+
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims and notes read.
+REPLICATE_FIELDS = ("by_context", "rollouts", "per_sample", "runs", "judge")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`);
+    each seed starts from its own cascade and trains its own judge, over the same context stages."""
+    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("trained_context",))
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chapter's paper-vs-run rows, each with a 95% interval and a verdict from it.
 
     A row whose statistic is undefined on this run (no rollout varies, none is
-    high-reward: a smoke run) is left out rather than faked. The primary claim is
-    SWE RL's lift of its own domain (think, the trained contexts); "other domains
-    keep their scores" is flat over the cells below the ceiling.
+    high-reward: a smoke run; over several seeds, in any seed) is left out rather
+    than faked. Over several training seeds (a result of :func:`combine`) every
+    interval is over seeds, then prompts. The primary claim is SWE RL's lift of its
+    own domain (think, the trained contexts); "other domains keep their scores" is
+    flat over the cells below the ceiling.
     """
+    runs = replicates(metrics)
     trained = metrics["trained_context"]
     contexts, beyond = list(range(trained + 1)), [trained + 1]
     stages = [s["context"] for s in metrics["runs"][CASCADE]]
-    by_context, rollouts = metrics["by_context"], metrics["rollouts"]
-    start, final = by_context[START], by_context[final_name(CASCADE, trained)]
-    execution = by_context[final_name("execution", trained)]
+
+    def evaluated(name: str) -> list[Sequence[Mapping[str, Any]]]:
+        return [m["by_context"][name] for m in runs]
+
+    def change(after: list, before: list, on: Sequence[int]) -> list[np.ndarray]:
+        return [np.subtract(at_contexts(a, on), at_contexts(b, on)) for a, b in zip(after, before)]
+
+    def rollouts(*names: str) -> list[list[Sequence[Mapping[str, Any]]]]:
+        return [[m["rollouts"][name] for name in names] for m in runs]
+
+    start, final = evaluated(START), evaluated(final_name(CASCADE, trained))
+    execution = evaluated(final_name("execution", trained))
+    trained_final = final_name(CASCADE, trained)
     rows = [
         seed_row(f"SWE RL raises the resolve rate (think, contexts 0-{trained})",
                  f"SWE-bench Verified rises most in SWE RL (final {PAPER['SWE-bench Verified, final']})",
-                 [np.subtract(at_contexts(final, contexts), at_contexts(start, contexts))], "up", primary=True),
+                 change(final, start, contexts), "up", primary=True),
     ]
     optional = []
     for field, label in (("execution-free", "the execution-free reward (lexical + semantic)"),
                          ("lexical", "lexical similarity alone"), ("semantic", "the semantic judge's P(YES) alone")):
         optional.append((f"{label} tracks execution truth: correlation over the start policy's rollouts",
                          "execution-free reward stands in for execution",
-                         prompt_bootstrap(lambda r, f=field: correlation(r, f), rollouts[START]), "up"))
+                         seeds_prompt_bootstrap(lambda r, f=field: correlation(r, f), rollouts(START)), "up"))
     optional.append(("the semantic judge adds what lexical similarity misses: correlation with execution, "
                      "semantic minus lexical (start rollouts)",
                      "lexical + semantic similarity (Kimi-Dev YES probability)",
-                     prompt_bootstrap(lambda r: correlation(r, "semantic") - correlation(r, "lexical"),
-                                      rollouts[START]),
+                     seeds_prompt_bootstrap(lambda r: correlation(r, "semantic") - correlation(r, "lexical"),
+                                            rollouts(START)),
                      "up"))
     optional.append(("the execution-free reward still tracks execution on the trained policy's own rollouts: "
                      "correlation, execution-free arm's final policy minus start (flat within 0.05)",
                      "assumed (the reward is never checked against execution)",
-                     prompt_bootstrap(lambda a, b: correlation(a, "execution-free") - correlation(b, "execution-free"),
-                                      rollouts[final_name(CASCADE, trained)], rollouts[START]), "flat"))
+                     seeds_prompt_bootstrap(lambda a, b: correlation(a, "execution-free") -
+                                            correlation(b, "execution-free"), rollouts(trained_final, START)), "flat"))
     optional.append((f"reward hacking does not grow: high-reward (>= {HIGH_REWARD}) rollouts failing execution, "
                      "execution-free arm's final policy minus start (flat within 0.05)",
                      "not measured (the paper never executes during SWE RL)",
-                     prompt_bootstrap(lambda a, b: hacking_rate(a) - hacking_rate(b),
-                                      rollouts[final_name(CASCADE, trained)], rollouts[START]), "flat"))
-    rows += [claim_row(claim, paper, *interval, direction) for claim, paper, interval, direction in optional
-             if np.isfinite(interval[0])]
+                     seeds_prompt_bootstrap(lambda a, b: hacking_rate(a) - hacking_rate(b),
+                                            rollouts(trained_final, START)), "flat"))
+    rows += [claim_row(claim, paper, estimate, low, high, direction, seeds=seeds if len(seeds) > 1 else None)
+             for claim, paper, (estimate, low, high, seeds), direction in optional if np.isfinite(low)]
     rows.append(seed_row(f"execution-free RL matches execution RL: final resolve rate (contexts 0-{trained}), "
                          "execution-free minus execution (flat within 0.05)",
                          "not compared (execution in Docker costs too much)",
-                         [np.subtract(at_contexts(final, contexts), at_contexts(execution, contexts))], "flat"))
+                         change(final, execution, contexts), "flat"))
     if len(stages) > 1:
-        before = by_context[f"{CASCADE}, context {stages[-2]}"]
+        before = evaluated(f"{CASCADE}, context {stages[-2]}")
         rows.append(seed_row(f"the longer-context stage lifts the longest trained inputs (context {trained}): "
                              "last stage minus the one before", "16K -> 24K input extension helps",
-                             [np.subtract(at_contexts(final, [trained]), at_contexts(before, [trained]))], "up"))
+                             change(final, before, [trained]), "up"))
     rows += [
-        claim_row(f"too-long inputs hurt: resolve rate at context {trained + 1} (never trained) minus context "
-                  f"{trained} (the longest trained), final", "resolve rate drops for inputs beyond 24K",
-                  *bootstrap_interval(at_contexts(final, beyond), at_contexts(final, [trained]), paired=False), "down"),
+        unpaired_seed_row(f"too-long inputs hurt: resolve rate at context {trained + 1} (never trained) minus context "
+                          f"{trained} (the longest trained), final", "resolve rate drops for inputs beyond 24K",
+                          [at_contexts(f, beyond) for f in final], [at_contexts(f, [trained]) for f in final], "down"),
         seed_row("SWE RL keeps the short inputs it started from: resolve rate at context 0, final minus start "
-                 "(flat within 0.05)", "not reported",
-                 [np.subtract(at_contexts(final, [0]), at_contexts(start, [0]))], "flat"),
+                 "(flat within 0.05)", "not reported", change(final, start, [0]), "flat"),
         kept_domains_row("other domains keep their scores (general, IF, math, code, tools)", "little forgetting",
-                         [metrics["per_sample"]["before SWE RL"]], [metrics["per_sample"]["after SWE RL"]],
+                         [m["per_sample"]["before SWE RL"] for m in runs], [m["per_sample"]["after SWE RL"] for m in runs],
                          ["general", "instructions", "math", "code", "tools"]),
     ]
     return holm_rows(rows)
+
+
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: the resolve rate over the trained contexts at the start and after each arm, and the
+    execution-free reward's hacking rate on the start and final rollouts."""
+    trained = metrics["trained_context"]
+    rows = []
+    for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics)):
+        row: dict[str, Any] = {"train seed": seed}
+        for name in (START, final_name(CASCADE, trained), final_name("execution", trained)):
+            row[f"resolve, {name}"] = round(float(np.mean(at_contexts(m["by_context"][name], range(trained + 1)))), 3)
+        for name in (START, final_name(CASCADE, trained)):
+            row[f"hacking, {name}"] = round(hacking_rate(m["rollouts"][name]), 3)
+        rows.append(row)
+    return rows
 
 
 def context_rows(by_context: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -357,17 +423,22 @@ def plot_reward_vs_truth(rollouts: Mapping[str, Sequence[Mapping[str, Any]]]) ->
 
 
 def notes(metrics: Mapping[str, Any]) -> str:
-    """Resolve rates by context, the rewards against execution, the judge, the stage table, the timings."""
+    """Resolve rates by context, the rewards against execution, the judge, the stage table, the timings; over
+    several training seeds each seed's headline numbers first (the tables are then the first seed's)."""
     judge_check = metrics["judge"]["held_out"]
-    return (f"### Resolve rate by input context (think, greedy)\n\n"
+    several = "train_seeds" in metrics
+    first = " (the first seed's run)" if several else ""
+    seeds = (f"### Each training seed (over {seeds_text(metrics)})\n\n{markdown_table(seed_rows(metrics))}\n\n"
+             if several else "")
+    return (f"{seeds}### Resolve rate by input context (think, greedy){first}\n\n"
             f"{markdown_table(context_rows(metrics['by_context']))}"
-            f"\n\n### Rewards against execution truth on sampled rollouts\n\n"
+            f"\n\n### Rewards against execution truth on sampled rollouts{first}\n\n"
             f"{markdown_table(reward_rows(metrics['rollouts']))}\n\n"
-            f"### The semantic judge (held out)\n\naccuracy {judge_check['accuracy']:.3f} "
+            f"### The semantic judge (held out){first}\n\naccuracy {judge_check['accuracy']:.3f} "
             f"[{judge_check['low']:.3f}, {judge_check['high']:.3f}] on {judge_check['n']} candidates, "
             f"AUC {judge_check['auc']:.3f}, Brier {judge_check['brier']:.3f}\n\n"
-            f"### Stage table before and after the cascade's SWE RL\n\n{stage_markdown(metrics['rows'])}\n\n"
-            f"Timings (s): {json.dumps(metrics['timings'])}")
+            f"### Stage table before and after the cascade's SWE RL{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
@@ -378,7 +449,12 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
 
 
 def committed(metrics: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the completions and rollout answers; ``samples.jsonl`` in ``folder`` keeps a spread."""
+    """The metrics without the completions and rollout answers; ``samples.jsonl`` in ``folder`` keeps a spread.
+
+    A combined result (:func:`combine`) has no completions of its own: each seed's folder keeps its spread.
+    """
+    if "by_context_completions" not in metrics:
+        return dict(metrics)
     write_sample_spread(folder, [{"checkpoint": name, **s, "completion": c}
                                  for name, samples in metrics["by_context"].items()
                                  for s, c in zip(samples, metrics["by_context_completions"][name])],
