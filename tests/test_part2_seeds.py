@@ -96,3 +96,18 @@ def test_a_committed_run_combined_with_itself_keeps_every_estimate(chapter):
     assert all(f"{r['this run']:.3f}, {r['this run']:.3f})" in r["95% interval"]
                for r in twice if "(seeds: " in r["95% interval"] and "tokens" not in r["claim"])
     assert sum("(seeds: " in r["95% interval"] for r in twice) >= len(twice) // 2
+
+
+def test_sft_targets_over_training_seeds_are_the_mean_of_the_seeds_with_each_seed_shown():
+    from cascadekit.chapters import ch08_unified_thinking_model as ch08
+    from cascadekit.results import load_metrics
+    metrics = load_metrics("08_unified_thinking_model")
+    other = {**metrics, "rows": [{**r, "score": r["score"] / 2} for r in metrics["rows"]]}
+    rows = ch08.claims(ch08.combine({0: metrics, 1: other}))
+    alone = ch08.claims(metrics)
+    assert [(r["domain"], r["mode"]) for r in rows] == [(r["domain"], r["mode"]) for r in alone]
+    for two, one in zip(rows, alone):
+        assert two["score"] == pytest.approx(0.75 * one["score"], abs=0.002)
+        assert two["95% interval"].count(", ") == 2 and f"(seeds: {one['score']:.3f}, " in two["95% interval"]
+    with pytest.raises(ValueError, match="another base"):
+        ch08.combine({0: metrics, 1: {**metrics, "base": {"key": "other"}}})

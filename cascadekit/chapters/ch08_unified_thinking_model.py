@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 
 from cascadekit.training.chat_base import chat_base
 from cascadekit.chapters import ChapterConfig
+from cascadekit.claims import problem_outcomes, seed_bootstrap
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.exercises.committed import committed_metrics, stage_row
 from cascadekit.evaluation.stage_table import stage_markdown, paper_vs_run, stage_table, suite_records
 from cascadekit.exercises import Exercise
@@ -106,19 +109,52 @@ RESULTS_TITLE = f"Chapter 08: a unified thinking model, targets after {LAST_STAG
 
 
 def claims(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets after the last SFT stage beside the measured values (:func:`target_rows`)."""
+    """The issue's targets after the last SFT stage beside the measured values (:func:`target_rows`); over
+    several training seeds (a result of :func:`combine`) the mean over seeds (:func:`seed_target_rows`)."""
+    if "replicates" in metrics:
+        return seed_target_rows(metrics)
     return target_rows(metrics["rows"], LAST_STAGE)
+
+
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims read.
+REPLICATE_FIELDS = ("rows", "stages")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`):
+    each seed's SFT from the one shared chat base (a ValueError if the bases differ)."""
+    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("base",))
+
+
+def seed_target_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per domain and mode after the last stage: the mean score over seeds with its interval (seeds, then
+    prompts, each seed's prompts resampled within it from its 0/1 outcomes), each seed's score, the targets."""
+    runs = replicates(metrics)
+    out = []
+    for first in (r for r in runs[0]["rows"] if r["stage"] == LAST_STAGE):
+        cells = [next(r for r in m["rows"] if (r["stage"], r["domain"], r["mode"]) == (LAST_STAGE, first["domain"],
+                                                                                      first["mode"])) for m in runs]
+        score, low, high = seed_bootstrap([problem_outcomes(c["score"], c["n"]) for c in cells], shared_prompts=False)
+        following = float(np.mean([c["mode_following"] for c in cells]))
+        goal = TARGETS[first["mode"]]
+        seeds = ", ".join(f"{c['score']:.3f}" for c in cells)
+        out.append({"domain": first["domain"], "mode": first["mode"], "score": round(score, 3),
+                    "95% interval": f"[{low:.3f}, {high:.3f}] (seeds: {seeds})",
+                    "score target": goal, "score met": score >= goal, "mode following": round(following, 3),
+                    "mode following met": following >= TARGETS["mode_following"]})
+    return out
 
 
 def notes(metrics: dict[str, Any]) -> str:
     """The paper's numbers beside this run's after the last stage, the stage table after each, the timings."""
-    return (f"### Paper (Nemotron-Cascade-8B unified) vs this run after {LAST_STAGE}\n\n"
+    first = f" (the first of {seeds_text(metrics)})" if "train_seeds" in metrics else ""
+    return (f"### Paper (Nemotron-Cascade-8B unified) vs this run after {LAST_STAGE}{first}\n\n"
             f"{paper_vs_run(metrics['rows'], LAST_STAGE)}\n\n"
             f"Paper numbers are percent on the real benchmarks; this run's are percent of the toy suite that "
             f"stands in for each ({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy, "
             f"no pre-filled think block), with exact 95% intervals.\n\n"
-            f"### Stage table after each SFT stage\n\n{stage_markdown(metrics['rows'])}\n\n"
-            f"Timings (s): {json.dumps(metrics['timings'])}")
+            f"### Stage table after each SFT stage{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: dict[str, Any]) -> dict[str, Figure]:
@@ -127,8 +163,12 @@ def figures(metrics: dict[str, Any]) -> dict[str, Figure]:
 
 
 def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the per-sample records, of which ``samples.jsonl`` in ``folder`` keeps a spread."""
-    write_sample_spread(folder, metrics["samples"], KEPT_SAMPLES)
+    """The metrics without the per-sample records, of which ``samples.jsonl`` in ``folder`` keeps a spread.
+
+    A combined result (:func:`combine`) has no records of its own: each seed's folder keeps its spread.
+    """
+    if "samples" in metrics:
+        write_sample_spread(folder, metrics["samples"], KEPT_SAMPLES)
     return {k: v for k, v in metrics.items() if k != "samples"}
 
 
