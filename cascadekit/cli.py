@@ -221,9 +221,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     folder = config.spec.folder if seeds is None else f"{seed_folder(Path(config.spec.folder), seeds[0])}"
     writer = ResultsWriter(folder, config.scale, command, Path(args.out) if args.out else None, args.draft)
     work = Path(args.work) if args.work else Path("runs") / config.spec.folder
+    if args.combine and (seeds is None or len(seeds) < 2):
+        raise ValueError("--combine combines several training seeds' results: give them with --train-seed N,N,...")
     if seeds is not None and len(seeds) > 1:
         combined = ResultsWriter(config.spec.folder, config.scale, command, Path(args.out) if args.out else None,
                                  args.draft)  # made now, as every writer: it names the commit the seeds ran
+        if args.combine:
+            return _combine(config.spec, seeds, combined)
         return _replicates(args, seeds, work) or _combine(config.spec, seeds, combined)
     results = writer.folder  # made now: a results folder that cannot be made fails before any work
     set_threads(args.threads)
@@ -656,6 +660,9 @@ def _experiment_arguments(parser: argparse.ArgumentParser) -> None:
                              "(chapters 03 and 08)")
     parser.add_argument("--draft", action="store_true",
                         help="allow writing data/results from a tree with uncommitted changes")
+    parser.add_argument("--combine", action="store_true",
+                        help="train nothing: combine the --train-seed seeds' train-seed-N folders already under "
+                             "--out into the chapter's result over seeds")
 
 
 def _replicate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -221,6 +221,12 @@ def test_two_training_seeds_run_side_by_side_and_a_failed_one_is_named(tmp_path)
     assert len(sfts) == 2, "each training seed trains its own SFT"
     built = [p for p in (tmp_path / "cache" / "chat-base").iterdir() if not p.name.startswith(".")]
     assert len(built) == 1, built
+    from cascadekit import cli  # --combine: the two finished seeds as one result, nothing trained or evaluated
+    assert cli.main(["experiment", "08", "--scale", "smoke", "--train-seed", "1,2", "--combine", "--out", str(out)]) == 0
+    combined = json.loads((chapter / "metrics.json").read_text())
+    assert combined["train_seeds"] == [1, 2] and "(seeds: " in (chapter / "paper_vs_run.md").read_text()
+    assert cli.main(["experiment", "08", "--scale", "smoke", "--train-seed", "1,3", "--combine", "--out", str(out)]) == 2
+    assert cli.main(["experiment", "08", "--scale", "smoke", "--train-seed", "1", "--combine", "--out", str(out)]) == 2
 
 
 def test_a_cascade_of_one_training_seed_writes_into_its_own_folders(monkeypatch, tmp_path):
