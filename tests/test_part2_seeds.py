@@ -84,7 +84,7 @@ def test_if_rl_claims_over_training_seeds():
     assert ch10.claims(ch10.combine({0: one}))[3]["95% interval"] == ch10.claims(one)[3]["95% interval"]
 
 
-@pytest.mark.parametrize("chapter", ["09", "10", "11", "12", "13"])
+@pytest.mark.parametrize("chapter", ["09", "10", "11", "12", "13", "14"])
 def test_a_committed_run_combined_with_itself_keeps_every_estimate(chapter):
     """Two seeds that agree: every claim's estimate is the one run's, each seed's shown beside the interval."""
     from cascadekit.chapters import chapter_module, spec
@@ -111,3 +111,15 @@ def test_sft_targets_over_training_seeds_are_the_mean_of_the_seeds_with_each_see
         assert two["95% interval"].count(", ") == 2 and f"(seeds: {one['score']:.3f}, " in two["95% interval"]
     with pytest.raises(ValueError, match="another base"):
         ch08.combine({0: metrics, 1: {**metrics, "base": {"key": "other"}}})
+
+
+def test_the_cascade_chapter_combines_only_seeds_with_the_same_arms_and_stages():
+    from cascadekit.chapters import ch14_whole_cascade as ch14
+    from cascadekit.results import load_metrics
+    metrics = load_metrics("14_whole_cascade")
+    combined = ch14.combine({0: metrics, 1: metrics})
+    assert [r["train seed"] for r in ch14.seed_rows(combined)] == [0, 1]
+    assert "### Each training seed" in ch14.notes(combined)
+    short = {**metrics, "harder": {arm: dict(list(stages.items())[:-1]) for arm, stages in metrics["harder"].items()}}
+    with pytest.raises(ValueError, match="other arms or stages"):
+        ch14.combine({0: metrics, 1: short})

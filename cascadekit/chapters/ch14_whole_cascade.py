@@ -31,7 +31,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from matplotlib import pyplot as plt
@@ -49,6 +49,7 @@ from cascadekit.evaluation.stage_claims import (CEILING, change_row, compact, fo
                                                 paired_change, picked)
 from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
 from cascadekit.evaluation.beside import StageTables
+from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown, suite_records
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
@@ -366,61 +367,101 @@ def primary_suite(domain: str) -> str:
     return "harder" if domain in REASONING else "per_sample"
 
 
-def stage_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each RL stage's lift of its own domain (reasoning stages on both suites) and what it did to the others.
+def own_domain_rows(tables: Mapping[str, Sequence[Mapping[str, Sequence[Mapping[str, Any]]]]],
+                    where: Callable[[str, str], str], rlhf_style: bool = False) -> list[dict[str, Any]]:
+    """Each RL stage's lift of its own domain (reasoning stages on every suite there is) and what it did to the
+    others, over training seeds: ``tables[suite][i]`` is seed i's stage -> samples on ``suite``.
 
-    One primary claim per stage (:func:`primary_suite`). "Keeps the other domains"
-    is flat over the other domains' cells below the ceiling
-    (:func:`cascadekit.evaluation.stage_claims.kept_domains_row`).
+    One primary claim per stage (:func:`primary_suite`, else the stage table's).
+    ``rlhf_style`` adds RLHF's cut of general's length and repetition. "Keeps the
+    other domains" is flat over the other domains' cells below the ceiling
+    (:func:`cascadekit.evaluation.stage_claims.kept_domains_row`). ``where(suite,
+    domain)`` names the suite in a claim.
     """
-    names, rows = stage_names(metrics, CASCADE), []
+    names, seeds = list(tables["per_sample"][0]), tables["per_sample"]
+    own_rows, style_rows, kept_rows = [], [], []
     for before, after in zip(names, names[1:]):
+        if after not in TARGETS:
+            continue
         domain, mode = TARGETS[after]
-        for suite in SUITES if domain in REASONING else SUITES[:1]:
-            per_sample = metrics[suite][CASCADE]
-            rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; "
-                                   f"{_where(metrics, suite, [domain])})",
-                                   f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
-                                   [per_sample[before]], [per_sample[after]], "up", names=[domain],
-                                   think=_think(mode), primary=suite == primary_suite(domain)))
-    per_sample = metrics["per_sample"][CASCADE]
-    for before, after in zip(names, names[1:]):
-        others = [d for d in DOMAINS if d != TARGETS[after][0]]
-        rows.append(kept_domains_row(f"{after} keeps the other domains", "sequential RL forgets little",
-                                     [per_sample[before]], [per_sample[after]], others))
-    return rows
+        own = [suite for suite in SUITES if suite in tables and (suite == "per_sample" or domain in REASONING)]
+        primary = primary_suite(domain) if primary_suite(domain) in own else "per_sample"
+        for suite in own:
+            own_rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; "
+                                       f"{where(suite, domain)})",
+                                       f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
+                                       [t[before] for t in tables[suite]], [t[after] for t in tables[suite]], "up",
+                                       names=[domain], think=_think(mode), primary=suite == primary))
+        if rlhf_style and after == "RLHF":
+            style_rows += [change_row(f"RLHF cuts general's {field} (both modes)", "RLHF cuts verbosity and repetition",
+                                      [t[before] for t in seeds], [t[after] for t in seeds], "down", field,
+                                      names=["general"]) for field in ("tokens", "repetition")]
+        kept_rows.append(kept_domains_row(f"{after} keeps the other domains", "sequential RL forgets little",
+                                          [t[before] for t in seeds], [t[after] for t in seeds],
+                                          [d for d in DOMAINS if d != domain]))
+    return own_rows + style_rows + kept_rows
+
+
+def arm_tables(metrics: Mapping[str, Any], arm: str = CASCADE) -> dict[str, list[Mapping[str, Any]]]:
+    """Per suite, each training seed's stage -> samples of ``arm`` (one seed for a one-seed run)."""
+    return {suite: [m[suite][arm] for m in replicates(metrics)] for suite in SUITES}
+
+
+def stage_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each RL stage of the cascade: its own domain's lift and the other domains kept (:func:`own_domain_rows`)."""
+    return own_domain_rows(arm_tables(metrics), lambda suite, domain: _where(metrics, suite, [domain]))
 
 
 def arm_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The whole cascade against SFT and against joint RL, on both suites."""
-    rows = []
+    runs, rows = replicates(metrics), []
     for suite in SUITES:
         where = _where(metrics, suite, elsewhere="every domain")
+        cascade = [final(m, CASCADE, suite) for m in runs]
         rows.append(change_row(f"the whole cascade lifts the model: final minus SFT ({where}, both modes)",
-                               "every benchmark above the SFT model",
-                               [metrics[suite][CASCADE]["SFT"]], [final(metrics, CASCADE, suite)], "up"))
+                               "every benchmark above the SFT model", [m[suite][CASCADE]["SFT"] for m in runs],
+                               cascade, "up"))
         rows.append(change_row(f"cascade beats joint RL at equal prompts: final scores ({where}, both modes)",
-                               "domain-wise cascade instead of mixed-domain RL",
-                               [final(metrics, JOINT, suite)], [final(metrics, CASCADE, suite)], "up"))
+                               "domain-wise cascade instead of mixed-domain RL", [final(m, JOINT, suite) for m in runs],
+                               cascade, "up"))
     return rows
 
 
 def order_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     """RLHF first (the cascade) against RLHF last: Math RL's gain, its answers' length, the final reasoning scores."""
+    runs = replicates(metrics)
     rows = [seed_row(f"RLHF first makes Math RL more efficient: Math RL's gain (math, think; "
                      f"{_where(metrics, suite, ['math'])}), RLHF first minus RLHF last",
                      "RLHF first helps later reasoning RL",
-                     [np.subtract(*order_gains(metrics, "Math RL", "math", True, suite))], "up") for suite in SUITES]
+                     [np.subtract(*order_gains(m, "Math RL", "math", True, suite)) for m in runs], "up")
+            for suite in SUITES]
     rows.append(change_row("RLHF first leaves shorter reasoning: mean tokens after Math RL (math, think), "
                            "RLHF first minus RLHF last", "RLHF cuts verbosity, so reasoning RL is more efficient",
-                           [metrics["per_sample"][RLHF_LAST]["Math RL"]], [metrics["per_sample"][CASCADE]["Math RL"]],
-                           "down", "tokens", names=["math"], think=True))
+                           [m["per_sample"][RLHF_LAST]["Math RL"] for m in runs],
+                           [m["per_sample"][CASCADE]["Math RL"] for m in runs], "down", "tokens", names=["math"],
+                           think=True))
     rows += [change_row(f"RLHF first ends higher on reasoning: final (math, code, SWE; think; "
                         f"{_where(metrics, suite)}), RLHF first minus RLHF last",
                         "the paper's order, general to specialised",
-                        [final(metrics, RLHF_LAST, suite)], [final(metrics, CASCADE, suite)], "up",
+                        [final(m, RLHF_LAST, suite) for m in runs], [final(m, CASCADE, suite) for m in runs], "up",
                         names=list(REASONING), think=True) for suite in SUITES]
     return rows
+
+
+#: What each training seed's run keeps in a combined result (:func:`combine`): what the claims read.
+REPLICATE_FIELDS = ("per_sample", "harder")
+
+
+def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`): each
+    seed's three arms from its own SFT, every seed with the same arms and stages (a ValueError names one that is not)."""
+    shapes = {seed: {suite: {arm: list(stages) for arm, stages in m[suite].items()} for suite in SUITES}
+              for seed, m in per_seed.items()}
+    first = shapes[min(shapes)] if shapes else None
+    for seed, shape in sorted(shapes.items()):
+        if shape != first:
+            raise ValueError(f"training seed {seed}'s run has other arms or stages than the first seed's")
+    return combine_runs(per_seed, REPLICATE_FIELDS)
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -575,7 +616,12 @@ RESULTS_TITLE = "Chapter 14: the whole cascade"
 
 
 def committed(metrics: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The metrics without the cascade's completions; a spread of its per-sample results in ``samples.jsonl``."""
+    """The metrics without the cascade's completions; a spread of its per-sample results in ``samples.jsonl``.
+
+    A combined result (:func:`combine`) has no completions of its own: each seed's folder keeps its spread.
+    """
+    if "completions" not in metrics:
+        return dict(metrics)
     names = stage_names(metrics, CASCADE)
     write_sample_spread(folder, [{"stage": name, **s, "completion": c}
                                  for name in names
@@ -590,12 +636,32 @@ def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:
             "joint_curves": plot_joint_curves(metrics), "forgetting_rlhf_last": plot_forgetting(metrics, RLHF_LAST)}
 
 
+def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: the mean score (every domain and mode) of SFT and of each arm's final model, per suite."""
+    rows = []
+    for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics)):
+        row: dict[str, Any] = {"train seed": seed}
+        for suite in SUITES:
+            where = "harder" if suite == "harder" else "stage table"
+            row[f"SFT ({where})"] = round(float(np.mean([float(x["score"]) for x in m[suite][CASCADE]["SFT"]])), 3)
+            for arm in m[suite]:
+                row[f"{arm} ({where})"] = round(float(np.mean([float(x["score"]) for x in final(m, arm, suite)])), 3)
+        rows.append(row)
+    return rows
+
+
 def notes(metrics: Mapping[str, Any]) -> str:
-    """The paper's checkpoints beside the stages, the stage tables, the forgetting matrix, the costs and timings."""
+    """The paper's checkpoints beside the stages, the stage tables, the forgetting matrix, the costs and timings;
+    over several training seeds each seed's final scores first (the tables are then the first seed's)."""
     build = [{"what": k, "seconds": v} for k, v in metrics["before_rl_s"].items()]
     build += [{"what": s["name"], "seconds": s["build_s"]} for s in metrics["stages"][CASCADE][1:]]
     build.append({"what": "total", "seconds": sum(b["seconds"] for b in build)})
-    return (f"### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
+    seeds = ""
+    if "train_seeds" in metrics:
+        seeds = (f"### Each training seed: mean score of SFT and of each arm's final model\n\n"
+                 f"{markdown_table(seed_rows(metrics))}\n\nThe claims are over {seeds_text(metrics)}, then prompts; "
+                 f"every table below is the first seed's run.\n\n")
+    return (f"{seeds}### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
             f"{paper_vs_stages(metrics)}\n\n"
             f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
             f"### Forgetting matrix (change over each stage, both modes)\n\n"
@@ -751,34 +817,15 @@ def lever_runs(folders: Sequence[Path]) -> list[dict[str, dict[str, list[dict[st
 def lever_claims(folders: Sequence[Path]) -> list[dict[str, Any]]:
     """A lever's claims over its training seeds (one ``cascadekit cascade`` output folder per seed).
 
-    Each RL stage: its own domain's lift (primary on :func:`primary_suite` when the
-    run evaluated the harder suite), RLHF's length and repetition on general, and
-    "keeps the other domains" over the cells below the ceiling; then the last stage
-    minus SFT on every suite. Intervals are over seeds, then prompts; Holm per family.
+    Each RL stage: its own domain's lift, RLHF's length and repetition on general, and
+    "keeps the other domains" (:func:`own_domain_rows`); then the last stage minus SFT
+    on every suite. Intervals are over seeds, then prompts; Holm per family.
     """
     runs = lever_runs(folders)
     suites = list(runs[0])
     tables = {suite: [run[suite] for run in runs] for suite in suites}
     names = list(runs[0]["per_sample"])
-    rows = []
-    for before, after in zip(names, names[1:]):
-        if after not in TARGETS:
-            continue
-        domain, mode = TARGETS[after]
-        own = [suite for suite in SUITES if suite in suites and (suite == "per_sample" or domain in REASONING)]
-        primary = primary_suite(domain) if primary_suite(domain) in own else "per_sample"
-        for suite in own:
-            rows.append(change_row(f"{after} lifts its own domain ({domain}, {mode or 'both modes'}; {suite})",
-                                   f"each stage lifts its own benchmark ({PAPER_FINAL[domain]['benchmark']})",
-                                   [t[before] for t in tables[suite]], [t[after] for t in tables[suite]], "up",
-                                   names=[domain], think=_think(mode), primary=suite == primary))
-        if after == "RLHF":
-            rows += [change_row(f"RLHF cuts general's {field} (both modes)", "RLHF cuts verbosity and repetition",
-                                [t[before] for t in tables["per_sample"]], [t[after] for t in tables["per_sample"]],
-                                "down", field, names=["general"]) for field in ("tokens", "repetition")]
-        rows.append(kept_domains_row(f"{after} keeps the other domains", "sequential RL forgets little",
-                                     [t[before] for t in tables["per_sample"]], [t[after] for t in tables["per_sample"]],
-                                     [d for d in DOMAINS if d != domain]))
+    rows = own_domain_rows(tables, lambda suite, _: suite, rlhf_style=True)
     for suite in suites:
         rows.append(change_row(f"the last stage ({names[-1]}) minus SFT ({suite}, every domain, both modes)",
                                "every benchmark above the SFT model", [t[names[0]] for t in tables[suite]],
