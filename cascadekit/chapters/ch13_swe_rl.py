@@ -241,11 +241,14 @@ def seeds_prompt_bootstrap(statistic: Callable[..., float], per_seed: Sequence[S
     averaged (nan when the statistic is undefined on any seed's runs)."""
     results = [_prompt_draws(statistic, runs, resamples, seed) for runs in per_seed]
     estimates = [estimate for estimate, _ in results]
-    if len(results) == 1 or not all(np.isfinite(estimates)):
-        return (*(_widened(*results[0]) if len(results) == 1 else (float("nan"),) * 3), estimates)
+    if len(results) == 1:
+        return (*_widened(*results[0]), estimates)
+    if not all(np.isfinite(estimates)):
+        return float("nan"), float("nan"), float("nan"), estimates
     table = np.stack([draws for _, draws in results], axis=1)  # resamples x seeds
     picks = np.random.default_rng(seed).integers(0, len(results), size=table.shape)
-    return (*_widened(float(np.mean(estimates)), np.take_along_axis(table, picks, axis=1).mean(axis=1)), estimates)
+    estimate, low, high = _widened(float(np.mean(estimates)), np.take_along_axis(table, picks, axis=1).mean(axis=1))
+    return estimate, low, high, estimates
 
 
 RESULTS_TITLE = "Chapter 13: SWE RL"
