@@ -296,9 +296,9 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def cmd_cascade(args: argparse.Namespace) -> int:
-    """One more arm of chapter 14 (:func:`cascadekit.chapters.ch14_whole_cascade.lever`), a stage table per stage."""
+    """One more arm of chapter 14 (:func:`cascadekit.chapters.cascade_arms.lever`), a stage table per stage."""
     from cascadekit.chapters import resolve
-    from cascadekit.chapters.ch14_whole_cascade import lever, write_fresh_prompts, write_lever_claims, write_versus
+    from cascadekit.chapters.cascade_arms import lever, write_fresh_prompts, write_lever_claims, write_versus
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import set_threads
 

@@ -231,10 +231,10 @@ def test_two_training_seeds_run_side_by_side_and_a_failed_one_is_named(tmp_path)
 
 def test_a_cascade_of_one_training_seed_writes_into_its_own_folders(monkeypatch, tmp_path):
     from cascadekit import cli
-    from cascadekit.chapters import ch14_whole_cascade
+    from cascadekit.chapters import cascade_arms
 
     seen = {}
-    monkeypatch.setattr(ch14_whole_cascade, "lever", lambda scale, seed, overrides, *rest, beside: seen.update(
+    monkeypatch.setattr(cascade_arms, "lever", lambda scale, seed, overrides, *rest, beside: seen.update(
         overrides=overrides, out=rest[-3], work=rest[-2], command=rest[-1], beside=beside))
     assert cli.main(["cascade", "--scale", "smoke", "--train-seed", "5", "--out", str(tmp_path / "out"),
                      "--work", str(tmp_path / "work")]) == 0

@@ -256,7 +256,7 @@ def test_fresh_prompts_reask_each_primary_claim_of_the_cascades_checkpoints(tmp_
     """``cascade --fresh``: five primary rows on another evaluation seed's prompts (every stage stood in for by SFT)."""
     from types import SimpleNamespace
 
-    from cascadekit.chapters import ch14_whole_cascade as ch14
+    from cascadekit.chapters import cascade_arms
     from cascadekit.chapters import resolve
     from cascadekit.chapters.cascade import sft_checkpoint
     from cascadekit.cli import main
@@ -264,9 +264,9 @@ def test_fresh_prompts_reask_each_primary_claim_of_the_cascades_checkpoints(tmp_
     profile = resolve("14", "smoke").profile
     sft = sft_checkpoint(profile)
     asked = []
-    monkeypatch.setattr(ch14, "cascade_stage", lambda name, p, work: SimpleNamespace(checkpoint=sft))
-    real_table = ch14.cached_stage_table
-    monkeypatch.setattr(ch14, "cached_stage_table",
+    monkeypatch.setattr(cascade_arms, "cascade_stage", lambda name, p, work: SimpleNamespace(checkpoint=sft))
+    real_table = cascade_arms.cached_stage_table
+    monkeypatch.setattr(cascade_arms, "cached_stage_table",
                         lambda stage, p, name, records: asked.append(records) or real_table(stage, p, name, records))
     assert main(["cascade", "--scale", "smoke", "--fresh", "--out", str(tmp_path / "out"),
                  "--work", str(tmp_path / "work")]) == 0
@@ -359,7 +359,8 @@ def test_each_primary_claim_holds_on_fresh_prompts(tmp_path):
     import re
 
     from cascadekit.chapters import resolve
-    from cascadekit.chapters.ch14_whole_cascade import claims, fresh_prompt_rows
+    from cascadekit.chapters.cascade_arms import fresh_prompt_rows
+    from cascadekit.chapters.ch14_whole_cascade import claims
     from cascadekit.results import load_metrics
 
     metrics = load_metrics("14_whole_cascade")
