@@ -242,7 +242,7 @@ def test_claims_over_a_levers_seeds_read_each_seeds_samples(tmp_path, capsys):
     assert "train-seed-5, train-seed-6" in claims and "primary" in claims
     assert main([*command, "--train-seed", "5,6", "--claims", "--versus", str(tmp_path / "out")]) == 0
     versus = (tmp_path / "out" / "versus.md").read_text()
-    assert "| RLHF minus RLHF (per_sample, every domain, both modes) | domain-wise cascade" in versus
+    assert "| RLHF minus RLHF (per_sample, every domain, both modes) | the paper's order" in versus
     assert "| RLHF minus RLHF (per_sample, swe, both modes) |" in versus and "| 0.000 | [0.000, 0.000]" in versus
     (tmp_path / "out" / "train-seed-6" / "samples.json").write_text("{" * 10)
     assert main([*command, "--train-seed", "5,6", "--claims"]) == 2

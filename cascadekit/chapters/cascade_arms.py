@@ -31,6 +31,13 @@ from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.profiles import Profile
 from cascadekit.results import markdown_table, provenance
 
+#: The stage a joint run evaluates after SFT (:func:`lever`).
+JOINT_STAGE = "joint RL"
+#: What the paper says of each comparison :func:`versus_rows` makes: against joint RL, or two orders of the stages.
+VERSUS_PAPER = {"joint": "domain-wise cascade instead of mixed-domain RL",
+                "order": "the paper's order, general to specialised (RLHF first)"}
+
+
 def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None, joint: str | None,
           against: str | None, harder: bool, out: Path, work: Path, command: str, beside: bool = False) -> None:
     """One more arm of chapter 14 at ``scale``: the cascade in ``order`` (default the paper's), or joint RL.
@@ -91,7 +98,7 @@ def lever(scale: str, seed: int, overrides: Mapping[str, Any], order: str | None
             sft = sft_checkpoint(profile)
             evaluated(CascadeStage("SFT", (), sft))
             trained = joint_rl(profile, joint_prompts, work / "joint")
-            evaluated(CascadeStage("joint RL", (trained,), trained))
+            evaluated(CascadeStage(JOINT_STAGE, (trained,), trained))
         else:
             run_cascade(profile, work, stages_order, evaluated)
         for name, done in tables.ready(wait=True):
@@ -206,15 +213,20 @@ def versus_rows(ours: Sequence[Path], theirs: Sequence[Path]) -> list[dict[str, 
         raise ValueError("the two arms need the same number of seeds and the same suites")
     rows = []
     for suite in a[0]:
-        last_a, last_b = list(a[0][suite])[-1], list(b[0][suite])[-1]
-        mine, other = [run[suite][last_a] for run in a], [run[suite][last_b] for run in b]
+        stages_a, stages_b = list(a[0][suite]), list(b[0][suite])
+        mine, other = [run[suite][stages_a[-1]] for run in a], [run[suite][stages_b[-1]] for run in b]
         names = list(dict.fromkeys(s["domain"] for s in mine[0]))
-        rows.append(change_row(f"{last_a} minus {last_b} ({suite}, every domain, both modes)",
-                               "domain-wise cascade instead of mixed-domain RL", other, mine, "up"))
-        rows += [change_row(f"{last_a} minus {last_b} ({suite}, {name}, both modes)",
-                            "domain-wise cascade instead of mixed-domain RL", other, mine, "up", names=[name])
+        label = f"{arm_label(stages_a)} minus {arm_label(stages_b)}"
+        paper = (VERSUS_PAPER["joint"] if JOINT_STAGE in (stages_a[-1], stages_b[-1]) else VERSUS_PAPER["order"])
+        rows.append(change_row(f"{label} ({suite}, every domain, both modes)", paper, other, mine, "up"))
+        rows += [change_row(f"{label} ({suite}, {name}, both modes)", paper, other, mine, "up", names=[name])
                  for name in names]
     return holm_rows(rows)
+
+
+def arm_label(stages: Sequence[str]) -> str:
+    """An arm by its stages after SFT: ``RLHF > IF-RL > ... > SWE RL``, or ``joint RL``."""
+    return " > ".join(stages[1:]) or stages[0]
 
 
 def write_versus(out: Path, ours: Sequence[Path], theirs: Sequence[Path], command: str) -> Path:
