@@ -140,13 +140,21 @@ def _seed_draws(differences: Sequence[ArrayLike], resamples: int, seed: int,
     """(per-seed means, bootstrap means): seeds resampled, then prompts.
 
     With one seed there is nothing to resample at the top level, so no seed draw is
-    made and the prompt draws are exactly :func:`bootstrap_interval`'s.
+    made and the prompt draws are exactly :func:`bootstrap_interval`'s. Seeds with
+    prompts of their own (``shared_prompts`` False) may have scored different numbers
+    of them (each seed's reward model held out its own pairs).
     """
     rows = [np.asarray(d, dtype=np.float64) for d in differences]
     if not rows or any(r.ndim != 1 or r.size == 0 for r in rows):
         raise ValueError("differences must be one non-empty 1-d sequence per training seed")
     if len({r.size for r in rows}) > 1:
-        raise ValueError(f"every seed must score as many prompts, got {sorted({r.size for r in rows})} per seed")
+        if shared_prompts:
+            raise ValueError(f"every seed must score as many prompts, got {sorted({r.size for r in rows})} per seed")
+        rng = np.random.default_rng(seed)
+        picks = rng.integers(0, len(rows), size=(resamples, len(rows)))
+        slots = np.stack([r[rng.integers(0, r.size, size=(resamples, len(rows), r.size))].mean(axis=2) for r in rows])
+        drawn = np.take_along_axis(slots, picks[None], axis=0)[0]  # resamples x slots: the picked seed's own draw
+        return np.array([r.mean() for r in rows]), drawn.mean(axis=1)
     table = np.stack(rows)
     count, size = table.shape
     rng = np.random.default_rng(seed)

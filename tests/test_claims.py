@@ -282,3 +282,12 @@ def test_an_unpaired_row_over_seeds_resamples_within_each_seed_and_reads_as_the_
     assert "(seeds: -0.250, -0.250)" in two["95% interval"] and two["verdict"] == "reproduced"
     with pytest.raises(ValueError, match="one after and one before"):
         unpaired_seed_row("c", "p", [after], [before, before], "down")
+
+
+def test_seeds_with_prompts_of_their_own_may_score_different_numbers_of_them() -> None:
+    ones, halves = np.ones(30), np.array([1.0, 0.0] * 25)
+    estimate, low, high = seed_bootstrap([ones, halves], shared_prompts=False)
+    assert estimate == pytest.approx(0.75) and 0.25 <= low < 0.75 < high <= 1.0
+    assert bootstrap_p_value([ones, halves], "up", shared_prompts=False) < 0.05
+    with pytest.raises(ValueError, match="as many prompts"):
+        seed_bootstrap([ones, halves])
