@@ -1,8 +1,9 @@
 """Every committed claim is unchanged: each ``paper_vs_run.md`` under ``data/results`` regenerates from its
 committed ``metrics.json`` through ``cascadekit.chapters.write`` (the chapter's own claims, figures and notes), with no training.
 
-For every chapter of ``cascadekit/chapters.yaml`` and every folder under ``data/results/<chapter>/`` that holds
-a ``paper_vs_run.md`` and a ``metrics.json`` (the chapter's own and its sub-arms), the test
+For every chapter of ``cascadekit/chapters.yaml`` and every folder under ``data/results/<chapter>/`` (or under
+``data/results/second_world/<chapter>/``, the second Part II world's evidence) that holds a ``paper_vs_run.md`` and a
+``metrics.json`` (the chapter's own, its sub-arms, a result combined over training seeds), the test
 
 1. loads the committed ``metrics.json`` and puts back what ``write`` strips before saving it (the per-sample
    lists that go to ``samples.jsonl[.gz]`` only, see :data:`REHYDRATE`), and the run's typed profile
@@ -109,9 +110,10 @@ def _folders() -> list[tuple[str, str]]:
     root = ep["RESULTS_DIR"]
     found = []
     for chapter, spec in ep["specs"]().items():
-        for md in sorted((root / spec.folder).rglob("paper_vs_run.md")):
-            if (md.parent / "metrics.json").is_file():
-                found.append((chapter, md.parent.relative_to(root).as_posix()))
+        for place in (root / spec.folder, root / "second_world" / spec.folder):  # and the second world's evidence
+            for md in sorted(place.rglob("paper_vs_run.md")):
+                if (md.parent / "metrics.json").is_file():
+                    found.append((chapter, md.parent.relative_to(root).as_posix()))
     return found
 
 
