@@ -39,7 +39,7 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.domains import prompt_text
 from cascadekit.claims import claim_row, holm_rows, problem_outcomes, seed_row
-from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_claims import change_row, compact, mean_of, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
@@ -223,16 +223,13 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 def notes(metrics: Mapping[str, Any]) -> str:
     """The reward models' view of their policies, the stage table after SFT and each arm, the timings; over
     several training seeds each seed's headline numbers first (the tables are then the first seed's)."""
-    several = "train_seeds" in metrics
-    first = " (the first seed's run)" if several else ""
-    seeds = f"### Each training seed\n\n{markdown_table(seed_rows(metrics))}\n\n" if several else ""
-    return (f"{seeds}### Reward models' view of their policies' general answers{first}\n\n"
+    seeds = seed_notes(metrics, seed_rows)
+    return (f"{seeds.table}### Reward models' view of their policies' general answers{seeds.first}\n\n"
             f"{markdown_table(gap_rows(metrics))}\n\n"
-            f"### Stage table after SFT and after each RLHF arm{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
+            f"### Stage table after SFT and after each RLHF arm{seeds.first}\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Paper numbers are percent on the real benchmarks; this run's are changes on the toy suite "
             f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy), paired by prompt"
-            f"{f', over {seeds_text(metrics)}' if several else ''}.\n\n"
-            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
+            f"{seeds.over}.\n\nTimings (s){seeds.first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:

@@ -35,13 +35,13 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import stage_row
 from cascadekit.domains import prompt_text
 from cascadekit.claims import holm_rows, seed_row, step_windows, unpaired_seed_row
-from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_claims import change_row, compact, paired_change, picked
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.plots import rl_curves
-from cascadekit.results import markdown_table, write_sample_spread
+from cascadekit.results import write_sample_spread
 from cascadekit.rewards import verifier_reward
 from cascadekit.verify.instructions import MaxWords
 from cascadekit.chapters.cascade import if_rl_stage, largest_reward_model, unified_rlhf, verifier_plus_reward_model
@@ -164,13 +164,11 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 def notes(metrics: Mapping[str, Any]) -> str:
     """The stage table after RLHF and after each arm, and the timings; over several training seeds each
     seed's headline changes first (the table and timings are then the first seed's)."""
-    several = "train_seeds" in metrics
-    first = " (the first seed's run)" if several else ""
-    seeds = f"### Each training seed\n\n{markdown_table(seed_rows(metrics))}\n\n" if several else ""
-    return (f"{seeds}### Stage table after RLHF and after each IF-RL arm{first}\n\n{stage_markdown(metrics['rows'])}"
-            f"\n\nChanges are paired by prompt over the toy suite ({metrics['profile']['sft']['eval_tasks']} prompts "
-            f"per domain and mode, greedy){f', over {seeds_text(metrics)}' if several else ''}.\n\n"
-            f"Timings (s){first}: {json.dumps(metrics['timings'])}")
+    seeds = seed_notes(metrics, seed_rows)
+    return (f"{seeds.table}### Stage table after RLHF and after each IF-RL arm{seeds.first}\n\n"
+            f"{stage_markdown(metrics['rows'])}\n\nChanges are paired by prompt over the toy suite "
+            f"({metrics['profile']['sft']['eval_tasks']} prompts per domain and mode, greedy){seeds.over}.\n\n"
+            f"Timings (s){seeds.first}: {json.dumps(metrics['timings'])}")
 
 
 def figures(metrics: Mapping[str, Any]) -> dict[str, Figure]:

@@ -36,7 +36,7 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import claim_row, holm_rows, seed_row, unpaired_seed_row
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
-from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_claims import compact, kept_domains_row
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
 from cascadekit.exercises import Exercise
@@ -317,11 +317,9 @@ def plot_by_op(math: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
 def notes(metrics: Mapping[str, Any]) -> str:
     """Math accuracy by op after every checkpoint, the length stages, the stage table before and after, timings;
     over several training seeds each seed's math accuracy first (the tables are then the first seed's)."""
-    several = "train_seeds" in metrics
-    first = " (the first seed's run)" if several else ""
-    seeds = (f"### Each training seed (math, think, greedy; over {seeds_text(metrics)})\n\n"
-             f"{markdown_table(seed_rows(metrics))}\n\n") if several else ""
-    return (f"{seeds}### Math accuracy by op after every checkpoint (think, greedy){first}\n\n"
+    seeds = seed_notes(metrics, seed_rows, "Each training seed (math, think, greedy)")
+    first = seeds.first
+    return (f"{seeds.table}### Math accuracy by op after every checkpoint (think, greedy){first}\n\n"
             f"{markdown_table(accuracy_by_op(metrics['math']))}\n\n"
             f"### Length stages{first}\n\n{markdown_table(stage_rows(metrics['runs'], metrics['profile']))}\n\n"
             f"### Stage table before and after the cascade's Math RL{first}\n\n{stage_markdown(metrics['rows'])}\n\n"

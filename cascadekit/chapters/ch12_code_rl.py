@@ -43,7 +43,7 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import bootstrap_interval, holm_rows, step_windows, unpaired_seed_row
 from cascadekit.domains import chat_records, domains, draw_tasks
-from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_claims import change_row, compact, mean_of
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table, suite_records
 from cascadekit.exercises import Exercise
@@ -227,15 +227,14 @@ def plot_curves(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 def notes(metrics: Mapping[str, Any]) -> str:
     """The arms, held-out code by op, the stage table before and after each arm, the timings; over several
     training seeds each seed's held-out code first (the tables are then the first seed's)."""
-    several = "train_seeds" in metrics
-    first = " (the first seed's run)" if several else ""
-    seeds = f"### Each training seed\n\n{markdown_table(seed_rows(metrics))}\n\n" if several else ""
-    return (f"{seeds}### Arms{first}\n\n{markdown_table(arm_table(metrics))}\n\n"
+    seeds = seed_notes(metrics, seed_rows)
+    first = seeds.first
+    return (f"{seeds.table}### Arms{first}\n\n{markdown_table(arm_table(metrics))}\n\n"
             f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}{first}\n\n"
             f"{stage_markdown(metrics['code_rows'])}"
             f"\n\n### Stage table before and after each arm{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
-            f"mode, greedy){f', over {seeds_text(metrics)}' if several else ''}.\n\n"
+            f"mode, greedy){seeds.over}.\n\n"
             f"Timings (s){first}: {json.dumps(metrics['timings'])}")
 
 

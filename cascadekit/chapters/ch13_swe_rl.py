@@ -37,7 +37,7 @@ from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import claim_row, holm_rows, seed_row, unpaired_seed_row
 from cascadekit.domains import chat_record, prompt_text
-from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_claims import compact, kept_domains_row
 from cascadekit.evaluation.stage_table import stage_markdown, stage_table
 from cascadekit.exercises import Exercise
@@ -429,11 +429,9 @@ def notes(metrics: Mapping[str, Any]) -> str:
     """Resolve rates by context, the rewards against execution, the judge, the stage table, the timings; over
     several training seeds each seed's headline numbers first (the tables are then the first seed's)."""
     judge_check = metrics["judge"]["held_out"]
-    several = "train_seeds" in metrics
-    first = " (the first seed's run)" if several else ""
-    seeds = (f"### Each training seed (over {seeds_text(metrics)})\n\n{markdown_table(seed_rows(metrics))}\n\n"
-             if several else "")
-    return (f"{seeds}### Resolve rate by input context (think, greedy){first}\n\n"
+    seeds = seed_notes(metrics, seed_rows)
+    first = seeds.first
+    return (f"{seeds.table}### Resolve rate by input context (think, greedy){first}\n\n"
             f"{markdown_table(context_rows(metrics['by_context']))}"
             f"\n\n### Rewards against execution truth on sampled rollouts{first}\n\n"
             f"{markdown_table(reward_rows(metrics['rollouts']))}\n\n"

@@ -44,7 +44,7 @@ from cascadekit.domains import chat_records, domains, draw_tasks
 from cascadekit.evaluation.stage_claims import (CEILING, change_row, compact, forgetting_matrix, kept_domains_row,
                                                 paired_change, picked)
 from cascadekit.evaluation.stage_table import PAPER as PAPER_FINAL
-from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
+from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Choice, Function, Number
@@ -652,12 +652,9 @@ def notes(metrics: Mapping[str, Any]) -> str:
     build = [{"what": k, "seconds": v} for k, v in metrics["before_rl_s"].items()]
     build += [{"what": s["name"], "seconds": s["build_s"]} for s in metrics["stages"][CASCADE][1:]]
     build.append({"what": "total", "seconds": sum(b["seconds"] for b in build)})
-    seeds = ""
-    if "train_seeds" in metrics:
-        seeds = (f"### Each training seed: mean score of SFT and of each arm's final model\n\n"
-                 f"{markdown_table(seed_rows(metrics))}\n\nThe claims are over {seeds_text(metrics)}, then prompts; "
-                 f"every table below is the first seed's run.\n\n")
-    return (f"{seeds}### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
+    seeds = seed_notes(metrics, seed_rows, "Each training seed: mean score of SFT and of each arm's final model "
+                                           "(every table below is the first seed's run)")
+    return (f"{seeds.table}### The paper's intermediate checkpoints and this run's stages (percent; think / no_think)\n\n"
             f"{paper_vs_stages(metrics)}\n\n"
             f"### Stage table of the cascade\n\n{stage_markdown(metrics['rows'][CASCADE])}\n\n"
             f"### Forgetting matrix (change over each stage, both modes)\n\n"

@@ -9,7 +9,10 @@ run per seed, and build their intervals over seeds, then prompts
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from cascadekit.results import markdown_table
 
 
 def combine_runs(per_seed: Mapping[int, Mapping[str, Any]], fields: Sequence[str],
@@ -41,3 +44,23 @@ def seeds_text(metrics: Mapping[str, Any]) -> str:
     """"training seeds 0, 1, 2" for a combined result, "one training seed" for one run."""
     seeds = metrics.get("train_seeds")
     return f"training seeds {', '.join(map(str, seeds))}" if seeds else "one training seed"
+
+
+@dataclass(frozen=True)
+class SeedNotes:
+    """What a chapter's notes add over several training seeds (all empty for one run): ``table``, a section of
+    each seed's headline numbers; ``first``, the label of a table that is the first seed's; ``over``, where an
+    interval's prompts are said, the seeds it is over too."""
+
+    table: str = ""
+    first: str = ""
+    over: str = ""
+
+
+def seed_notes(metrics: Mapping[str, Any], rows: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+               heading: str = "Each training seed") -> SeedNotes:
+    """:class:`SeedNotes` of a combined result (``rows(metrics)``, one row per seed, under ``heading``), else empty."""
+    if "train_seeds" not in metrics:
+        return SeedNotes()
+    return SeedNotes(f"### {heading}\n\n{markdown_table(rows(metrics))}\n\n", " (the first seed's run)",
+                     f", over {seeds_text(metrics)}")
