@@ -64,6 +64,9 @@ ALLOWED_BUILDS = {
     "chat-tokenizer": "Part II's BPE tokenizer, whose content the chat base's key names: shipped at toy, trained "
                       "at smoke (seconds), so the smoke base's key is a real run's",
 }
+#: The second world's training seeds (offsets from the profile's) whose whole chain, RLHF's reward model to SWE RL,
+#: is shipped: what its chapters over seeds start from (chapter 09's smaller reward model is its own to train).
+SECOND_CHAIN_SEEDS = (0, 1, 2)
 #: The smoke fake answers this many policy-sample prompts (zip stops at the real number of prompts).
 FAKE_PROMPTS = 1000
 
@@ -84,7 +87,7 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.training import reward_model, swe_judge
     from cascadekit.chapters.cascade import (
         ORDER, TARGETS, if_rl_stage, joint_rl, judge, reward_models, run_cascade, sft_checkpoint, swe_rl_start,
-        unified_if_rl, unified_math_rl, unified_rlhf, unified_swe_rl,
+        unified_if_rl, largest_reward_model, unified_math_rl, unified_rlhf, unified_swe_rl,
     )
     from cascadekit.training.sft import sft_stages
 
@@ -94,6 +97,7 @@ def entry_points() -> SimpleNamespace:
         legacy_key=legacy_key,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
         chat_base=chat_base, world_overrides=world_overrides, sft_stages=sft_stages, reward_models=reward_models,
+        largest_reward_model=largest_reward_model,
         judge=judge,
         unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
         swe_rl_start=swe_rl_start, unified_swe_rl=unified_swe_rl, sft_checkpoint=sft_checkpoint, if_rl_stage=if_rl_stage,
@@ -266,6 +270,28 @@ RECORDED_CHECKPOINTS = {
 }
 
 
+def chain(ep: SimpleNamespace, rec: Recorder, scale: str, overrides: dict[str, Any], label: str,
+          work: Path, every_reward_model: bool = True) -> Any:
+    """Each chapter's start under ``overrides``: the cascade so far, every earlier stage a hit (chapter 13's chain
+    runs them all), after chapter 09's reward models (or only RLHF's, the largest, without
+    ``every_reward_model``). Returns the SWE RL stage, the chain's end."""
+    with rec.at(f"{label}09 reward models"):
+        profile09 = ep.resolve("09", scale, overrides).profile
+        (ep.reward_models if every_reward_model else ep.largest_reward_model)(profile09)
+    with rec.at(f"{label}09 RLHF half-half"):
+        ep.unified_rlhf(ep.resolve("09", scale, overrides).profile, work / "09")
+    with rec.at(f"{label}10 IF-RL"):
+        ep.unified_if_rl(ep.resolve("10", scale, overrides).profile, work / "10")
+    with rec.at(f"{label}11 Math RL"):
+        ep.unified_math_rl(ep.resolve("11", scale, overrides).profile, work / "11")
+    with rec.at(f"{label}12 Code RL"):
+        ep.swe_rl_start(ep.resolve("12", scale, overrides).profile, work / "12")
+    with rec.at(f"{label}13 judge"):
+        ep.judge(ep.resolve("13", scale, overrides).profile)
+    with rec.at(f"{label}13 SWE RL"):
+        return ep.unified_swe_rl(ep.resolve("13", scale, overrides).profile, work / "13")
+
+
 def walk(scale: str, rec: Recorder, work: Path) -> None:
     """The chapters' code paths at ``scale``, every stage a cache hit (toy) or a fake build (smoke)."""
     ep = entry_points()
@@ -286,21 +312,11 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
             seed = ep.resolve("08", scale, world).profile.seeds.train + offset
             second = ep.resolve("08", scale, {**world, "train_seed": seed}).profile
             ep.sft_stages(ep.chat_base(second), second)
-    with rec.at("09 reward models"):
-        ep.reward_models(ep.resolve("09", scale).profile)
-    # Each chapter's start: the cascade so far, every earlier stage a hit (chapter 13's chain runs them all).
-    with rec.at("09 RLHF half-half"):
-        ep.unified_rlhf(ep.resolve("09", scale).profile, work / "09")
-    with rec.at("10 IF-RL"):
-        ep.unified_if_rl(ep.resolve("10", scale).profile, work / "10")
-    with rec.at("11 Math RL"):
-        ep.unified_math_rl(ep.resolve("11", scale).profile, work / "11")
-    with rec.at("12 Code RL"):
-        ep.swe_rl_start(ep.resolve("12", scale).profile, work / "12")
-    with rec.at("13 judge"):
-        ep.judge(ep.resolve("13", scale).profile)
-    with rec.at("13 SWE RL"):
-        final = ep.unified_swe_rl(ep.resolve("13", scale).profile, work / "13")
+    final = chain(ep, rec, scale, {}, "", work)
+    for offset in SECOND_CHAIN_SEEDS:
+        seed = ep.resolve("09", scale, world).profile.seeds.train + offset
+        chain(ep, rec, scale, {**world, "train_seed": seed}, f"second world, training seed +{offset}: ",
+              work / f"second-{offset}", every_reward_model=False)
 
     profile = ep.resolve("14", scale).profile
     suite = ep.harder_suite(profile)
