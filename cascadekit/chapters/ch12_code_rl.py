@@ -230,7 +230,7 @@ def notes(metrics: Mapping[str, Any]) -> str:
     seeds = seed_notes(metrics, seed_rows)
     first = seeds.first
     return (f"{seeds.table}### Arms{first}\n\n{markdown_table(arm_table(metrics))}\n\n"
-            f"### Held-out code at ops {metrics['profile']['code_rl']['ops']}{first}\n\n"
+            f"### Held-out code at ops {tuple(metrics['profile']['code_rl']['ops'])}{first}\n\n"
             f"{stage_markdown(metrics['code_rows'])}"
             f"\n\n### Stage table before and after each arm{first}\n\n{stage_markdown(metrics['rows'])}\n\n"
             f"Changes are paired by prompt ({metrics['profile']['sft']['eval_tasks']} prompts per domain, op and "
