@@ -86,8 +86,8 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.rewards import verifier_reward
     from cascadekit.training import reward_model, swe_judge
     from cascadekit.chapters.cascade import (
-        ORDER, TARGETS, if_rl_stage, joint_rl, judge, reward_models, run_cascade, sft_checkpoint, swe_rl_start,
-        unified_if_rl, largest_reward_model, unified_math_rl, unified_rlhf, unified_swe_rl,
+        ORDER, TARGETS, if_rl_stage, joint_rl, judge, largest_reward_model, reward_models, run_cascade,
+        sft_checkpoint, swe_rl_start, unified_if_rl, unified_math_rl, unified_rlhf, unified_swe_rl,
     )
     from cascadekit.training.sft import sft_stages
 
