@@ -64,9 +64,9 @@ ALLOWED_BUILDS = {
     "chat-tokenizer": "Part II's BPE tokenizer, whose content the chat base's key names: shipped at toy, trained "
                       "at smoke (seconds), so the smoke base's key is a real run's",
 }
-#: The second world's training seeds (offsets from the profile's) whose whole chain, RLHF's reward model to SWE RL,
-#: is shipped: what its chapters over seeds start from (chapter 09's smaller reward model is its own to train).
-SECOND_CHAIN_SEEDS = (0, 1, 2)
+#: The second world's training seeds (offsets from the profile's) whose SFT and whole chain, RLHF's reward model to
+#: SWE RL, are shipped: what its chapters over seeds start from (chapter 09's smaller reward model is its own to train).
+SECOND_SEEDS = (0, 1, 2)
 #: The smoke fake answers this many policy-sample prompts (zip stops at the real number of prompts).
 FAKE_PROMPTS = 1000
 
@@ -275,11 +275,11 @@ def chain(ep: SimpleNamespace, rec: Recorder, scale: str, overrides: dict[str, A
     """Each chapter's start under ``overrides``: the cascade so far, every earlier stage a hit (chapter 13's chain
     runs them all), after chapter 09's reward models (or only RLHF's, the largest, without
     ``every_reward_model``). Returns the SWE RL stage, the chain's end."""
+    profile09 = ep.resolve("09", scale, overrides).profile
     with rec.at(f"{label}09 reward models"):
-        profile09 = ep.resolve("09", scale, overrides).profile
         (ep.reward_models if every_reward_model else ep.largest_reward_model)(profile09)
     with rec.at(f"{label}09 RLHF half-half"):
-        ep.unified_rlhf(ep.resolve("09", scale, overrides).profile, work / "09")
+        ep.unified_rlhf(profile09, work / "09")
     with rec.at(f"{label}10 IF-RL"):
         ep.unified_if_rl(ep.resolve("10", scale, overrides).profile, work / "10")
     with rec.at(f"{label}11 Math RL"):
@@ -306,17 +306,15 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
     with rec.at("08 SFT"):
         profile08 = ep.resolve("08", scale).profile
         ep.sft_stages(ep.chat_base(profile08), profile08)
-    world = ep.world_overrides("second")
-    for offset in (0, 1, 2):  # the chapters' training seed and the next two: the second world's SFT is shipped for each
-        with rec.at(f"second world: SFT, training seed +{offset}"):
-            seed = ep.resolve("08", scale, world).profile.seeds.train + offset
-            second = ep.resolve("08", scale, {**world, "train_seed": seed}).profile
-            ep.sft_stages(ep.chat_base(second), second)
     final = chain(ep, rec, scale, {}, "", work)
-    for offset in SECOND_CHAIN_SEEDS:
-        seed = ep.resolve("09", scale, world).profile.seeds.train + offset
-        chain(ep, rec, scale, {**world, "train_seed": seed}, f"second world, training seed +{offset}: ",
-              work / f"second-{offset}", every_reward_model=False)
+    world = ep.world_overrides("second")
+    for offset in SECOND_SEEDS:
+        overrides = {**world, "train_seed": ep.resolve("08", scale, world).profile.seeds.train + offset}
+        with rec.at(f"second world: SFT, training seed +{offset}"):
+            second = ep.resolve("08", scale, overrides).profile
+            ep.sft_stages(ep.chat_base(second), second)
+        chain(ep, rec, scale, overrides, f"second world, training seed +{offset}: ", work / f"second-{offset}",
+              every_reward_model=False)
 
     profile = ep.resolve("14", scale).profile
     suite = ep.harder_suite(profile)
