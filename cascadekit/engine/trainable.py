@@ -33,7 +33,9 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 from transformers import PreTrainedModel
 
-from cascadekit.engine.runtime import Placement, checkpoint_folder, load_classifier, load_model, require, with_lora
+from cascadekit.engine.runtime import (
+    Placement, checkpoint_folder, drawn_from, load_classifier, load_model, require, with_lora,
+)
 
 __all__ = ["CLASSIFIER_HEAD", "Note", "classifier_lora", "engine_settings", "load_trainable",
            "load_trainable_classifier", "trainable_in_float32", "unsloth_available"]
@@ -136,20 +138,23 @@ def classifier_lora(model: PreTrainedModel, rank: int = LORA_RANK, alpha: int = 
 
 
 def load_trainable_classifier(source: str | os.PathLike, placement: Placement, engine: Any, *, layers: int | None,
-                              labels: int, rank: int = LORA_RANK,
-                              alpha: int = LORA_ALPHA) -> tuple[PreTrainedModel, Note]:
+                              labels: int, rank: int = LORA_RANK, alpha: int = LORA_ALPHA,
+                              seed: int | None = None) -> tuple[PreTrainedModel, Note]:
     """A classifier of ``labels`` outputs on the first ``layers`` layers of ``source``, ready to train as ``engine`` asks.
 
     ``engine.quantization: 4bit`` loads it in NF4 on this process's GPU, prepares it
     for k-bit training and adds :func:`classifier_lora` (QLoRA; a GPU only, refused
     clearly elsewhere); otherwise the full-precision classifier, every weight trained,
-    loaded on the CPU for the Trainer to place (and ZeRO-3 to partition).
+    loaded on the CPU for the Trainer to place (and ZeRO-3 to partition). ``seed`` draws
+    the fresh head and adapters (:func:`cascadekit.engine.runtime.drawn_from`).
     """
     if engine.quantization != "4bit":
-        return load_classifier(source, labels=labels, layers=layers), Note("full", "every weight trains")
-    model = load_classifier(source, placement, labels=labels, layers=layers, quantization="4bit")
-    model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
-    return classifier_lora(model, rank, alpha), Note(
+        return load_classifier(source, labels=labels, layers=layers, seed=seed), Note("full", "every weight trains")
+    with drawn_from(seed):
+        model = load_classifier(source, placement, labels=labels, layers=layers, quantization="4bit")
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+        model = classifier_lora(model, rank, alpha)
+    return model, Note(
         "qlora", f"NF4 base (bitsandbytes), LoRA r={rank}, the {CLASSIFIER_HEAD} head trained whole")
 
 

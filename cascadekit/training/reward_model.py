@@ -153,11 +153,11 @@ def sized_reward_model(source: str | Path, layers: int, width: int = 1, seed: in
     Within the checkpoint's depth at width 1 it is the checkpoint's cut
     (:func:`cascadekit.engine.runtime.load_classifier` with one label);
     otherwise the cut (or the whole model) grown by :func:`cascadekit.engine.growth.grow`,
-    ``seed`` drawing the new units. The scalar head is drawn before growth, so it
+    ``seed`` drawing the scalar head and the new units. The head is drawn before growth, so it
     reads the grown model as it read the source.
     """
     depth = json.loads((Path(source) / "config.json").read_text())["num_hidden_layers"]
-    model = load_classifier(source, labels=1, layers=min(layers, depth))
+    model = load_classifier(source, labels=1, layers=min(layers, depth), seed=seed)
     return model if layers <= depth and width == 1 else grow(model, layers, width, seed)
 
 
@@ -174,7 +174,8 @@ def trainable_reward_model(source: str | Path, profile: Profile, layers: int,
         raise ValueError(f"a 4-bit reward model is a cut of {depth} layers or fewer at width 1 (QLoRA trains adapters "
                          f"on frozen weights; a grown model's new ones need training): {layers} layers at width "
                          f"{width} needs engine.quantization=none")
-    return load_trainable_classifier(source, choose_device(profile), profile.engine, layers=layers, labels=1)
+    return load_trainable_classifier(source, choose_device(profile), profile.engine, layers=layers, labels=1,
+                                     seed=profile.seeds.train)
 
 
 @torch.inference_mode()

@@ -178,7 +178,8 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
             **training_precision(profile), logging_steps=10, save_strategy="no", report_to="none",
             seed=profile.seeds.train, data_seed=profile.seeds.train)
         model, note = load_trainable_classifier(start.checkpoint, choose_device(profile), profile.engine,
-                                                layers=cfg.judge_layers, labels=2)  # QLoRA under 4-bit
+                                                layers=cfg.judge_layers, labels=2,  # QLoRA under 4-bit
+                                                seed=profile.seeds.train)  # the head, whatever ran before
         model.config.pad_token_id = tokenizer.pad_token_id
         limit = model.config.max_position_embeddings
         encoded = tokenizer([scored_text(e["prompt"], e["answer"]) for e in train_examples], truncation=True,
