@@ -207,15 +207,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from cascadekit import chapters
     from cascadekit.course.replicates import seed_folder
     from cascadekit.engine.unsloth_first import import_unsloth_first
-    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, set_threads
+    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, set_threads, with_world
     from cascadekit.results import ResultsWriter
 
     seeds = _train_seeds_of(args)
     overrides = _with_train_seed(_overrides(args), seeds)
     # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
     # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
-    import_unsloth_first(load_profile(args.scale, {k: v for k, v in overrides.items()
-                                                   if not k.startswith(CHAPTER_PREFIX)}).engine)
+    import_unsloth_first(load_profile(args.scale, with_world({k: v for k, v in overrides.items()
+                                                              if not k.startswith(CHAPTER_PREFIX)})).engine)
     config = chapters.resolve(args.chapter, args.scale, overrides, args.seed, args.rebuild_base)
     command = _command(args)
     folder = config.spec.folder if seeds is None else f"{seed_folder(Path(config.spec.folder), seeds[0])}"
@@ -435,9 +435,9 @@ def cmd_evaluate_checkpoints(args: argparse.Namespace) -> int:
 def cmd_edges(args: argparse.Namespace) -> int:
     """Each domain's edge of competence on one checkpoint (:mod:`cascadekit.evaluation.edges`): print and write it."""
     from cascadekit.evaluation.edges import edges, edges_markdown, write_edges
-    from cascadekit.profiles import load_profile, set_threads
+    from cascadekit.profiles import set_threads
 
-    profile = load_profile(args.scale, _overrides(args))
+    profile = _part2_profile(args)
     set_threads(args.threads)
     result = edges(args.checkpoint, profile, args.ops, args.domains or None, args.modes, args.n, args.k)
     out = Path(args.out) if args.out else Path("runs") / "edges" / args.checkpoint.replace("/", "-")
@@ -492,10 +492,9 @@ def cmd_ship(args: argparse.Namespace) -> int:
 
 def cmd_rekey_base(args: argparse.Namespace) -> int:
     """Move a chat tokenizer and base built before stage keys hashed content to their content keys in the cache."""
-    from cascadekit.profiles import load_profile
     from cascadekit.training.chat_base import rekey_chat_base
 
-    for kind, old, new, moved in rekey_chat_base(load_profile(args.scale, _overrides(args))):
+    for kind, old, new, moved in rekey_chat_base(_part2_profile(args)):
         print(f"{kind}/{old} -> {kind}/{new}: " + ("moved" if moved else "nothing to move (no entry under the old key, "
                                                    "or one under the new key already)"))
     return 0
@@ -609,15 +608,25 @@ def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> N
 def _world_argument(parser: argparse.ArgumentParser) -> None:
     from cascadekit.profiles import WORLDS
 
-    parser.add_argument("--world", default="first", choices=sorted(WORLDS),
-                        help="the Part II world, a set of profile overrides beneath --set (profiles.WORLDS)")
+    parser.add_argument("--world", default=None, choices=sorted(WORLDS),
+                        help="the Part II world, a set of profile overrides beneath --set (profiles.WORLDS; "
+                             "default: the chapter's, the second at toy for chapters 08-14)")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """``--world``'s overrides with ``--set``'s on top."""
-    from cascadekit.profiles import parse_overrides, world_overrides
+    """``--set``'s overrides, and ``--world``'s name under ``world`` when given (the chapter expands it beneath
+    them, :func:`cascadekit.chapters.resolve`)."""
+    from cascadekit.profiles import WORLD_KEY, parse_overrides
 
-    return {**world_overrides(args.world), **parse_overrides(args.set)}
+    return {**({WORLD_KEY: args.world} if args.world else {}), **parse_overrides(args.set)}
+
+
+def _part2_profile(args: argparse.Namespace) -> Any:
+    """The ``--scale`` profile in Part II's world (``--world``, else chapter 08's at that scale) with ``--set``."""
+    from cascadekit.chapters import chapter_world
+    from cascadekit.profiles import load_profile, with_world
+
+    return load_profile(args.scale, with_world(_overrides(args), chapter_world("08", args.scale)))
 
 
 def _data_arguments(parser: argparse.ArgumentParser) -> None:

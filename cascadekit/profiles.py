@@ -791,9 +791,11 @@ def overrides_mapping(overrides: Any) -> dict[str, Any]:
     return dict(overrides)
 
 
-#: Named Part II worlds: each is a set of profile overrides that ``--world NAME`` puts beneath ``--set``.
-#: ``first`` is the toy profile as it is (chapters 08-14's committed runs). ``second`` gives every stage
-#: room to move (issue 32, each value measured on the first world's SFT or this world's own):
+#: Named Part II worlds: each is a set of profile overrides that ``--world NAME`` (or ``world`` in a notebook's
+#: ``overrides``) puts beneath the other overrides; a Part II chapter's entry in ``chapters.yaml`` names its world
+#: per scale (:func:`with_world`). ``first`` is the toy profile as it is (the first Part II world, whose runs are
+#: kept under ``data/results/first_world/``). ``second`` gives every stage room to move (issue 32, each value
+#: measured on the first world's SFT or this world's own), the toy world of chapters 08-14:
 #:
 #: * the chat base reads every surface over ops 2-5 (Part I: a toy model does not extrapolate past its
 #:   pretraining ops, so RL at op 4-5 needs them in the base), with 24M tokens for six surfaces, and SFT
@@ -829,6 +831,31 @@ def world_overrides(name: str) -> dict[str, Any]:
     if name not in WORLDS:
         raise ProfileError(f"unknown world {name!r}; choose one of {sorted(WORLDS)}")
     return dict(WORLDS[name])
+
+
+#: The overrides key that names a world (:data:`WORLDS`) instead of setting a field.
+WORLD_KEY = "world"
+
+
+def world_name(overrides: Mapping[str, Any], default: str = "first") -> str:
+    """The world ``overrides`` names under :data:`WORLD_KEY`, else ``default``; an unknown one is one error."""
+    name = overrides.get(WORLD_KEY, default)
+    if not isinstance(name, str) or name not in WORLDS:
+        raise ProfileError(f"unknown world {_short(name)}; choose one of {sorted(WORLDS)}")
+    return name
+
+
+def with_world(overrides: Mapping[str, Any], default: str = "first") -> dict[str, Any]:
+    """``overrides`` with the world it names (:func:`world_name`) expanded into its fields beneath the rest.
+
+    >>> fields = with_world({"world": "second", "sft.eval_tasks": 32})
+    >>> fields["sft.eval_tasks"], fields["rlhf.kl_beta"], "world" in fields
+    (32, 0.5, False)
+    >>> with_world({"rl.lr": 0.001})
+    {'rl.lr': 0.001}
+    """
+    rest = {k: v for k, v in overrides.items() if k != WORLD_KEY}
+    return {**world_overrides(world_name(overrides, default)), **rest}
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:

@@ -170,15 +170,37 @@ def test_the_second_world_is_its_base_and_knobs_and_the_first_is_the_toy_profile
     second = load_profile("toy", world_overrides("second"))
     assert chat_base_key(second) == chat_base_key(load_profile("toy", SECOND_BASE)) == "c8646176cf83"
     assert second.domains == DomainsConfig((3, 5), True, 0.5) and second.sft.eval_tasks == 128
-    assert WORLDS["first"] == {}  # chapters 08-14's committed runs
+    assert WORLDS["first"] == {}  # the first Part II world's runs, kept under data/results/first_world/
     with pytest.raises(ProfileError, match="unknown world 'third'; choose one of"):
         world_overrides("third")
+
+
+def test_part_two_chapters_name_one_world_per_scale_and_a_world_override_picks_another() -> None:
+    from cascadekit.chapters import chapter_world, resolve
+
+    part2 = ("08", "09", "10", "11", "12", "13", "14")
+    assert {chapter_world(c, "toy") for c in part2} == {"second"}
+    assert {chapter_world(c, "smoke") for c in part2} == {"first"}
+    assert chapter_world("15", "toy") == "first" and chapter_world("04", "toy") == "first"
+    settings = resolve("10", "toy").settings
+    assert resolve("10", "toy").profile == load_profile("toy", {**world_overrides("second"), **settings})
+    assert resolve("10", "toy", {"world": "first"}).profile == load_profile("toy", settings)
+    assert resolve("04", "toy", {"world": "second"}).profile.sft.eval_tasks == 128
+    assert resolve("10", "toy").record()["world"] == "second" and "world" not in resolve("04", "toy").record()
+    for bad in ("third", 2, None):
+        with pytest.raises(ProfileError, match="unknown world"):
+            resolve("10", "toy", {"world": bad})
 
 
 def test_world_overrides_lie_beneath_the_command_lines_set() -> None:
     import argparse
 
-    from cascadekit.cli import _overrides
+    from cascadekit.chapters import resolve
+    from cascadekit.cli import _overrides, _part2_profile
 
-    args = argparse.Namespace(world="second", set=["sft.eval_tasks=32"])
-    assert _overrides(args) == {**world_overrides("second"), "sft.eval_tasks": 32}
+    args = argparse.Namespace(world="second", set=["sft.eval_tasks=32"], scale="toy")
+    assert resolve("10", "toy", _overrides(args)).profile == load_profile(
+        "toy", {**world_overrides("second"), **resolve("10", "toy").settings, "sft.eval_tasks": 32})
+    assert _part2_profile(args) == load_profile("toy", {**world_overrides("second"), "sft.eval_tasks": 32})
+    args = argparse.Namespace(world=None, set=[], scale="toy")
+    assert _part2_profile(args) == load_profile("toy", world_overrides("second"))  # chapter 08's world at toy

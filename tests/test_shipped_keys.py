@@ -67,6 +67,8 @@ ALLOWED_BUILDS = {
 #: The second world's training seeds (offsets from the profile's) whose SFT and whole chain, RLHF's reward model to
 #: SWE RL, are shipped: what its chapters over seeds start from (chapter 09's smaller reward model is its own to train).
 SECOND_SEEDS = (0, 1, 2)
+#: The first Part II world (chapter 15 starts from its cascade; its chapters' runs are kept as evidence).
+FIRST = {"world": "first"}
 #: The smoke fake answers this many policy-sample prompts (zip stops at the real number of prompts).
 FAKE_PROMPTS = 1000
 
@@ -81,7 +83,6 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.evaluation.stage_table import cached_stage_table
     from cascadekit.chapters.ch05_context_transfer import B_SHARES, cached_variant
     from cascadekit.chapters.ch14_whole_cascade import RLHF_LAST_ORDER, harder_suite
-    from cascadekit.profiles import world_overrides
     from cascadekit.results import RESULTS_DIR
     from cascadekit.rewards import verifier_reward
     from cascadekit.training import reward_model, swe_judge
@@ -96,7 +97,7 @@ def entry_points() -> SimpleNamespace:
         Stage=stages.Stage, STAGE_FILE=stages.STAGE_FILE, resolve=resolve, content_id=content_id,
         legacy_key=legacy_key,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
-        chat_base=chat_base, world_overrides=world_overrides, sft_stages=sft_stages, reward_models=reward_models,
+        chat_base=chat_base, sft_stages=sft_stages, reward_models=reward_models,
         largest_reward_model=largest_reward_model,
         judge=judge,
         unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
@@ -304,10 +305,10 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
             ep.cached_variant(profile05, share)
 
     with rec.at("08 SFT"):
-        profile08 = ep.resolve("08", scale).profile
+        profile08 = ep.resolve("08", scale, FIRST).profile
         ep.sft_stages(ep.chat_base(profile08), profile08)
-    final = chain(ep, rec, scale, {}, "", work)
-    world = ep.world_overrides("second")
+    final = chain(ep, rec, scale, FIRST, "", work)
+    world = {"world": "second"}
     for offset in SECOND_SEEDS:
         overrides = {**world, "train_seed": ep.resolve("08", scale, world).profile.seeds.train + offset}
         with rec.at(f"second world: SFT, training seed +{offset}"):
@@ -316,7 +317,7 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
         chain(ep, rec, scale, overrides, f"second world, training seed +{offset}: ", work / f"second-{offset}",
               every_reward_model=False)
 
-    profile = ep.resolve("14", scale).profile
+    profile = ep.resolve("14", scale, FIRST).profile
     suite = ep.harder_suite(profile)
 
     def tables(arm: str):

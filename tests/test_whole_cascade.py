@@ -21,6 +21,9 @@ from cascadekit.chapters.cascade import (
     ORDER, DomainReward, joint_rl_settings, check_order, domain_pools, joint_records, parse_joint, run_cascade,
 )
 
+#: The first Part II world, whose chain is shipped under the keys below (chapter 15 starts from it).
+FIRST = {"world": "first"}
+
 
 def test_an_order_names_known_stages_once():
     assert check_order(list(reversed(ORDER))) == tuple(reversed(ORDER))
@@ -73,12 +76,12 @@ def test_joint_rl_takes_the_longest_length_limit():
 def test_the_cascade_resumes_from_the_shipped_stages_without_training():
     from cascadekit.chapters import resolve
 
-    stages = run_cascade(resolve("14", "toy").profile, Path("unused"))
+    stages = run_cascade(resolve("14", "toy", FIRST).profile, Path("unused"))
     assert [s.name for s in stages] == ["SFT", *ORDER]
     assert [s.checkpoint.key for s in stages] == ["ba691e9f1e32", "9c9833bff936", "7d3712bc0817", "b558fe39ffb7",
                                                   "74ee446c5a99", "348a8657bf9b"]
     assert [len(s.runs) for s in stages] == [0, 1, 1, 3, 1, 2]
-    profile = resolve("14", "toy").profile
+    profile = resolve("14", "toy", FIRST).profile
     assert [s.prompts(profile) for s in stages[1:]] == [512, 512, 376, 256, 192]
 
 
@@ -90,7 +93,7 @@ def test_the_shipped_stage_tables_are_read_not_generated(monkeypatch):
         raise AssertionError("generated a stage table that is shipped")
 
     monkeypatch.setattr(stage_table, "stage_table", generating)
-    profile = resolve("14", "toy").profile
+    profile = resolve("14", "toy", FIRST).profile
     last = run_cascade(profile, Path("unused"))[-1]
     for records, n in ((None, 768), (harder_suite(profile), 384)):
         table = stage_table.cached_stage_table(last.checkpoint, profile, "SWE RL", records)

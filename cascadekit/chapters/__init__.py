@@ -21,11 +21,16 @@ module follows; :func:`run`, :func:`combine` and :func:`write` are the only call
   caller set them as ``chapter.<field>`` (``--set chapter.steps=30``); the
   resolved instance is ``config.options``.
 
+A Part II chapter's entry also names its world per scale (``world: {toy: second}``,
+:data:`cascadekit.profiles.WORLDS`): every Part II chapter at a scale names the same one,
+since each starts from the stages the chapter before it built.
+
 A chapter module imports the core and at most one shared wing
 (:mod:`cascadekit.chapters.interplay` for Part I, :mod:`cascadekit.chapters.cascade`
 for Part II), never another chapter. ``chapters.yaml`` lists, per chapter, its
 results folder (which names its module), title and settings per scale. :func:`resolve`
-applies, in this order and nowhere else: the scale profile, the chapter's
+applies, in this order and nowhere else: the scale profile, the chapter's world
+(the caller's ``world`` override, else the entry's for that scale), the chapter's
 settings for that scale, the caller's overrides. The notebook and
 ``cascadekit experiment NN`` both call it, so they run the same configuration.
 Measured op bands are not part of it: they are measured on the base and passed
@@ -47,7 +52,8 @@ from typing import Any, Mapping
 import yaml
 
 from cascadekit.profiles import (
-    CHAPTER_PREFIX, SEED_ROLES, Profile, ProfileError, check_typed, load_profile, overrides_mapping, seed_inputs,
+    CHAPTER_PREFIX, SEED_ROLES, WORLD_KEY, Profile, ProfileError, check_typed, load_profile, overrides_mapping,
+    seed_inputs, world_name, world_overrides,
 )
 from cascadekit.results import ResultsWriter
 
@@ -67,6 +73,7 @@ class ChapterSpec:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ranges: Mapping[str, str] = field(default_factory=dict)
     budget_units: Mapping[str, int] = field(default_factory=dict)
+    world: Mapping[str, str] = field(default_factory=dict)  # the Part II world per scale (absent: "first")
     # The syllabus (the teacher's guide, cascadekit.course.guide): learning goals, what to know first, and the
     # metrics paths whose sum is the committed run's time with the shipped checkpoints and to rebuild them.
     goals: tuple[str, ...] = ()
@@ -89,6 +96,7 @@ class ChapterConfig:
     overrides: Mapping[str, Any]  # the caller's, recorded with the results
     rebuild_base: bool = False  # pretrain the chapter's base again even if it is cached or shipped
     options: Any = None  # the chapter's own settings (its module's ``Options``), or None when it has none
+    world: str = "first"  # the Part II world beneath the chapter's settings (profiles.WORLDS)
 
     @property
     def scale(self) -> str:
@@ -103,7 +111,7 @@ class ChapterConfig:
         """What a result keeps of its config: scale, seeds (a role's only where it is not ``seed``), the chapter's
         settings and the caller's overrides."""
         record = {"chapter": self.spec.id, "scale": self.scale, "seed": self.profile.seed,
-                  **seed_inputs(self.profile, *SEED_ROLES),
+                  **seed_inputs(self.profile, *SEED_ROLES), **({"world": self.world} if self.world != "first" else {}),
                   "chapter_settings": dict(self.settings), "overrides": dict(self.overrides)}
         if self.options is not None:
             record["options"] = dataclasses.asdict(self.options)
@@ -176,9 +184,10 @@ def write(chapter: str, metrics: dict[str, Any], writer: ResultsWriter) -> None:
 
 def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None, seed: int = 0,
             rebuild_base: bool = False) -> ChapterConfig:
-    """The one config of ``chapter`` at ``scale``: profile, then the chapter's settings, then ``overrides``.
+    """The one config of ``chapter`` at ``scale``: profile, world, the chapter's settings, then ``overrides``.
 
-    ``rebuild_base`` asks a chapter that builds a base model (03 for Part I, 08 for
+    The world is ``overrides``' ``world`` if it names one, else the chapter's entry's at
+    ``scale`` (:func:`chapter_world`). ``rebuild_base`` asks a chapter that builds a base model (03 for Part I, 08 for
     Part II) to pretrain it again; other chapters reject it.
     """
     found = spec(chapter)
@@ -186,10 +195,17 @@ def resolve(chapter: str, scale: str, overrides: Mapping[str, Any] | None = None
         raise ValueError(f"--rebuild-base applies to the chapters that build a base ({', '.join(REBUILDS_BASE)}), "
                          f"not {found.id}")
     overrides = overrides_mapping(overrides)
-    settings = {"seed": seed, **found.settings.get(scale, {}), **overrides}
+    world = world_name(overrides, chapter_world(found.id, scale))
+    settings = {"seed": seed, **world_overrides(world), **found.settings.get(scale, {}),
+                **{k: v for k, v in overrides.items() if k != WORLD_KEY}}
     own = {k.removeprefix(CHAPTER_PREFIX): v for k, v in settings.items() if k.startswith(CHAPTER_PREFIX)}
     profile = load_profile(scale, {k: v for k, v in settings.items() if not k.startswith(CHAPTER_PREFIX)})
-    return ChapterConfig(found, profile, overrides, rebuild_base, chapter_options(found, own))
+    return ChapterConfig(found, profile, overrides, rebuild_base, chapter_options(found, own), world)
+
+
+def chapter_world(chapter: str, scale: str) -> str:
+    """The Part II world ``chapter``'s entry names at ``scale`` (``"first"`` where it names none)."""
+    return spec(chapter).world.get(scale, "first")
 
 
 def chapter_options(found: ChapterSpec, values: Mapping[str, Any]) -> Any:
