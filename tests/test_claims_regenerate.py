@@ -2,7 +2,7 @@
 committed ``metrics.json`` through ``cascadekit.chapters.write`` (the chapter's own claims, figures and notes), with no training.
 
 For every chapter of ``cascadekit/chapters.yaml`` and every folder under ``data/results/<chapter>/`` (or under
-``data/results/second_world/<chapter>/``, the second Part II world's evidence) that holds a ``paper_vs_run.md`` and a
+``data/results/first_world/<chapter>/`` or ``data/results/second_world/<chapter>/``, the Part II worlds' evidence) that holds a ``paper_vs_run.md`` and a
 ``metrics.json`` (the chapter's own, its sub-arms, a result combined over training seeds), the test
 
 1. loads the committed ``metrics.json`` and puts back what ``write`` strips before saving it (the per-sample
@@ -96,7 +96,7 @@ SKIPPED: dict[str, str] = {
         code="0.1.0+076bac9caac3, 414b13cbcea9", what="no claim table, only the per-exposure table"),
     "05_context_transfer/a-only-8M": _OLDER.format(
         code="0.1.0+c5b1e421d338, d67fb8871b60", what="an 'Incomplete' note instead of the per-exposure table"),
-    "08_unified_thinking_model/six-separate-domains": _OLDER.format(
+    "first_world/08_unified_thinking_model/six-separate-domains": _OLDER.format(
         code="0.1.0+88cd803f3e84, a21c29825bce", what="stage rows without score intervals (no score_low)"),
     "06_fixed_budget/peak-lr": _OLDER.format(
         code="0.1.0+076bac9caac3, 8956557218d9", what="no claim table (its metrics lack per-problem counts)"),
@@ -105,12 +105,16 @@ SKIPPED: dict[str, str] = {
 KNOWN_DIFFERENT: dict[str, str] = {}
 
 
+#: Folders of Part II worlds' evidence beside the chapters' own: the first world's runs, the second's levers.
+EVIDENCE = ("first_world", "second_world")
+
+
 def _folders() -> list[tuple[str, str]]:
     ep = entry_points()
     root = ep["RESULTS_DIR"]
     found = []
     for chapter, spec in ep["specs"]().items():
-        for place in (root / spec.folder, root / "second_world" / spec.folder):  # and the second world's evidence
+        for place in (root / spec.folder, *(root / world / spec.folder for world in EVIDENCE)):
             for md in sorted(place.rglob("paper_vs_run.md")):
                 if (md.parent / "metrics.json").is_file():
                     found.append((chapter, md.parent.relative_to(root).as_posix()))

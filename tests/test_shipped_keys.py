@@ -16,7 +16,7 @@ when regenerating, writes ``aliases.json`` with :func:`cascadekit.artifacts.writ
 
 **Known exception** (:data:`RECORDED_CHECKPOINTS`): chapter 14's *RLHF last* arm ships only its stage tables,
 not its GRPO and dynamic-filter stages. Its first stage (IF-RL from SFT) is computed and its old key checked
-against ``data/results/14_whole_cascade/metrics.json``; but a stage table is keyed by its checkpoint's
+against ``data/results/first_world/14_whole_cascade/metrics.json``; but a stage table is keyed by its checkpoint's
 content, which was never shipped, so the arm's tables cannot be keyed (:func:`unkeyable_rlhf_last_tables`):
 they stay committed under their old keys, reached by no code path, until the arm is trained again.
 
@@ -259,15 +259,15 @@ def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool,
 
 def recorded_rlhf_last() -> list[tuple[str, str]]:
     """Chapter 14's RLHF-last arm as committed: (stage name, checkpoint key), SFT first."""
-    metrics = json.loads((entry_points().RESULTS_DIR / "14_whole_cascade" / "metrics.json").read_text())
+    metrics = json.loads((entry_points().RESULTS_DIR / "first_world" / "14_whole_cascade" / "metrics.json").read_text())
     return [(s["name"], s["key"]) for s in metrics["stages"]["RLHF last"]]
 
 
 #: Known exception: a walk that cannot go on from shipped data (see the module docstring).
 RECORDED_CHECKPOINTS = {
     "toy": "chapter 14's RLHF-last GRPO and dynamic-filter stages are not shipped (only their stage tables, "
-           "which name their checkpoints' old keys from data/results/14_whole_cascade/metrics.json and cannot "
-           "be keyed by content): the walk stops after checking the arm's first stage",
+           "which name their checkpoints' old keys from data/results/first_world/14_whole_cascade/metrics.json and "
+           "cannot be keyed by content): the walk stops after checking the arm's first stage",
 }
 
 
