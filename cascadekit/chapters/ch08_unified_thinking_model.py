@@ -2,7 +2,7 @@
 
 Regenerate the committed toy results (``data/results/08_unified_thinking_model``) with::
 
-    cascadekit experiment 08 --scale toy --threads 2
+    cascadekit experiment 08 --scale toy --train-seed 0,1,2 --jobs 2
 
 The base comes from ``data/checkpoints/chat-base/`` (add ``--rebuild-base`` to pretrain it again).
 """

@@ -2,7 +2,7 @@
 
 Regenerate the committed toy results (``data/results/09_rlhf``) with::
 
-    cascadekit experiment 09 --scale toy --threads 2
+    cascadekit experiment 09 --scale toy --train-seed 0,1,2 --jobs 2
 
 What runs (every step a cached stage; the SFT checkpoint and reward models ship
 under ``data/checkpoints/``):

@@ -2,7 +2,7 @@
 
 Regenerate the committed toy results (``data/results/10_if_rl``) with::
 
-    cascadekit experiment 10 --scale toy --threads 2
+    cascadekit experiment 10 --scale toy --train-seed 0,1,2 --jobs 2
 
 Three arms, each strict on-policy GRPO on the same instruction-following prompts
 (:func:`cascadekit.chapters.cascade.if_rl_stage`):

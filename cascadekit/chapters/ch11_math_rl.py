@@ -2,7 +2,7 @@
 
 Regenerate the committed toy results (``data/results/11_math_rl``) with::
 
-    cascadekit experiment 11 --scale toy --threads 2
+    cascadekit experiment 11 --scale toy --train-seed 0,1,2 --jobs 2
 
 Three arms of :func:`cascadekit.training.math_rl.math_rl`, on the same prompts and
 length stages (every step a cached stage):

@@ -2,7 +2,7 @@
 
 Regenerate the toy results (``data/results/12_code_rl``) with::
 
-    cascadekit experiment 12 --scale toy --threads 1
+    cascadekit experiment 12 --scale toy --train-seed 0,1,2 --jobs 2
 
 Every arm is :func:`cascadekit.chapters.cascade.code_rl_stage`: strict on-policy
 GRPO on the same ``code_rl.prompts`` code prompts (ops ``code_rl.ops``, ``/think``),
@@ -12,9 +12,8 @@ cascade's Code RL checkpoint (the one SWE RL starts from).
 
 What the chapter measures:
 
-* **score** on held-out code prompts at each op of ``code_rl.ops`` (the model before
-  Code RL solves op 3 and rarely op 4: op 4 is where Code RL can teach), paired by prompt
-  with the start;
+* **score** on held-out code prompts at each op of ``code_rl.ops`` (the op where the model
+  before Code RL sits at its edge: op 5 in the toy world), paired by prompt with the start;
 * **exploration and entropy** per arm: the share of groups with a learning signal
   (not all rollouts scoring the same), and the policy's token entropy and its
   growth over the run (the paper: a higher temperature explores better but risks

@@ -2,7 +2,7 @@
 
 Regenerate the toy results (``data/results/13_swe_rl``) with::
 
-    cascadekit experiment 13 --scale toy --threads 2
+    cascadekit experiment 13 --scale toy --train-seed 0,1,2 --jobs 2
 
 Two arms of :func:`cascadekit.training.swe_rl.swe_rl`, on the same prompts and
 context stages from the same start (every step a cached stage):

@@ -2,7 +2,7 @@
 
 Regenerate the toy results (``data/results/14_whole_cascade``) with::
 
-    cascadekit experiment 14 --scale toy --threads 2
+    cascadekit experiment 14 --scale toy --train-seed 0,1,2 --jobs 2
 
 Three arms, every step a cached stage (:mod:`cascadekit.chapters.cascade`, the stage table as data):
 
