@@ -1,4 +1,4 @@
-"""A trained classifier's fresh head (the SWE judge, a reward model) is drawn from its stage's seed, not from what the process drew before.
+"""A trained classifier's fresh head (the SWE judge's, a reward model's) is drawn from its stage's seed.
 
 The HF Trainer seeds itself when it is made, after the model it trains is loaded. The SWE judge's head was
 drawn at load time from the process's random state, which depends on whether its policy samples were just
