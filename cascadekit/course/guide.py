@@ -62,11 +62,18 @@ def recorded_seconds(spec: ChapterSpec, which: str, results_dir: Path = RESULTS_
 
 
 def committed_threads(spec: ChapterSpec, results_dir: Path = RESULTS_DIR) -> str:
-    """The CPU threads the committed run used, from the command that produced it."""
+    """The CPU threads the committed run used, from the command that produced it.
+
+    A run over several training seeds ran each seed in a single-thread child process; one combined afterwards
+    (``--combine``) names no seed's command, so its README says how each seed ran.
+    """
     metrics = _committed(spec, results_dir)
     if metrics is None:
         return ""
-    found = re.search(r"--threads (\d+)", metrics.get("produced_by", {}).get("command", ""))
+    command = metrics.get("produced_by", {}).get("command", "")
+    if "train_seeds" in metrics:
+        return "see its README" if "--combine" in command else "1 per seed"
+    found = re.search(r"--threads (\d+)", command)
     return found.group(1) if found else "all"
 
 
