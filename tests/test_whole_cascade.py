@@ -371,8 +371,8 @@ def test_each_primary_claim_holds_on_fresh_prompts(tmp_path):
     seeds = metrics.get("train_seeds") or [metrics["config"].get("train_seed", 0)]  # every seed the claims are over
     fresh = fresh_prompt_rows([resolve("14", "toy", {"train_seed": s}).profile for s in seeds], tmp_path)
 
-    def interval(row):
-        return [float(x) for x in re.findall(r"[-+]?\d*\.\d+|[-+]?\d+", row["95% interval"])]
+    def interval(row):  # "[low, high]", then each seed's estimate where there are several
+        return [float(x) for x in re.match(r"\[([-+\d.]+), ([-+\d.]+)\]", row["95% interval"]).groups()]
 
     assert len(fresh) == len(committed) == 5
     for row in fresh:
