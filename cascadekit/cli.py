@@ -215,7 +215,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
     # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
     import_unsloth_first(load_profile(args.scale, with_world({k: v for k, v in overrides.items()
-                                                              if not k.startswith(CHAPTER_PREFIX)})).engine)
+                                                              if not k.startswith(CHAPTER_PREFIX)},
+                                                             chapters.chapter_world(args.chapter, args.scale))).engine)
     config = chapters.resolve(args.chapter, args.scale, overrides, args.seed, args.rebuild_base)
     command = _command(args)
     folder = config.spec.folder if seeds is None else f"{seed_folder(Path(config.spec.folder), seeds[0])}"
