@@ -213,7 +213,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     seeds = _train_seeds_of(args)
     overrides = _with_train_seed(_overrides(args), seeds)
     # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
-    # the engine section is the scale's with the command line's overrides: no chapter's settings touch it
+    # the engine section is the scale's with the chapter's world and the command line's overrides (no chapter's
+    # settings touch it)
     import_unsloth_first(load_profile(args.scale, with_world({k: v for k, v in overrides.items()
                                                               if not k.startswith(CHAPTER_PREFIX)},
                                                              chapters.chapter_world(args.chapter, args.scale))).engine)

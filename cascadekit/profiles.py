@@ -810,8 +810,8 @@ def overrides_mapping(overrides: Any) -> dict[str, Any]:
 #:   seeds, tools up to 0.2; :class:`RLHFConfig`);
 #: * the SWE judge trained four epochs, not one: at one its P(YES) hardly moved (the execution-free reward never
 #:   reached 0.8) and SWE RL did not lift its domain over three seeds (+0.010 [-0.050, 0.067]); at four the judge
-#:   tracks execution (0.245 [0.146, 0.343]) and SWE RL lifts it, +0.045 [0.013, 0.081]
-#:   (data/results/second_world/13_swe_rl/judge-epochs-4);
+#:   tracks execution (0.245 [0.146, 0.343]); SWE RL's lift is a few points that the judge's random head can flip
+#:   (+0.045, +0.003 and +0.033 over three seeds for three draws: data/results/second_world/13_swe_rl/);
 #: * 128 prompts per stage-table cell (64 are good to about +-0.1-0.2), and the kit's decode loop for
 #:   rollouts and evaluation (greedy outputs identical to ``generate``'s, several times faster on a CPU).
 WORLDS: dict[str, dict[str, Any]] = {
