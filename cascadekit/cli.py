@@ -604,7 +604,8 @@ def _add_training_arguments(parser: argparse.ArgumentParser, settings: str) -> N
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"profile override on top of {settings} and --world, repeatable")
     parser.add_argument("--threads", type=_bounded_int(0, 256), default=0,
-                        help="torch CPU threads (0: torch's default; 1 when two runs share the cores)")
+                        help="torch CPU threads outside the cached stages, which always build on one (0: torch's "
+                             "default; 1 when two runs share the cores)")
 
 
 def _world_argument(parser: argparse.ArgumentParser) -> None:

@@ -902,7 +902,8 @@ def add_scale_arguments(parser: argparse.ArgumentParser, default: str = "toy") -
     """The arguments every command line that runs at a scale shares: ``--scale``, ``--threads``, overrides."""
     parser.add_argument("--scale", default=default, help="smoke, toy, paper, small or full")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (0: torch's default; 1 is much faster on a CPU shared with other jobs)")
+                        help="torch CPU threads outside the cached stages, which always build on one (0: torch's "
+                             "default; 1 is much faster on a CPU shared with other jobs)")
     parser.add_argument("overrides", nargs="*", help="profile overrides, e.g. pretrain.tokens=2000000")
 
 

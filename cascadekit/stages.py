@@ -20,17 +20,28 @@ The other half is the code: each builder module declares a ``RECIPE`` number tha
 :class:`Stage` carries into its key, bumped when the same inputs would build other
 bytes (a refactor that builds the same bytes keeps it, and so every key).
 
+A stage is built on one CPU thread (:func:`one_cpu_thread`), whatever ``--threads`` says:
+its bytes depend on the thread count (a matmul sums in another order on two threads),
+which its key cannot hold without every reader on another core count missing every
+shipped entry. Measured (the second world's IF-RL, training seed 0, rebuilt from the
+shipped RLHF in a process on two threads): built on two threads its content differs
+from the shipped entry's (and 7 of its 12 stage-table cells moved, by up to 0.023); built
+here on one it is the shipped entry, byte for byte (140 s against 99 s on two threads).
+Two cores are kept busy by running two builds side by side (``--train-seed 0,1 --jobs 2``),
+which also measured faster than one build on two threads.
+
 Stages live in the artifact cache (:mod:`cascadekit.artifacts`): a builder fills a
 temporary folder, the folder's manifest is written last, and it is renamed into
 place, so an interrupted stage is rebuilt, never half-used.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from cascadekit.artifacts import MANIFEST, PROVENANCE, cache_root, get_or_build, move_entry, read_manifest
 from cascadekit.atomic import atomic_write_json
@@ -152,13 +163,33 @@ def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
     ``rebuild`` builds it again even if it is cached or shipped under ``data/checkpoints/``.
     """
     def build(folder: Path) -> None:
-        metrics = dict(stage.build(folder))
+        with one_cpu_thread():
+            metrics = dict(stage.build(folder))
         atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "recipe": stage.recipe,
                                                 "metrics": metrics})
 
     path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild)
     recorded = path / STAGE_FILE  # an entry built before this runner (a fixed key) has none
     return StageOutput(path, stage.key, json.loads(recorded.read_text())["metrics"] if recorded.exists() else {})
+
+
+@contextlib.contextmanager
+def one_cpu_thread() -> Iterator[None]:
+    """Torch runs on one CPU thread inside and on as many as before after (no change where a GPU is present).
+
+    Why: see the module docstring; a GPU build is not bit-reproducible anyway, and its CPU threads feed it.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def run_folder(kind: str, inputs: Mapping[str, Any], recipe: int) -> Path:
