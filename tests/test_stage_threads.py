@@ -25,16 +25,19 @@ def _stage(kind: str, build) -> Stage:
     return Stage(kind, {"probe": kind}, build, recipe=1)
 
 
-def test_a_stage_builds_on_one_thread_and_gives_the_threads_back(tmp_path, monkeypatch, two_threads):
-    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
-    seen = []
-
+def _noting_threads(seen: list[int]):
+    """A build that notes the torch thread count it runs on and writes a checkpoint."""
     def build(folder: Path) -> dict:
         seen.append(torch.get_num_threads())
         (folder / "weights.txt").write_text("w")
         return {}
+    return build
 
-    run_stage(_stage("threads-probe", build))
+
+def test_a_stage_builds_on_one_thread_and_gives_the_threads_back(tmp_path, monkeypatch, two_threads):
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    seen: list[int] = []
+    run_stage(_stage("threads-probe", _noting_threads(seen)))
     assert seen == [1]
     assert torch.get_num_threads() == 2
 
@@ -53,12 +56,6 @@ def test_a_failed_build_gives_the_threads_back(tmp_path, monkeypatch, two_thread
 def test_a_gpu_machine_keeps_its_cpu_threads(tmp_path, monkeypatch, two_threads):
     monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    seen = []
-
-    def build(folder: Path) -> dict:
-        seen.append(torch.get_num_threads())
-        (folder / "weights.txt").write_text("w")
-        return {}
-
-    run_stage(_stage("threads-gpu", build))
+    seen: list[int] = []
+    run_stage(_stage("threads-gpu", _noting_threads(seen)))
     assert seen == [2]
