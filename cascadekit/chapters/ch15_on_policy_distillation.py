@@ -2,7 +2,7 @@
 
 Regenerate the toy results (``data/results/15_on_policy_distillation``) with::
 
-    cascadekit experiment 15 --scale toy --threads 1
+    cascadekit experiment 15 --scale toy --train-seed 0,1,2 --jobs 2
 
 The follow-up paper (Nemotron-Cascade 2) keeps domain-wise RL but adds MOPD: the
 student samples its own answers and, on each prompt, the strongest intermediate
