@@ -91,15 +91,6 @@ def test_mopd_can_stand_anywhere_in_a_cascade_order():
         check_order(["MOPD", "RLHF", "MOPD"])
 
 
-def test_a_training_seed_replicates_the_arms_from_the_one_shipped_cascade():
-    """The student and teachers come from the course's cascade whatever the training seed (no cascade retrained)."""
-    from cascadekit.profiles import load_profile
-
-    seeded = load_profile("toy", {"train_seed": 3})
-    assert seeded.seeds.train == 3
-    assert ch.upstream(seeded) == load_profile("toy")
-
-
 def test_the_retrain_cost_is_the_recorded_training_and_evaluation_not_a_cached_rerun():
     runs = {ch.MOPD: {"train_s": 100.0}, ch.GRPO: {"train_s": 50.0}}
     timings = {"teachers_s": 0.2, "MOPD_s": 0.1, "table MOPD step 5_s": 40.0, "table GRPO step 5_s": 30.0}

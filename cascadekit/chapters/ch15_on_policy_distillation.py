@@ -29,12 +29,12 @@ from the one before, with the stage table after every segment: the scores per
 step, and the steps each domain takes to come within :data:`RECOVERED` of its
 teacher. Where the kit departs from the paper: every segment is its own trainer,
 so the optimizer state and the linear learning-rate decay restart each segment
-(the same in every arm). A training seed replicates the arms from the one shipped cascade (:func:`upstream`);
-``--train-seed 0,1,2`` combines the seeds' runs (:func:`combine`), and the claims are over seeds, then prompts.
+(the same in every arm). A training seed replicates the whole chain beneath the arms: its own cascade (student,
+teachers, reward model and judge: all shipped at toy scale for training seeds 0-2) and then the arms, so
+``--train-seed 0,1,2`` (:func:`combine`) gives claims over seeds, then prompts, that cover the cascade's training too.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -100,8 +100,8 @@ def _arm(name: str, start: StageOutput, parts: Sequence[Sequence[Mapping[str, An
     rl, done, outputs = joint_rl_settings(profile), start, []
     for i, part in enumerate(parts):
         folder = work_dir / f"{name.replace(' ', '-').replace(',', '')}-{i}"
-        if name == GRPO:  # the cascade's own rewards: its reward model and judge, whatever the training seed
-            done = joint_rl(profile, {}, folder, start=done, records=part, rewards=joint_rewards(upstream(profile)))
+        if name == GRPO:  # the cascade's own rewards: its reward model and judge
+            done = joint_rl(profile, {}, folder, start=done, records=part, rewards=joint_rewards(profile))
         else:
             done = mopd_stage(done, part, teachers, profile, folder, "forward" if name == FORWARD else "reverse", rl)
         outputs.append(done)
@@ -130,22 +130,21 @@ def run_record(outputs: Sequence[StageOutput], profile: Profile) -> dict[str, An
 def run(config: ChapterConfig, work_dir: str | Path) -> dict[str, Any]:
     """Teachers chosen on validation, the four arms in segments, the stage table after every segment."""
     profile, options, work_dir = config.profile, config.options, Path(work_dir)
-    cascade = upstream(profile)
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    student = checkpoint(STUDENT, cascade, work_dir / "cascade")
-    scores = validation_scores(cascade)
-    chosen = domain_teachers(cascade)
+    student = checkpoint(STUDENT, profile, work_dir / "cascade")
+    scores = validation_scores(profile)
+    chosen = domain_teachers(profile)
     timings["teachers_s"] = round(time.perf_counter() - started, 1)
     records = joint_records(profile, mopd_prompts(profile))
     parts = segments(records, options.eval_every * profile.rl.prompts_per_step)
-    one = options.single_teacher or single_teacher(cascade, STUDENT)
-    teachers = {MOPD: mopd_teachers(cascade), FORWARD: mopd_teachers(cascade), SINGLE: mopd_teachers(cascade, one),
+    one = options.single_teacher or single_teacher(profile, STUDENT)
+    teachers = {MOPD: mopd_teachers(profile), FORWARD: mopd_teachers(profile), SINGLE: mopd_teachers(profile, one),
                 GRPO: {}}
     tables = {"student": cached_stage_table(student, profile, STUDENT)}
     for name in dict.fromkeys(chosen.values()):  # the student's own table once: rows are not repeated
         tables[f"teacher {name}"] = (tables["student"] if name == STUDENT
-                                     else cached_stage_table(checkpoint(name, cascade), profile, name))
+                                     else cached_stage_table(checkpoint(name, profile), profile, name))
     suite = [{"domain": x["domain"], "think": x["think"]} for x in tables["student"]["samples"]]
     runs, by_step = {}, {}
     for arm in ARMS:
@@ -175,17 +174,6 @@ def compute_cost(runs: Mapping[str, Mapping[str, Any]], timings: Mapping[str, fl
     validation tables are not in it: chapter 14's cascade stages are evaluated once for the whole course."""
     tables = sum(v for k, v in timings.items() if k.startswith("table ") and k.endswith("_s"))
     return round(sum(r["train_s"] for r in runs.values()) + tables, 1)
-
-
-def upstream(profile: Profile) -> Profile:
-    """The profile the student and the teachers come from: ``profile`` with the course's training seed.
-
-    A training seed replicates what this chapter trains (its four arms), from the
-    one cascade every later reader has: the shipped one. Otherwise ``--train-seed 1``
-    would retrain SFT, the reward models and all five RL stages (hours) before its
-    first MOPD step, and the seeds would compare different students.
-    """
-    return dataclasses.replace(profile, train_seed=None)
 
 
 def scores_of(table: Mapping[str, Any], suite: Sequence[Mapping[str, Any]]) -> list[float]:
