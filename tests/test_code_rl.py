@@ -130,6 +130,30 @@ def test_streaming_inside_grpo_gives_the_blocking_runs_rewards(tokenizer, tmp_pa
     assert stats[False]["sent_while_generating"] == 0
 
 
+def test_the_kit_decode_loop_streams_each_rollout_as_it_ends_with_the_blocking_runs_rewards(tokenizer,
+                                                                                             tmp_path) -> None:
+    """``engine.rollouts: kit`` (the toy world's rollouts): rows go to the pool the step they end, rewards unchanged."""
+    from cascadekit.training.pipeline import chat_rl_dataset
+    from cascadekit.engine.runtime import load_model
+    from cascadekit.chapters.cascade import sft_checkpoint
+    from cascadekit.training.grpo import train_grpo
+    kit = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "code_rl.prompts": 6,
+                                 "engine.rollouts": "kit"})
+    curves, stats = {}, {}
+    for stream in (False, True):
+        model = load_model(sft_checkpoint(PROFILE).checkpoint)
+        rewards = StreamingRewards(verifier_reward, tokenizer, workers=2, stream=stream)
+        result = train_grpo(model, tokenizer, chat_rl_dataset(code_rl_records(PROFILE)[:4]), rewards, kit,
+                            str(tmp_path / str(stream)), max_steps=2, hooks=[rewards.attach], shuffle_dataset=False,
+                            disable_tqdm=True)
+        curves[stream], stats[stream] = list(result.curves["reward"]), rewards.summary()
+        assert not rewards.running
+    assert curves[True] == curves[False]
+    assert stats[True]["completions"] == stats[False]["completions"] == 16 and stats[True]["reverified"] == 0
+    assert stats[True]["sent_while_generating"] > 0 and stats[False]["sent_while_generating"] == 0
+    assert stats[True]["sent_after_generation"] == stats[False]["sent_after_generation"] == 0
+
+
 def test_under_vllm_each_finished_batch_is_verified_on_the_pool_before_trl_scores_it(tokenizer, tmp_path) -> None:
     """Issue 34 case 4: Code RL with vLLM on (the small and full defaults) streams its rewards, batch by batch.
 

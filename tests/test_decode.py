@@ -122,6 +122,19 @@ def test_rows_stop_at_their_stop_token_and_at_the_budget():
         assert len(row) <= 7 and STOP not in row[:-1]
 
 
+def test_each_row_is_heard_the_step_it_stops_and_a_row_cut_at_the_budget_is_not():
+    """``on_finished`` hears a stopped row once, at its stop step (so in order of length), with the result's ids."""
+    heard: list[tuple[int, list[int]]] = []
+    stops = [STOP, 5, 7, 9]  # several stop ids: rows stop at many different steps, two at the budget
+    out = decode(tiny(), random_prompts(6, 24, seed=4), 12, stops, Sampling(temperature=1.0),
+                 generator=torch.Generator().manual_seed(5), group=3, on_finished=lambda r, ids: heard.append((r, ids)))
+    stopped = {r for r, row in enumerate(out) if row[-1] in stops}
+    assert [r for r, _ in heard if r in stopped] == [r for r, _ in heard] and {r for r, _ in heard} == stopped
+    assert all(ids == out[r] for r, ids in heard)
+    lengths = [len(ids) for _, ids in heard]
+    assert lengths == sorted(lengths) and len(set(lengths)) > 1 and len(stopped) < len(out)
+
+
 def chi2_two_sample(a: Counter, b: Counter) -> tuple[float, int]:
     """The chi-square statistic of two samples of equal size over the cells either saw, and its degrees of freedom."""
     cells = sorted(set(a) | set(b))

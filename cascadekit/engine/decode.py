@@ -47,7 +47,7 @@ CPU-minutes, more than a toy GRPO stage's whole generation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +74,9 @@ class Sampling:
 GREEDY = Sampling()
 #: Finished rows leave the batch once they are at least 1/COMPACT_EVERY of it (each compaction copies the cache).
 COMPACT_EVERY = 8
+
+#: ``on_finished(row, ids)``: a row's completion as soon as it has emitted its stop id.
+Finished = Callable[[int, list[int]], None]
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -400,13 +403,16 @@ def _check(model: torch.nn.Module, prompts: Sequence[Sequence[int]], group: int)
 @torch.inference_mode()
 def decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_tokens: int,
            stop_ids: Sequence[int], sampling: Sampling = GREEDY, pad_id: int = 0,
-           generator: torch.Generator | None = None, group: int = 1) -> list[list[int]]:
+           generator: torch.Generator | None = None, group: int = 1,
+           on_finished: Finished | None = None) -> list[list[int]]:
     """``group`` completions of each prompt, prompt-major (each up to and including its first stop id).
 
     ``prompts`` are token ids, unpadded, each decoded ``group`` times (a GRPO group:
     prefilled once); the result's row ``p * group + j`` is prompt ``p``'s ``j``-th
     completion, at most ``max_new_tokens`` ids. ``generator`` seeds the draws when
-    sampling (default: torch's global one).
+    sampling (default: torch's global one). ``on_finished(row, ids)`` is called for
+    each row at the step it emits its stop id, while the others still decode (a row
+    cut at ``max_new_tokens`` is not reported: it is in the result).
     """
     _check(model, prompts, group)
     rows = len(prompts) * group
@@ -415,13 +421,14 @@ def decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_tok
     training = model.training
     try:
         model.eval()
-        return _decode(model, prompts, max_new_tokens, stop_ids, sampling, pad_id, generator, group)
+        return _decode(model, prompts, max_new_tokens, stop_ids, sampling, pad_id, generator, group, on_finished)
     finally:
         model.train(training)  # a trainer's policy goes back to training mode (TRL reads it)
 
 
 def _decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
-            sampling: Sampling, pad_id: int, generator: torch.Generator | None, group: int) -> list[list[int]]:
+            sampling: Sampling, pad_id: int, generator: torch.Generator | None, group: int,
+            on_finished: Finished | None) -> list[list[int]]:
     """The loop itself, on checked input (prefill, then one token per live row per step)."""
     rows = len(prompts) * group
     prefill = _prefill(model, prompts, pad_id)
@@ -441,6 +448,9 @@ def _decode(model: PreTrainedModel, prompts: Sequence[Sequence[int]], max_new_to
         out[live[fresh], step] = tokens[fresh]
         stopped = fresh & torch.isin(tokens, stops)
         length[live[stopped]] = step + 1
+        if on_finished is not None:
+            for row in live[stopped].tolist():
+                on_finished(row, out[row, :step + 1].tolist())
         done |= stopped
         if step == max_new_tokens - 1 or done.all():
             break

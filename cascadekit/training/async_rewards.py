@@ -41,7 +41,9 @@ workers on the same cores as generation slow generation down, so streaming pays
 most when verification runs elsewhere (other cores, other machines) or waits on
 something other than this CPU.
 
-Under vLLM (``use_vllm``, colocated or a server) or a custom ``rollout_func`` there is
+The kit's own decode loop (``engine.rollouts: kit``, a ``rollout_func`` that takes
+``on_finished``) reports each row the step it ends, so it streams the same way.
+Under vLLM (``use_vllm``, colocated or a server) or another ``rollout_func`` there is
 no decoding loop to watch: the engine hands the whole batch back at once. Then the
 trainer's ``_generate`` is wrapped instead, and every rollout of the finished batch
 goes to the pool as soon as it returns, so verification runs on the ``workers``
@@ -57,6 +59,7 @@ each completion on its own (the domain verifiers do).
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -222,13 +225,20 @@ class StreamingRewards(TrainerCallback):
     def attach(self, trainer: Any) -> None:
         """Hook ``trainer`` (a TRL 1.16 ``GRPOTrainer``) so rollouts are verified as they finish.
 
-        HF generation: each rollout as it emits its end token. vLLM or a custom
-        ``rollout_func``: the whole batch as soon as the engine returns it.
+        HF generation, or a ``rollout_func`` that takes ``on_finished`` (the kit's
+        decode loop, :func:`cascadekit.training.rollouts.kit_rollouts`): each rollout
+        as it emits its end token. vLLM or another ``rollout_func``: the whole batch
+        as soon as the engine returns it.
         """
         for name in ("_generate_and_score_completions", "_generate"):
             if not callable(getattr(trainer, name, None)):
                 raise RuntimeError(f"TRL moved GRPOTrainer.{name}: StreamingRewards needs updating")
-        if getattr(trainer.args, "use_vllm", False) or getattr(trainer, "rollout_func", None) is not None:
+        rollout_func = getattr(trainer, "rollout_func", None)
+        if rollout_func is not None and not getattr(trainer.args, "use_vllm", False) \
+                and "on_finished" in inspect.signature(rollout_func).parameters:
+            self._attach_to_rollouts(trainer)
+            return
+        if getattr(trainer.args, "use_vllm", False) or rollout_func is not None:
             self._attach_after_generation(trainer)
             return
         model = trainer.model
@@ -264,6 +274,21 @@ class StreamingRewards(TrainerCallback):
             return inner_step(inputs, *args, **kwargs)
 
         trainer._generate_and_score_completions = step
+
+    def _attach_to_rollouts(self, trainer: Any) -> None:
+        """Hand the trainer's ``rollout_func`` :meth:`_sent_early` as its ``on_finished`` (rows cut at the length
+        limit are verified when the reward is called)."""
+        inner_rollouts = trainer.rollout_func
+
+        @wraps(inner_rollouts)
+        def rollouts(prompts: list, trainer_: Any) -> Any:
+            if not self.stream or len(self._rows) == 0:
+                return inner_rollouts(prompts, trainer_)
+            return inner_rollouts(prompts, trainer_, on_finished=self._sent_early)
+
+        self._begin_each_step(trainer)
+        trainer.rollout_func = rollouts
+        trainer.add_callback(self)
 
     def _attach_after_generation(self, trainer: Any) -> None:
         """Send every rollout of a batch to the pool when ``_generate`` returns it (vLLM: no decoding loop to watch)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from cascadekit.engine.decode import Sampling, decode
+from cascadekit.engine.decode import Finished, Sampling, decode
 from cascadekit.engine.runtime import choose_device
 from cascadekit.profiles import Profile, RLConfig
 
@@ -45,13 +45,17 @@ def _sampling(trainer: Any) -> Sampling:
     return Sampling(temperature=trainer.temperature, top_p=trainer.top_p, top_k=trainer.top_k or 0)
 
 
-def kit_rollouts(prompts: list, trainer: Any) -> dict[str, Any]:
-    """TRL's ``rollout_func``: each prompt's completion ids, up to and including the first end-of-turn id."""
+def kit_rollouts(prompts: list, trainer: Any, on_finished: Finished | None = None) -> dict[str, Any]:
+    """TRL's ``rollout_func``: each prompt's completion ids, up to and including the first end-of-turn id.
+
+    ``on_finished(row, ids)`` hears each rollout as it ends, ``row`` in TRL's order
+    (:class:`cascadekit.training.async_rewards.StreamingRewards` verifies it then).
+    """
     model = trainer.accelerator.unwrap_model(trainer.model)
     prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
     distinct, group = prompt_groups([list(ids) for ids in prompt_ids])
     completions = decode(model, distinct, trainer.max_completion_length, trainer.eos_token_ids, _sampling(trainer),
-                         pad_id=trainer._tokenizer.pad_token_id, group=group)
+                         pad_id=trainer._tokenizer.pad_token_id, group=group, on_finished=on_finished)
     return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None}
 
 
