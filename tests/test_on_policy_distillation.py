@@ -80,9 +80,23 @@ def test_the_claims_of_several_training_seeds_are_over_seeds_then_prompts():
     assert rows[0]["family"] == "primary" and rows[0]["Holm"].startswith(("reproduced", "cannot tell"))
     assert ch.claims(ch.combine({0: one}))[0]["95% interval"] == ch.claims(one)[0]["95% interval"]
     assert [r["train seed"] for r in ch.seed_rows(combined)] == [0, 1]
-    other["teachers"] = {**other["teachers"], "math": "SFT"}
-    with pytest.raises(ValueError, match="another teachers"):
-        ch.combine({0: one, 1: other})
+
+
+
+def test_each_seed_recovers_its_own_cascades_regressions_and_the_seeds_share_one_suite():
+    """Each training seed distils its own cascade: its own teachers pick its own domains to recover."""
+    one, own = _metrics(), _metrics()
+    own["teachers"] = {**own["teachers"], "math": ch.STUDENT, "code": "Code RL"}  # this cascade regressed on code
+    own["single_teacher"] = "Code RL"
+    combined = ch.combine({0: one, 1: own})
+    rows = ch.claims(combined)
+    assert rows[0]["this run"] == pytest.approx((0.75 + 0.0) / 2)  # seed 0 on math, seed 1 on code (no change)
+    assert "(seed 0: math; seed 1: code)" in rows[0]["claim"] and "seed 0: Math RL; seed 1: Code RL" in rows[2]["claim"]
+    assert [r["code"] for r in ch.seed_teacher_rows(combined)] == [ch.STUDENT, "Code RL"]
+    assert "Each training seed's teachers" in ch.seed_teachers(combined) and ch.seed_teachers(one) == ""
+    own["suite"] = own["suite"][::-1]
+    with pytest.raises(ValueError, match="another suite"):
+        ch.combine({0: one, 1: own})
 
 
 def test_mopd_can_stand_anywhere_in_a_cascade_order():

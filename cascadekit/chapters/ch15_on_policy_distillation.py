@@ -263,10 +263,10 @@ REPLICATE_FIELDS = ("suite", "teachers", "single_teacher", "by_step", "per_sampl
 def combine(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     """One result of several training seeds' runs (:func:`cascadekit.evaluation.replicates.combine_runs`).
 
-    The seeds share the student, the teachers and the suite (none of them reads
-    the training seed): a ValueError if they do not.
+    The seeds share the evaluation suite (a ValueError if they do not); each distils
+    its own cascade, so the student, the teachers and the one teacher are each seed's.
     """
-    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("suite", "teachers", "student_key"))
+    return combine_runs(per_seed, REPLICATE_FIELDS, shared=("suite",))
 
 
 def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -275,28 +275,41 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     The primary claim is the recipe's own ("MOPD recovers the cascade's regressions");
     the others are its controls and the secondary family.
     """
-    names = regressed(metrics) or list(TARGET_DOMAINS)
-    label = ", ".join(names) if regressed(metrics) else "none is: every RL domain"
-    runs = replicates(metrics)
+    runs, seeds = replicates(metrics), train_seeds(metrics)
+    own = [regressed(m) or list(TARGET_DOMAINS) for m in runs]
+    label = per_seed_text([", ".join(regressed(m)) or "none is: every RL domain" for m in runs], seeds)
+    one = per_seed_text([m["single_teacher"] for m in runs], seeds)
 
-    def arm(name: str) -> list[list[Mapping[str, Any]]]:
-        return [final(m, name) for m in runs]
+    def arm(name: str, domains: bool = True) -> list[list[Mapping[str, Any]]]:
+        """An arm's final samples per seed, on each seed's own domains to recover (``domains``) or all."""
+        return [picked(final(m, name), names) if domains else final(m, name) for m, names in zip(runs, own)]
 
-    student = [samples(m, m["per_sample"]["student"]) for m in runs]
+    whole = [samples(m, m["per_sample"]["student"]) for m in runs]
+    student = [picked(table, names) for table, names in zip(whole, own)]
     return holm_rows([
         change_row(f"MOPD recovers the cascade's regressions: MOPD minus the student on the domains whose teacher is "
-                   f"an earlier stage ({label})", PAPER["recovers"], student, arm(MOPD), "up", names=names,
-                   primary=True),
+                   f"an earlier stage ({label})", PAPER["recovers"], student, arm(MOPD), "up", primary=True),
         change_row(f"at equal steps MOPD ends above continued GRPO on those domains ({label})", PAPER["faster"],
-                   arm(GRPO), arm(MOPD), "up", names=names),
-        change_row(f"per-domain teachers beat one teacher ({metrics['single_teacher']} for every domain): MOPD minus "
-                   f"MOPD with that one teacher ({label})", PAPER["routing"], arm(SINGLE), arm(MOPD), "up",
-                   names=names),
+                   arm(GRPO), arm(MOPD), "up"),
+        change_row(f"per-domain teachers beat one teacher ({one} for every domain): MOPD minus "
+                   f"MOPD with that one teacher ({label})", PAPER["routing"], arm(SINGLE), arm(MOPD), "up"),
         change_row(f"reverse KL beats forward KL: MOPD minus MOPD with forward KL ({label})", PAPER["reverse"],
-                   arm(FORWARD), arm(MOPD), "up", names=names),
+                   arm(FORWARD), arm(MOPD), "up"),
         change_row("MOPD lifts the whole suite: MOPD minus the student, every domain and mode", "not reported",
-                   student, arm(MOPD), "up"),
+                   whole, arm(MOPD, domains=False), "up"),
     ])
+
+
+def train_seeds(metrics: Mapping[str, Any]) -> list[Any]:
+    """The training seeds of a combined result, in ``replicates`` order (one run: ``["the one run"]``)."""
+    return list(metrics.get("train_seeds", ["the one run"]))
+
+
+def per_seed_text(values: Sequence[str], seeds: Sequence[Any]) -> str:
+    """``values[0]`` where every seed has the same, else each seed's: "seed 0: a; seed 1: b"."""
+    if all(v == values[0] for v in values):
+        return values[0]
+    return "; ".join(f"seed {seed}: {value}" for seed, value in zip(seeds, values))
 
 
 # ---------------------------------------------------------------------------
@@ -356,15 +369,22 @@ def teacher_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def seed_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per training seed: the student's and each arm's final mean score on the domains to recover."""
-    names = regressed(metrics) or list(TARGET_DOMAINS)
-
-    def mean(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Per training seed: the student's and each arm's final mean score on its own domains to recover."""
+    def mean(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> float:
         return round(float(np.mean([float(x["score"]) for x in picked(rows, names)])), 3)
 
-    return [{"train seed": seed, "student": mean(samples(m, m["per_sample"]["student"])),
-             **{arm: mean(final(m, arm)) for arm in ARMS}}
-            for seed, m in zip(metrics.get("train_seeds", ["the one run"]), replicates(metrics))]
+    rows = []
+    for seed, m in zip(train_seeds(metrics), replicates(metrics)):
+        names = regressed(m) or list(TARGET_DOMAINS)
+        rows.append({"train seed": seed, "student": mean(samples(m, m["per_sample"]["student"]), names),
+                     **{arm: mean(final(m, arm), names) for arm in ARMS}})
+    return rows
+
+
+def seed_teacher_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per training seed: each RL domain's teacher and the one-teacher arm's teacher, from its own cascade."""
+    return [{"train seed": seed, **m["teachers"], "one teacher": m["single_teacher"]}
+            for seed, m in zip(train_seeds(metrics), replicates(metrics))]
 
 
 def forgetting_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -377,12 +397,22 @@ def forgetting_rows(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
              "at the ceiling": "yes" if c["at_ceiling"] else ""} for c in cells]
 
 
+def seed_teachers(metrics: Mapping[str, Any]) -> str:
+    """The section of each seed's teachers, where the seeds' cascades chose different ones (else empty)."""
+    runs = replicates(metrics)
+    if all((m["teachers"], m["single_teacher"]) == (runs[0]["teachers"], runs[0]["single_teacher"]) for m in runs):
+        return ""
+    return (f"### Each training seed's teachers (chosen on its own cascade's validation prompts)\n\n"
+            f"{markdown_table(seed_teacher_rows(metrics))}\n\n")
+
+
 def notes(metrics: Mapping[str, Any]) -> str:
     """Teachers and their validation scores, each domain's scores and recovery steps, the costs, the stage tables."""
     return (f"### Teachers: validation score per candidate (never the evaluation suite)\n\n"
             f"{markdown_table(teacher_rows(metrics))}\n\nChosen: {json.dumps(metrics['teachers'])}\n\n"
             f"### Per domain: student, teacher and each arm after {metrics['runs'][MOPD]['steps']} steps "
             f"(recovered: within {RECOVERED} of the teacher)\n\n{markdown_table(domain_rows(metrics))}\n\n"
+            f"{seed_teachers(metrics)}"
             f"### Each training seed: mean score on the domains to recover\n\n{markdown_table(seed_rows(metrics))}\n\n"
             f"### Forgetting after MOPD: each domain and mode, over {seeds_text(metrics)} and prompts\n\n"
             f"{markdown_table(forgetting_rows(metrics))}\n\n"
