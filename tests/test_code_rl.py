@@ -15,7 +15,8 @@ from cascadekit.rewards import reading_markup, verifier_reward
 from cascadekit.training.async_rewards import StreamingRewards, _FinishedRows
 from cascadekit.chapters.cascade import code_rl_records
 
-PROFILE = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "code_rl.prompts": 6})
+OVERRIDES = {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "code_rl.prompts": 6}
+PROFILE = load_profile("smoke", OVERRIDES)
 HANGS = "<think>\n</think>\n\n```python\ndef {name}(*args):\n    while True:\n        pass\n```"
 
 
@@ -109,47 +110,28 @@ def test_workers_shut_down_and_a_bad_worker_count_is_refused(tokenizer) -> None:
         rewards(["p"], ["x"], domain=["code"], gold=[columns["gold"][0]])
 
 
-def test_streaming_inside_grpo_gives_the_blocking_runs_rewards(tokenizer, tmp_path) -> None:
+@pytest.mark.parametrize("rollouts", ["generate", "kit"])
+def test_streaming_inside_grpo_gives_the_blocking_runs_rewards(tokenizer, tmp_path, rollouts) -> None:
+    """TRL's ``generate`` and the kit's decode loop (``engine.rollouts: kit``, the toy world's rollouts) alike: each
+    row goes to the pool the step it ends, and the rewards are the blocking run's."""
     from cascadekit.chat import stop_token_ids
     from cascadekit.training.pipeline import chat_rl_dataset
     from cascadekit.engine.runtime import load_model
     from cascadekit.chapters.cascade import sft_checkpoint
     from cascadekit.training.grpo import train_grpo
+    profile = load_profile("smoke", {**OVERRIDES, "engine.rollouts": rollouts})
     curves, stats = {}, {}
     for stream in (False, True):
         model = load_model(sft_checkpoint(PROFILE).checkpoint)
         model.generation_config.eos_token_id = stop_token_ids(tokenizer)
         rewards = StreamingRewards(verifier_reward, tokenizer, workers=2, stream=stream)
-        result = train_grpo(model, tokenizer, chat_rl_dataset(code_rl_records(PROFILE)[:4]), rewards, PROFILE,
-                            str(tmp_path), max_steps=2, hooks=[rewards.attach], shuffle_dataset=False,
+        result = train_grpo(model, tokenizer, chat_rl_dataset(code_rl_records(PROFILE)[:4]), rewards, profile,
+                            str(tmp_path / str(stream)), max_steps=2, hooks=[rewards.attach], shuffle_dataset=False,
                             disable_tqdm=True)
         curves[stream], stats[stream] = list(result.curves["reward"]), rewards.summary()
         assert not rewards.running and "generate" not in vars(model)  # workers stopped, generate given back
     assert curves[True] == curves[False]
     assert stats[True]["reverified"] == 0 and stats[True]["completions"] == stats[False]["completions"] == 16
-    assert stats[False]["sent_while_generating"] == 0
-
-
-def test_the_kit_decode_loop_streams_each_rollout_as_it_ends_with_the_blocking_runs_rewards(tokenizer,
-                                                                                             tmp_path) -> None:
-    """``engine.rollouts: kit`` (the toy world's rollouts): rows go to the pool the step they end, rewards unchanged."""
-    from cascadekit.training.pipeline import chat_rl_dataset
-    from cascadekit.engine.runtime import load_model
-    from cascadekit.chapters.cascade import sft_checkpoint
-    from cascadekit.training.grpo import train_grpo
-    kit = load_profile("smoke", {"sft.stage1_tasks": 2, "sft.stage2_tasks": 1, "code_rl.prompts": 6,
-                                 "engine.rollouts": "kit"})
-    curves, stats = {}, {}
-    for stream in (False, True):
-        model = load_model(sft_checkpoint(PROFILE).checkpoint)
-        rewards = StreamingRewards(verifier_reward, tokenizer, workers=2, stream=stream)
-        result = train_grpo(model, tokenizer, chat_rl_dataset(code_rl_records(PROFILE)[:4]), rewards, kit,
-                            str(tmp_path / str(stream)), max_steps=2, hooks=[rewards.attach], shuffle_dataset=False,
-                            disable_tqdm=True)
-        curves[stream], stats[stream] = list(result.curves["reward"]), rewards.summary()
-        assert not rewards.running
-    assert curves[True] == curves[False]
-    assert stats[True]["completions"] == stats[False]["completions"] == 16 and stats[True]["reverified"] == 0
     assert stats[True]["sent_while_generating"] > 0 and stats[False]["sent_while_generating"] == 0
     assert stats[True]["sent_after_generation"] == stats[False]["sent_after_generation"] == 0
 

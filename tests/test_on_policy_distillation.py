@@ -82,7 +82,6 @@ def test_the_claims_of_several_training_seeds_are_over_seeds_then_prompts():
     assert [r["train seed"] for r in ch.seed_rows(combined)] == [0, 1]
 
 
-
 def test_each_seed_recovers_its_own_cascades_regressions_and_the_seeds_share_one_suite():
     """Each training seed distils its own cascade: its own teachers pick its own domains to recover."""
     one, own = _metrics(), _metrics()

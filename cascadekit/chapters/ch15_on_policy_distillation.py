@@ -51,7 +51,7 @@ from cascadekit.chapters.cascade import (TARGET_DOMAINS, checkpoint, domain_teac
                                          validation_scores)
 from cascadekit.claims import holm_rows, seed_row
 from cascadekit.evaluation.replicates import combine_runs, replicates, seeds_text
-from cascadekit.evaluation.stage_claims import change_row, forgetting_matrix, picked
+from cascadekit.evaluation.stage_claims import change_row, forgetting_matrix, picked, seed_differences
 from cascadekit.evaluation.stage_table import cached_stage_table, stage_markdown
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function
@@ -284,6 +284,7 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [final(m, name) for m in runs]
 
     def recovery(claim: str, paper: str, before: list, after: list, **extra: Any) -> dict[str, Any]:
+        """Over the one set of domains every seed recovers, else each seed's own (:func:`own_domain_changes`)."""
         if all(names == own[0] for names in own):
             return change_row(claim, paper, before, after, "up", names=own[0], **extra)
         return seed_row(claim, paper, own_domain_changes(before, after, own), "up", **extra)
@@ -315,14 +316,11 @@ def own_domain_changes(before: Sequence[Sequence[Mapping[str, Any]]], after: Seq
     prompts fixed while a draw's varies, which widens the interval a little: the
     conservative side.
     """
-    changes = []
-    for b, a, names in zip(before, after, own):
-        if [(x["domain"], x["think"]) for x in b] != [(x["domain"], x["think"]) for x in a]:
-            raise ValueError("the two stage tables did not ask the same prompts in the same order")
-        mask = np.array([x["domain"] in names for x in b])
-        change = np.array([float(y["score"]) - float(x["score"]) for x, y in zip(b, a)])
-        changes.append(np.where(mask, change, 0.0) * (mask.size / mask.sum()))
-    return changes
+    scaled = []
+    for change, table, names in zip(seed_differences(before, after), before, own):
+        mask = np.array([x["domain"] in names for x in table])
+        scaled.append(np.where(mask, change, 0.0) * (mask.size / mask.sum()))
+    return scaled
 
 
 def train_seeds(metrics: Mapping[str, Any]) -> list[Any]:

@@ -233,12 +233,11 @@ class StreamingRewards(TrainerCallback):
         for name in ("_generate_and_score_completions", "_generate"):
             if not callable(getattr(trainer, name, None)):
                 raise RuntimeError(f"TRL moved GRPOTrainer.{name}: StreamingRewards needs updating")
-        rollout_func = getattr(trainer, "rollout_func", None)
-        if rollout_func is not None and not getattr(trainer.args, "use_vllm", False) \
-                and "on_finished" in inspect.signature(rollout_func).parameters:
+        rollout_func, use_vllm = getattr(trainer, "rollout_func", None), getattr(trainer.args, "use_vllm", False)
+        if rollout_func is not None and not use_vllm and "on_finished" in inspect.signature(rollout_func).parameters:
             self._attach_to_rollouts(trainer)
             return
-        if getattr(trainer.args, "use_vllm", False) or rollout_func is not None:
+        if use_vllm or rollout_func is not None:
             self._attach_after_generation(trainer)
             return
         model = trainer.model
