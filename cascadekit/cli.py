@@ -734,7 +734,7 @@ def _names(text: str) -> list[str]:
 
 
 def _edges_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", metavar="STAGE|FOLDER", help="a cache entry such as sft/ba691e9f1e32 "
+    parser.add_argument("checkpoint", metavar="STAGE|FOLDER", help="a cache entry such as sft/c1b9df82d3c5 "
                         "(cached or shipped) or a checkpoint folder")
     parser.add_argument("--ops", type=_ops, default="2-5", help="op counts, e.g. 2-5 or 2,4")
     parser.add_argument("--domains", type=_names, default=[], help="comma-separated domains (default: all six)")

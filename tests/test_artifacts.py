@@ -208,4 +208,4 @@ def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypa
         return real(kind, key, never, **kwargs)
 
     monkeypatch.setattr(pipeline, "get_or_build", shipped_only)
-    assert unified_math_rl(resolve("11", "toy", {"world": "first"}).profile, tmp_path).key == "b558fe39ffb7"
+    assert unified_math_rl(resolve("11", "toy").profile, tmp_path).key == "8fac51d21012"

@@ -14,10 +14,10 @@ from cascadekit.chapters import cascade, resolve
 from cascadekit.stages import StageOutput
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The cascade's toy keys (chapters 08-13 built and shipped them, under older keys: data/checkpoints/aliases.json),
-#: in the table's order.
-SHIPPED = {"SFT": "ba691e9f1e32", "RLHF": "9c9833bff936", "IF-RL": "7d3712bc0817", "Math RL": "b558fe39ffb7",
-           "Code RL": "74ee446c5a99", "SWE RL": "348a8657bf9b"}
+#: The cascade's toy keys, the second world's first training seed (chapters 08-13 built and shipped them), in the
+#: table's order.
+SHIPPED = {"SFT": "c1b9df82d3c5", "RLHF": "c3dbe1a66cf3", "IF-RL": "3a1540e9ee8e", "Math RL": "8fac51d21012",
+           "Code RL": "0be23bddb27c", "SWE RL": "674c9bbf8be5"}
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def fresh(monkeypatch):
 
 
 def test_every_stage_resolves_to_its_shipped_toy_key_without_training_each_once(fresh, monkeypatch):
-    """Chapter 14's toy profile (the toy profile with the RL settings chapters 09-14 share) reaches every shipped
+    """Chapter 14's toy profile (the second world, its first training seed) reaches every shipped
     stage; nothing is built, and every artifact on the way is resolved exactly once, however often it is asked."""
     locked, resolved = artifacts._get_or_build_locked, Counter()
 
@@ -39,14 +39,14 @@ def test_every_stage_resolves_to_its_shipped_toy_key_without_training_each_once(
         return locked(stage, key, never, target, folder, use_shipped)
 
     monkeypatch.setattr(artifacts, "_get_or_build_locked", shipped_only)
-    profile = resolve("14", "toy", {"world": "first"}).profile  # the first world's chain, chapter 15's start
+    profile = resolve("14", "toy").profile  # the chapter's own: the second world, its first training seed
     hash(profile)  # the memo's key: a frozen profile is hashable
     keys = {name: cascade.checkpoint(name, profile).key for name in cascade.STAGES}
     assert keys == SHIPPED
     for name in cascade.STAGES:
         found = cascade.checkpoint(name, profile)
         assert artifacts.shipped_folder(found.checkpoint.parent.name, found.key), name
-    assert cascade.largest_reward_model(profile).key == "9e930681693f" and cascade.judge(profile).key == "0f88ac8386e6"
+    assert cascade.largest_reward_model(profile).key == "bb4f74172bd0" and cascade.judge(profile).key == "d36df8b14a73"
     assert resolved and set(resolved.values()) == {1}, resolved.most_common(3)
     asked = sum(resolved.values())
     stages = cascade.run_cascade(profile, Path("unused"))

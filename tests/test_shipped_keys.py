@@ -14,11 +14,10 @@ addition). The toy walk finds the old folder of each stage it reaches by :func:`
 (the stage's inputs with each upstream content id written back as the old key of the folder it came from) and,
 when regenerating, writes ``aliases.json`` with :func:`cascadekit.artifacts.write_aliases`.
 
-**Known exception** (:data:`RECORDED_CHECKPOINTS`): chapter 14's *RLHF last* arm ships only its stage tables,
-not its GRPO and dynamic-filter stages. Its first stage (IF-RL from SFT) is computed and its old key checked
-against ``data/results/first_world/14_whole_cascade/metrics.json``; but a stage table is keyed by its checkpoint's
-content, which was never shipped, so the arm's tables cannot be keyed (:func:`unkeyable_rlhf_last_tables`):
-they stay committed under their old keys, reached by no code path, until the arm is trained again.
+**Chapter 14 at toy** (:data:`UNSHIPPED_ARMS`): its stage tables, joint RL and RLHF-last arm are not shipped
+(the toy notebook reads the committed run), so the toy walk only checks that the chapter's cascade ends where
+chapter 13's does (the second world's first training seed); the smoke walk goes through all of them. The first Part II
+world's chain is not shipped either: its runs under ``data/results/first_world/`` are evidence, read, not rerun.
 
 **Smoke** (:func:`test_smoke_keys_are_pinned`): the same walk at ``smoke``, where nothing is shipped. Every
 build is faked (:func:`_fake_build`): it writes the ``stage.json`` metrics and the files the walk reads
@@ -67,8 +66,9 @@ ALLOWED_BUILDS = {
 #: The second world's training seeds (offsets from the profile's) whose SFT and whole chain, RLHF's reward model to
 #: SWE RL, are shipped: what its chapters over seeds start from (chapter 09's smaller reward model is its own to train).
 SECOND_SEEDS = (0, 1, 2)
-#: The first Part II world (chapter 15 starts from its cascade; its chapters' runs are kept as evidence).
-FIRST = {"world": "first"}
+#: Scales whose chapter-14 arms (stage tables, joint RL, RLHF last) are not shipped: the walk stops at the cascade.
+UNSHIPPED_ARMS = {"toy": "chapter 14's stage tables, joint RL and RLHF-last arm are not shipped: its toy notebook "
+                         "reads the committed run"}
 #: The smoke fake answers this many policy-sample prompts (zip stops at the real number of prompts).
 FAKE_PROMPTS = 1000
 
@@ -83,12 +83,10 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.evaluation.stage_table import cached_stage_table
     from cascadekit.chapters.ch05_context_transfer import B_SHARES, cached_variant
     from cascadekit.chapters.ch14_whole_cascade import RLHF_LAST_ORDER, harder_suite
-    from cascadekit.results import RESULTS_DIR
-    from cascadekit.rewards import verifier_reward
     from cascadekit.training import reward_model, swe_judge
     from cascadekit.chapters.cascade import (
-        ORDER, TARGETS, if_rl_stage, joint_rl, judge, largest_reward_model, reward_models, run_cascade,
-        sft_checkpoint, swe_rl_start, unified_if_rl, unified_math_rl, unified_rlhf, unified_swe_rl,
+        ORDER, TARGETS, joint_rl, judge, largest_reward_model, reward_models, run_cascade, swe_rl_start,
+        unified_if_rl, unified_math_rl, unified_rlhf, unified_swe_rl,
     )
     from cascadekit.training.sft import sft_stages
 
@@ -98,13 +96,12 @@ def entry_points() -> SimpleNamespace:
         legacy_key=legacy_key,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
         chat_base=chat_base, sft_stages=sft_stages, reward_models=reward_models,
-        largest_reward_model=largest_reward_model,
-        judge=judge,
+        largest_reward_model=largest_reward_model, judge=judge,
         unified_rlhf=unified_rlhf, unified_if_rl=unified_if_rl, unified_math_rl=unified_math_rl,
-        swe_rl_start=swe_rl_start, unified_swe_rl=unified_swe_rl, sft_checkpoint=sft_checkpoint, if_rl_stage=if_rl_stage,
-        verifier_reward=verifier_reward, run_cascade=run_cascade, ORDER=ORDER, RLHF_LAST_ORDER=RLHF_LAST_ORDER,
-        TARGETS=TARGETS, joint_rl=joint_rl, cached_stage_table=cached_stage_table, harder_suite=harder_suite,
-        StageOutput=stages.StageOutput, RESULTS_DIR=RESULTS_DIR,
+        swe_rl_start=swe_rl_start, unified_swe_rl=unified_swe_rl, run_cascade=run_cascade, ORDER=ORDER,
+        RLHF_LAST_ORDER=RLHF_LAST_ORDER, TARGETS=TARGETS, joint_rl=joint_rl, cached_stage_table=cached_stage_table,
+        harder_suite=harder_suite,
+        StageOutput=stages.StageOutput,
         # loaded by RewardModelScore / SemanticJudge; stubbed at smoke, where the fake reward model has no weights
         model_loaders=[(reward_model, "load_classifier"), (reward_model, "load_tokenizer"),
                        (swe_judge, "load_classifier"), (swe_judge, "load_tokenizer")],
@@ -257,20 +254,6 @@ def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool,
     yield recorder
 
 
-def recorded_rlhf_last() -> list[tuple[str, str]]:
-    """Chapter 14's RLHF-last arm as committed: (stage name, checkpoint key), SFT first."""
-    metrics = json.loads((entry_points().RESULTS_DIR / "first_world" / "14_whole_cascade" / "metrics.json").read_text())
-    return [(s["name"], s["key"]) for s in metrics["stages"]["RLHF last"]]
-
-
-#: Known exception: a walk that cannot go on from shipped data (see the module docstring).
-RECORDED_CHECKPOINTS = {
-    "toy": "chapter 14's RLHF-last GRPO and dynamic-filter stages are not shipped (only their stage tables, "
-           "which name their checkpoints' old keys from data/results/first_world/14_whole_cascade/metrics.json and "
-           "cannot be keyed by content): the walk stops after checking the arm's first stage",
-}
-
-
 def chain(ep: SimpleNamespace, rec: Recorder, scale: str, overrides: dict[str, Any], label: str,
           work: Path, every_reward_model: bool = True) -> Any:
     """Each chapter's start under ``overrides``: the cascade so far, every earlier stage a hit (chapter 13's chain
@@ -304,10 +287,6 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
         with rec.at(f"05 variant b={share:g}"):
             ep.cached_variant(profile05, share)
 
-    with rec.at("08 SFT"):
-        profile08 = ep.resolve("08", scale, FIRST).profile
-        ep.sft_stages(ep.chat_base(profile08), profile08)
-    final = chain(ep, rec, scale, FIRST, "", work)
     world = {"world": "second"}
     for offset in SECOND_SEEDS:
         overrides = {**world, "train_seed": ep.resolve("08", scale, world).profile.seeds.train + offset}
@@ -317,7 +296,14 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
         chain(ep, rec, scale, overrides, f"second world, training seed +{offset}: ", work / f"second-{offset}",
               every_reward_model=False)
 
-    profile = ep.resolve("14", scale, FIRST).profile
+    profile = ep.resolve("14", scale).profile  # the chapter's own world: the second at toy, the first at smoke
+    with rec.at("13 SWE RL"):
+        final = ep.unified_swe_rl(ep.resolve("13", scale).profile, work / "13")
+    if scale in UNSHIPPED_ARMS:
+        with rec.at("14 cascade"):
+            cascade = ep.run_cascade(profile, work / "14-cascade", ep.ORDER)
+        assert cascade[-1].checkpoint.key == final.key, "chapter 14's cascade does not end where chapter 13's does"
+        return
     suite = ep.harder_suite(profile)
 
     def tables(arm: str):
@@ -336,34 +322,11 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
         joint = ep.joint_rl(profile, prompts, work / "14-joint")
         tables("joint")(SimpleNamespace(name="joint RL", checkpoint=joint))
     with rec.at("14 RLHF last"):
-        if scale not in RECORDED_CHECKPOINTS:
-            ep.run_cascade(profile, work / "14-rlhf-last", ep.RLHF_LAST_ORDER, tables("RLHF last"))
-            return
-        recorded = recorded_rlhf_last()
-        assert [name for name, _ in recorded] == ["SFT", *ep.RLHF_LAST_ORDER]
-        assert rec.aliases.get(("sft", cascade[0].checkpoint.key), cascade[0].checkpoint.key) == recorded[0][1]
-        first = recorded[1]
-        assert first[0] == "IF-RL"
-        with pytest.raises(Unshipped) as miss:  # computed, not shipped: its old key must be the recorded one
-            ep.if_rl_stage(ep.sft_checkpoint(profile), profile, False, ep.verifier_reward, work / "14-rlhf-last")
-        old = ep.legacy_key(miss.value.stage, rec.old)
-        assert (miss.value.kind, old) == ("grpo", first[1]), (
-            f"the RLHF-last arm's IF-RL stage had key {old}, the committed tables name {first[1]}")
-        key = miss.value.key
-        rec.reached.discard(("grpo", key))
-        rec.built.remove(("grpo", key))
-        rec.names = {n: v for n, v in rec.names.items() if v != f"grpo/{key}"}
+        ep.run_cascade(profile, work / "14-rlhf-last", ep.RLHF_LAST_ORDER, tables("RLHF last"))
 
 
 def shipped() -> set[tuple[str, str]]:
     return {(p.parent.name, p.name) for p in SHIPPED.glob("*/*") if p.is_dir() and not p.name.startswith(".")}
-
-
-def unkeyable_rlhf_last_tables() -> set[tuple[str, str]]:
-    """The shipped stage tables of chapter 14's RLHF-last arm: keyed by checkpoints that were never shipped."""
-    checkpoints = {key for _, key in recorded_rlhf_last()[1:]}
-    return {entry for entry in shipped() if entry[0] == "stage-table" and json.loads(
-        (SHIPPED.joinpath(*entry) / entry_points().STAGE_FILE).read_text())["inputs"]["checkpoint"] in checkpoints}
 
 
 def _check_fixture(scale: str, names: dict[str, str]) -> None:
@@ -397,9 +360,7 @@ def test_toy_reaches_every_shipped_checkpoint(monkeypatch: pytest.MonkeyPatch, t
     assert {k for k, _ in rec.built} <= set(ALLOWED_BUILDS), f"built: {rec.built}"
     assert set(rec.aliases) == set(entry_points().artifacts.read_aliases()), "an alias the walk never used"
     folders = {(kind, rec.aliases.get((kind, key), key)) for kind, key in rec.reached if (kind, key) not in rec.built}
-    unkeyable = unkeyable_rlhf_last_tables()
-    assert len(unkeyable) == 2 * len(recorded_rlhf_last()[1:])  # a table and a harder one after each stage
-    orphans, unknown = sorted(shipped() - folders - unkeyable), sorted(folders - shipped())
+    orphans, unknown = sorted(shipped() - folders), sorted(folders - shipped())
     assert not orphans and not unknown, (
         "shipped checkpoints no code path reaches (orphans):\n" +
         "\n".join(f"  {k}/{v}: {_what(k, v)}" for k, v in orphans) +

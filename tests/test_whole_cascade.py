@@ -21,9 +21,6 @@ from cascadekit.chapters.cascade import (
     ORDER, DomainReward, joint_rl_settings, check_order, domain_pools, joint_records, parse_joint, run_cascade,
 )
 
-#: The first Part II world, whose chain is shipped under the keys below (chapter 15 starts from it).
-FIRST = {"world": "first"}
-
 
 def test_an_order_names_known_stages_once():
     assert check_order(list(reversed(ORDER))) == tuple(reversed(ORDER))
@@ -74,30 +71,16 @@ def test_joint_rl_takes_the_longest_length_limit():
 
 
 def test_the_cascade_resumes_from_the_shipped_stages_without_training():
+    """Chapter 14's own profile (the second world, its first training seed) finds every stage shipped."""
     from cascadekit.chapters import resolve
 
-    stages = run_cascade(resolve("14", "toy", FIRST).profile, Path("unused"))
+    profile = resolve("14", "toy").profile
+    stages = run_cascade(profile, Path("unused"))
     assert [s.name for s in stages] == ["SFT", *ORDER]
-    assert [s.checkpoint.key for s in stages] == ["ba691e9f1e32", "9c9833bff936", "7d3712bc0817", "b558fe39ffb7",
-                                                  "74ee446c5a99", "348a8657bf9b"]
+    assert [s.checkpoint.key for s in stages] == ["c1b9df82d3c5", "c3dbe1a66cf3", "3a1540e9ee8e", "8fac51d21012",
+                                                  "0be23bddb27c", "674c9bbf8be5"]
     assert [len(s.runs) for s in stages] == [0, 1, 1, 3, 1, 2]
-    profile = resolve("14", "toy", FIRST).profile
-    assert [s.prompts(profile) for s in stages[1:]] == [512, 512, 376, 256, 192]
-
-
-def test_the_shipped_stage_tables_are_read_not_generated(monkeypatch):
-    from cascadekit.chapters import resolve
-    from cascadekit.chapters.ch14_whole_cascade import harder_suite
-
-    def generating(*args, **kwargs):
-        raise AssertionError("generated a stage table that is shipped")
-
-    monkeypatch.setattr(stage_table, "stage_table", generating)
-    profile = resolve("14", "toy", FIRST).profile
-    last = run_cascade(profile, Path("unused"))[-1]
-    for records, n in ((None, 768), (harder_suite(profile), 384)):
-        table = stage_table.cached_stage_table(last.checkpoint, profile, "SWE RL", records)
-        assert len(table["samples"]) == n and {r["stage"] for r in table["rows"]} == {"SWE RL"}
+    assert [s.prompts(profile) for s in stages[1:]] == [512, 512, 408, 256, 192]
 
 
 def _entry(folder: Path, key: str) -> StageOutput:
