@@ -26,7 +26,9 @@ def _run(lift: float, accuracy: float) -> dict:
             "reward_models": {str(n): {"held_out": {"accuracy": accuracy, "low": accuracy - 0.05,
                                                     "high": accuracy + 0.05, "pairs": 200}} for n in (1, 4)},
             "reward_model_views": {"RLHF half-half / RM 4": view,
-                                   "RLHF half-half (RM 1 layer) / RM 1": [{**v, "gap": 0.3} for v in view]}}
+                                   "RLHF half-half (RM 1 layer) / RM 1": [{**v, "gap": 0.3} for v in view],
+                                   "SFT / RM 4": [{**v, "gap": 0.05} for v in view],
+                                   "SFT / RM 1": [{**v, "gap": 0.0} for v in view]}}
 
 
 def test_the_claims_of_several_training_seeds_are_over_seeds_then_prompts():
@@ -40,7 +42,8 @@ def test_the_claims_of_several_training_seeds_are_over_seeds_then_prompts():
     accuracy = rows["the 4-layer reward model's held-out pairwise accuracy, above chance (0.5)"]
     assert accuracy["this run"] == pytest.approx(0.25) and "(seeds: 0.300, 0.200)" in accuracy["95% interval"]
     hacked = next(r for c, r in rows.items() if c.startswith("a larger reward model is hacked less"))
-    assert hacked["this run"] == pytest.approx(-0.2) and hacked["verdict"] == "reproduced"
+    # growth from SFT: (0.1 - 0.05) - (0.3 - 0.0); the raw gaps alone would say -0.2
+    assert hacked["this run"] == pytest.approx(-0.25) and hacked["verdict"] == "reproduced"
     assert [r["train seed"] for r in ch.seed_rows(combined)] == [0, 1]
     assert ch.seed_rows(combined)[1]["general, half-half minus SFT"] == pytest.approx(0.25)
 

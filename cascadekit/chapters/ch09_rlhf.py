@@ -160,14 +160,23 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows.extend(accuracy_row(layers, runs) for layers in sizes)
     for small in sizes[:-1]:
         small_run = arm_name("half-half", small, largest)
-        differences = [np.subtract([v["gap"] for v in m["reward_model_views"][f"RLHF half-half / RM {largest}"]],
-                                   [v["gap"] for v in m["reward_model_views"][f"{small_run} / RM {small}"]])
+        differences = [np.subtract(gap_growth(m, "RLHF half-half", largest), gap_growth(m, small_run, small))
                        for m in runs]
-        rows.append(seed_row(f"a larger reward model is hacked less: (predicted - true quality) after RLHF against "
-                             f"the {largest}-layer RM minus against the {small}-layer RM",
+        rows.append(seed_row(f"a larger reward model is hacked less: growth of (predicted - true quality) from SFT's "
+                             f"answers to RLHF's, against the {largest}-layer RM minus against the {small}-layer RM",
                              "small RMs more exposed to style artifacts and reward hacking (7B-72B)",
                              differences, "down"))
     return holm_rows(rows)
+
+
+def gap_growth(run: Mapping[str, Any], policy: str, layers: int) -> np.ndarray:
+    """Per general prompt, how far the ``layers``-layer reward model's gap (predicted minus true quality) grew from
+    the SFT model's answer to ``policy``'s: the hacking, net of the offset each reward model already has on SFT's
+    answers (larger ones sat 0.02-0.03 further above the truth there in the second world, which a difference of raw
+    gaps would count as hacking)."""
+    views = run["reward_model_views"]
+    return np.subtract([v["gap"] for v in views[f"{policy} / RM {layers}"]],
+                       [v["gap"] for v in views[f"{SFT_STAGE} / RM {layers}"]])
 
 
 def accuracy_row(layers: int, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
