@@ -9,7 +9,8 @@ from cascadekit.domains import domains
 from cascadekit.evaluation.stage_table import (PAPER, aggregate, evaluate, follows_mode, stage_markdown, paper_vs_run,
                                                repetition_rate, rollout, score_interval, suite_records)
 from cascadekit.engine.models import build_model
-from cascadekit.profiles import load_profile
+from cascadekit.chapters import resolve
+from cascadekit.profiles import apply_overrides, load_profile
 
 PROFILE = load_profile("smoke", {"sft.eval_tasks": 1, "sft.max_new_tokens": 8})
 
@@ -123,8 +124,8 @@ def test_the_kit_decoder_answers_every_turn_as_generate_does(monkeypatch) -> Non
     from cascadekit.evaluation import stage_table as table_module
     from cascadekit.evaluation.stage_table import _suite_inputs, evaluate_checkpoint
 
-    toy = load_profile("toy")
-    kit = load_profile("toy", {"engine.evaluation_decoder": "kit"})
+    kit = resolve("08", "toy").profile  # Part II's toy world (its shipped SFT) decodes with the kit's loop
+    toy = apply_overrides(kit, {"engine.evaluation_decoder": "generate"})
     checkpoint = sft_checkpoint(toy).checkpoint
     records = [r for name in domains() for r in suite_records(toy, [name])[:4]]
     expected = evaluate_checkpoint(checkpoint, toy, "SFT", records)
