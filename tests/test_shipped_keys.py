@@ -296,7 +296,10 @@ def walk(scale: str, rec: Recorder, work: Path) -> None:
         chain(ep, rec, scale, overrides, f"second world, training seed +{offset}: ", work / f"second-{offset}",
               every_reward_model=False)
 
-    profile = ep.resolve("14", scale).profile  # the chapter's own world: the second at toy, the first at smoke
+    with rec.at("08 SFT"):  # the chapter's own world: the second at toy (reached above), the first at smoke
+        profile08 = ep.resolve("08", scale).profile
+        ep.sft_stages(ep.chat_base(profile08), profile08)
+    profile = ep.resolve("14", scale).profile
     with rec.at("13 SWE RL"):
         final = ep.unified_swe_rl(ep.resolve("13", scale).profile, work / "13")
     if scale in UNSHIPPED_ARMS:
