@@ -626,10 +626,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _part2_profile(args: argparse.Namespace) -> Any:
     """The ``--scale`` profile in Part II's world (``--world``, else chapter 08's at that scale) with ``--set``."""
-    from cascadekit.chapters import chapter_world
-    from cascadekit.profiles import load_profile, with_world
+    from cascadekit.chapters import resolve
 
-    return load_profile(args.scale, with_world(_overrides(args), chapter_world("08", args.scale)))
+    return resolve("08", args.scale, _overrides(args)).profile
 
 
 def _data_arguments(parser: argparse.ArgumentParser) -> None:

@@ -125,10 +125,10 @@ def test_the_kit_decoder_answers_every_turn_as_generate_does(monkeypatch) -> Non
     from cascadekit.evaluation.stage_table import _suite_inputs, evaluate_checkpoint
 
     kit = resolve("08", "toy").profile  # Part II's toy world (its shipped SFT) decodes with the kit's loop
-    toy = apply_overrides(kit, {"engine.evaluation_decoder": "generate"})
-    checkpoint = sft_checkpoint(toy).checkpoint
-    records = [r for name in domains() for r in suite_records(toy, [name])[:4]]
-    expected = evaluate_checkpoint(checkpoint, toy, "SFT", records)
+    generate = apply_overrides(kit, {"engine.evaluation_decoder": "generate"})
+    checkpoint = sft_checkpoint(generate).checkpoint
+    records = [r for name in domains() for r in suite_records(generate, [name])[:4]]
+    expected = evaluate_checkpoint(checkpoint, generate, "SFT", records)
     monkeypatch.setattr(table_module, "_generate_rows", lambda *a: pytest.fail("model.generate decoded"))
     table = evaluate_checkpoint(checkpoint, kit, "SFT", records)
     keep = ("completion", "tokens", "score", "follows_mode")
@@ -136,4 +136,4 @@ def test_the_kit_decoder_answers_every_turn_as_generate_does(monkeypatch) -> Non
     assert table["rows"] == expected["rows"]
     assert any("<tool_response>" in s["completion"] for s in expected["samples"])  # a second turn was decoded
     assert len({s["tokens"] for s in expected["samples"]}) > 10
-    assert _suite_inputs(kit, records) == {**_suite_inputs(toy, records), "generation": "kit"}
+    assert _suite_inputs(kit, records) == {**_suite_inputs(generate, records), "generation": "kit"}

@@ -34,14 +34,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from cascadekit.chat import render, stop_token_ids, turn_ids
 from cascadekit.domains import prompt_of
-from cascadekit.chapters import chapter_world
+from cascadekit.chapters import resolve
 from cascadekit.chapters.cascade import sft_checkpoint
 from cascadekit.engine.decode import GREEDY, Sampling, decode
 from cascadekit.engine.runtime import load_model, load_tokenizer
 from cascadekit.evaluation.stage_table import evaluate_checkpoint, suite_records
-from cascadekit.profiles import (
-    Profile, add_scale_arguments, apply_overrides, load_profile, parse_overrides, set_threads, with_world,
-)
+from cascadekit.profiles import Profile, add_scale_arguments, apply_overrides, parse_overrides, set_threads
 from cascadekit.training.chat_base import chat_base
 
 Decoder = Callable[[], list[list[int]]]
@@ -118,7 +116,7 @@ def main(argv: Sequence[str] | None = None,
     parser.add_argument("--shape", choices=["stage-table", "grpo", "both", "table"], default="both")
     args = parser.parse_args(argv)
     set_threads(args.threads)  # the shipped Part II base and SFT are the Part II world's (chapter 08's at this scale)
-    profile = load_profile(args.scale, with_world(parse_overrides(args.overrides), chapter_world("08", args.scale)))
+    profile = resolve("08", args.scale, parse_overrides(args.overrides)).profile
     if args.batch < 1 or args.max_new_tokens < 1 or args.repeats < 1:
         parser.error("--batch, --max-new-tokens and --repeats must be at least 1")
     folder = chat_base(profile).checkpoint
