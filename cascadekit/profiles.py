@@ -169,7 +169,9 @@ class MathRLConfig:
     epoch first drops the prompts the policy always or never solves, re-admitting
     each dropped one with probability ``readmit``. ``penalty`` is the format-switch
     penalty; ``lr`` replaces ``rl.lr`` (Math RL's own rate, so that the earlier
-    stages, keyed by ``rl``, stay the same cached stages).
+    stages, keyed by ``rl``, stay the same cached stages). ``step_credit`` weighs
+    partial credit for the gold's steps into the reward (a lever, not the paper's
+    recipe: :func:`cascadekit.rewards.math_rl_reward`); 0 rewards the answer alone.
     """
 
     ops: tuple[int, int]
@@ -179,6 +181,7 @@ class MathRLConfig:
     readmit: float
     penalty: float
     lr: float
+    step_credit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -594,7 +597,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rlhf.lr": (lambda v: v is None or v > 0, "positive (or null: rl.lr)"),
     "rlhf.kl_beta": (lambda v: v is None or v >= 0, ">= 0 (or null: rl.kl_beta)"),
     "math_rl.ops": _OPS, "math_rl.pool": _POSITIVE, "math_rl.epochs": _POSITIVE, "math_rl.lr": _POSITIVE,
-    "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION,
+    "math_rl.readmit": _FRACTION, "math_rl.penalty": _FRACTION, "math_rl.step_credit": _FRACTION,
     "math_rl.lengths": (lambda v: len(v) > 0 and all(n > 0 for n in v) and list(v) == sorted(set(v)),
                         "a non-empty, strictly increasing list of lengths > 0"),
     "code_rl.ops": _OPS, "code_rl.prompts": _POSITIVE, "code_rl.workers": _POSITIVE,

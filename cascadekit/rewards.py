@@ -41,10 +41,10 @@ import json
 from functools import lru_cache, wraps
 from typing import Any, Callable, Mapping
 
-from cascadekit.chat import END_OF_TURN
+from cascadekit.chat import END_OF_TURN, parse_assistant
 from cascadekit.domains import domains
 from cascadekit.verify.format_switch import format_switches
-from cascadekit.verify.process import ProcessVerdict, judge
+from cascadekit.verify.process import ProcessVerdict, judge, step_accuracy
 from cascadekit.world.render import Problem
 
 RewardFn = Callable[..., list[float]]
@@ -199,27 +199,46 @@ def verifier_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -
             for c, name, gold in zip(completions, names, golds)]
 
 
-def math_rl_reward(penalty: float = 0.5) -> RewardFn:
+def math_rl_reward(penalty: float = 0.5, step_credit: float = 0.0) -> RewardFn:
     """Math RL's reward: 1 for the right boxed answer, minus ``penalty`` if the answer switches format.
 
     The format switches are :func:`cascadekit.verify.format_switch.format_switches`
     (a second answer block, code, tool-call or patch markup, a second think block),
     the toy's stand-in for the paper's code-switching penalty. A right answer that
     switches scores ``1 - penalty``, a wrong one that switches ``-penalty``.
+
+    With ``step_credit`` c > 0 the answer's share becomes ``(1 - c) * answer + c * steps``,
+    ``steps`` the share of the gold solution's steps the think block writes with the
+    gold's parents and value (:func:`cascadekit.verify.process.step_accuracy`, read
+    against the dataset's ``reasoning`` column). A wrong answer with three of five
+    steps right then earns credit, so a group the policy never solves still has
+    rewards that differ. This departs from the paper, whose Math RL rewards the answer
+    alone, and from Part I's process reward, which is 0 whenever the answer is wrong:
+    it is the kit's lever for a denser signal (``math_rl.step_credit``; 0, the paper's
+    reward, by default).
     """
     if not 0.0 <= penalty <= 1.0:
         raise ValueError(f"penalty must lie in [0, 1], got {penalty!r}")
+    if not 0.0 <= step_credit <= 1.0:
+        raise ValueError(f"step_credit must lie in [0, 1], got {step_credit!r}")
 
     def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        golds = kwargs.get("gold")
+        golds, reasonings = kwargs.get("gold"), kwargs.get("reasoning")
         if golds is None or len(golds) != len(completions):
             raise ValueError("the math RL reward needs a 'gold' dataset column, one entry per completion")
+        if step_credit and (reasonings is None or len(reasonings) != len(completions)):
+            raise ValueError("the math RL reward with step credit needs a 'reasoning' dataset column (the gold "
+                             "thinking), one entry per completion")
         judge = domains()["math"].judge
         texts = [completion_text(c) for c in completions]
-        return [judge(json.loads(g) if isinstance(g, str) else g, t).score - penalty * bool(format_switches(t))
-                for t, g in zip(texts, golds)]
+        answers = [judge(json.loads(g) if isinstance(g, str) else g, t).score for t, g in zip(texts, golds)]
+        if step_credit:
+            steps = [step_accuracy(parse_assistant(t).thinking, str(r)) for t, r in zip(texts, reasonings)]
+            answers = [(1 - step_credit) * a + step_credit * s for a, s in zip(answers, steps)]
+        return [a - penalty * bool(format_switches(t)) for a, t in zip(answers, texts)]
 
-    reward.__name__ = reward.__qualname__ = f"math_rl_reward_{penalty:g}"
+    credit = f"_steps{step_credit:g}" if step_credit else ""  # the paper's reward keeps its name (and its keys)
+    reward.__name__ = reward.__qualname__ = f"math_rl_reward_{penalty:g}{credit}"
     return reward
 
 

@@ -54,3 +54,21 @@ def test_hostile_completions_score_without_raising_or_stalling() -> None:
     assert time.perf_counter() - started < 5
     assert scores[-1] == 1.0 and all(s <= 0.0 for s in scores[:-1])
     assert reward(["p"], [THINK + "\\boxed{14}"], gold=[json.dumps({"answer": "x"})]) == [0.0]
+
+
+STEPS = "tigers = 1. eagles = 10. sharks = tigers + eagles + 3 = 1 + 10 + 3 = 14."
+
+
+def test_step_credit_pays_for_the_gold_steps_a_wrong_answer_gets_right() -> None:
+    reward = math_rl_reward(0.5, step_credit=0.8)
+    assert reward.__name__ == "math_rl_reward_0.5_steps0.8"
+    two_of_three = "<think>\ntigers = 1. eagles = 10. sharks = tigers + eagles + 3 = 15.\n</think>\n\n"
+    completions = [f"<think>\n{STEPS}\n</think>\n\n\\boxed{{14}}", two_of_three + "\\boxed{15}",
+                   two_of_three + "\\boxed{15} \\boxed{15}", "\\boxed{14}", None, "<think>" + "x" * 300_000]
+    scores = reward(["p"] * 6, completions, gold=[GOLD] * 6, reasoning=[STEPS] * 6)
+    assert scores == pytest.approx([1.0, 0.8 * 2 / 3, 0.8 * 2 / 3 - 0.5, 0.2, 0.0, 0.0])
+    with pytest.raises(ValueError, match="reasoning"):
+        reward(["p"], [completions[0]], gold=[GOLD])
+    with pytest.raises(ValueError, match="step_credit"):
+        math_rl_reward(0.5, step_credit=1.5)
+    assert math_rl_reward(0.5, step_credit=0.0).__name__ == "math_rl_reward_0.5"  # the paper's reward keeps its keys

@@ -105,6 +105,8 @@ def test_chat_grpo_rewards_with_the_domains_verifiers(tmp_path, monkeypatch):
     dataset = pipeline.chat_rl_dataset(records)
     assert dataset[0]["prompt"].endswith("<|im_start|>assistant\n") and set(dataset["domain"]) == {"math", "code"}
     gold = [json.loads(g) for g in dataset["gold"]]
+    assert dataset["reasoning"][0] == records[0]["messages"][-1]["reasoning_content"] != ""  # /think: the gold steps
+    assert dataset["reasoning"][1] == ""  # /no_think
     assert verifier_reward(dataset["prompt"], ["\\boxed{%d}" % gold[0]["answer"], "junk"], domain=dataset["domain"][:2],
                            gold=dataset["gold"][:2]) == [1.0, 0.0]
     trained = pipeline.chat_grpo(chat_base(profile), records, profile, tmp_path / "work")

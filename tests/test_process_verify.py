@@ -316,3 +316,15 @@ def test_the_blind_spots_shared_with_the_official_parser_are_still_blind():
     expected = parse_solution(gold).steps
     for text in (wrong_operand, wrong_intermediate):
         assert text != gold and parse_solution(text).steps == expected
+
+
+def test_step_accuracy_is_the_share_of_gold_steps_written_with_their_parents_and_value() -> None:
+    from cascadekit.verify.process import MAX_TEXT, step_accuracy
+    gold = "tigers = 1. eagles = 10. sharks = tigers + eagles + 3 = 1 + 10 + 3 = 14."
+    assert step_accuracy(gold, gold) == 1.0
+    assert step_accuracy("eagles = 10. tigers = 1.", gold) == pytest.approx(2 / 3)
+    assert step_accuracy("tigers = 1. eagles = 10. sharks = tigers + 3 = 14.", gold) == pytest.approx(2 / 3)
+    assert step_accuracy("tigers = 2. tigers = 1.", gold) == pytest.approx(1 / 3)  # the later definition counts
+    for hostile in ("", "garbage", None, 42, "x = " * 1000, "tigers = 1. " + "y" * MAX_TEXT):
+        assert step_accuracy(hostile, gold) == 0.0
+    assert step_accuracy(gold, "no steps here") == 0.0

@@ -113,6 +113,9 @@ def test_the_released_stages_use_the_released_rewards():
     assert cascade.domain_reward(load_profile("toy")) is cascade.verifier_reward
     assert math_rl.math_reward(profile).__name__ == "released_math_0.5"
     assert math_rl.math_reward(load_profile("toy")).__name__ == "math_rl_reward_0.5"
+    assert math_rl.math_reward(load_profile("toy", {"math_rl.step_credit": 0.8})).__name__ == "math_rl_reward_0.5_steps0.8"
+    with pytest.raises(ValueError, match="step_credit"):  # released solutions are not in the toy's step format
+        math_rl.math_reward(released_profile(**{"math_rl.step_credit": 0.8}))
     assert set(RL_SETS.values()) <= set(released_sets())
 
 

@@ -67,11 +67,14 @@ class LengthStage:
 
 
 def math_reward(profile: Profile) -> RewardFn:
-    """Strict boxed-answer correctness minus ``math_rl.penalty`` for a format switch (on released data, the
-    released answer checked by :func:`cascadekit.verify.released.verify_math`)."""
+    """Strict boxed-answer correctness minus ``math_rl.penalty`` for a format switch, with ``math_rl.step_credit``
+    for the gold's steps (on released data, the released answer checked by
+    :func:`cascadekit.verify.released.verify_math`: its solutions are not in the toy's step format, so no step credit)."""
     if is_released(profile):
+        if profile.math_rl.step_credit:
+            raise ValueError("math_rl.step_credit reads the toy world's gold steps; released math has none (set it to 0)")
         return released_math_reward(profile.math_rl.penalty)
-    return math_rl_reward(profile.math_rl.penalty)
+    return math_rl_reward(profile.math_rl.penalty, profile.math_rl.step_credit)
 
 
 def math_rl_settings(profile: Profile, length: int) -> RLConfig:

@@ -126,7 +126,8 @@ def chat_grpo(start: StageOutput, records: Sequence[Mapping[str, Any]], profile:
 
 
 def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
-    """A GRPO prompt set from chat records: ``prompt`` (rendered), ``domain`` and ``gold`` (JSON).
+    """A GRPO prompt set from chat records: ``prompt`` (rendered), ``domain``, ``gold`` (JSON) and ``reasoning``
+    (the gold thinking of the record's last turn; Math RL's step credit reads it).
 
     A released record (it names its source) carries its set's gold, not the toy
     domain's, so its gold is left to its reward (:mod:`cascadekit.training.released_rl`).
@@ -138,7 +139,8 @@ def chat_rl_dataset(records: Sequence[Mapping[str, Any]]) -> Dataset:
                              f"which GRPO here does not do")
         prompts.append(prompt_text(record))
     return Dataset.from_dict({"prompt": prompts, "domain": [r["domain"] for r in records],
-                              "gold": [json.dumps(r["gold"]) for r in records]})
+                              "gold": [json.dumps(r["gold"]) for r in records],
+                              "reasoning": [r["messages"][-1].get("reasoning_content") or "" for r in records]})
 
 
 def _policy(start: StageOutput, profile: Profile, rl: RLConfig) -> tuple[PreTrainedModel, Note | None]:

@@ -402,6 +402,24 @@ def judge(text: str, problem: Problem) -> ProcessVerdict:
         reason=_reason(correct, missing, dependency, value, parsed.answer, problem.answer))
 
 
+def step_accuracy(text: str, gold_text: str) -> float:
+    """The share of ``gold_text``'s steps that ``text`` writes with the gold's parents and value; never raises.
+
+    The reference is a gold solution in the same step format rather than a
+    problem's graph (Part II's math records carry their gold thinking, not the
+    graph); a quantity counts once however often it is written (the later
+    definition counts, as in :func:`judge`), and an output over :data:`MAX_TEXT`
+    characters scores 0. A gold text with no readable step scores every ``text`` 0.
+    """
+    text = str(text)
+    gold = parse_solution(str(gold_text)).by_name()
+    if len(text) > MAX_TEXT or not gold:
+        return 0.0
+    steps = parse_solution(text).by_name()
+    return sum(name in steps and steps[name].parents == step.parents and steps[name].value == step.value
+               for name, step in gold.items()) / len(gold)
+
+
 def _over_cap(length: int, problem: Problem) -> ProcessVerdict:
     """The verdict on an output too long to read: nothing in it counts, so every gold step is missing."""
     n_gold = len(problem.nodes)
