@@ -199,6 +199,14 @@ def verifier_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -
             for c, name, gold in zip(completions, names, golds)]
 
 
+def _thinking(text: str) -> str:
+    """The think block's text; a block cut at the length limit (no ``</think>``) up to where it was cut."""
+    thinking = parse_assistant(text).thinking
+    if not thinking and text.count("<think>") == 1 and "</think>" not in text:
+        return text.partition("<think>")[2]
+    return thinking
+
+
 def math_rl_reward(penalty: float = 0.5, step_credit: float = 0.0) -> RewardFn:
     """Math RL's reward: 1 for the right boxed answer, minus ``penalty`` if the answer switches format.
 
@@ -210,9 +218,9 @@ def math_rl_reward(penalty: float = 0.5, step_credit: float = 0.0) -> RewardFn:
     With ``step_credit`` c > 0 the answer's share becomes ``(1 - c) * answer + c * steps``,
     ``steps`` the share of the gold solution's steps the think block writes with the
     gold's parents and value (:func:`cascadekit.verify.process.step_accuracy`, read
-    against the dataset's ``reasoning`` column). A wrong answer with three of five
-    steps right then earns credit, so a group the policy never solves still has
-    rewards that differ. This departs from the paper, whose Math RL rewards the answer
+    against the dataset's ``reasoning`` column; a think block cut at the length limit
+    counts up to the cut). A wrong or truncated answer with three of five steps right
+    then earns credit, so a group the policy never solves still has rewards that differ. This departs from the paper, whose Math RL rewards the answer
     alone, and from Part I's process reward, which is 0 whenever the answer is wrong:
     it is the kit's lever for a denser signal (``math_rl.step_credit``; 0, the paper's
     reward, by default).
@@ -233,7 +241,7 @@ def math_rl_reward(penalty: float = 0.5, step_credit: float = 0.0) -> RewardFn:
         texts = [completion_text(c) for c in completions]
         answers = [judge(json.loads(g) if isinstance(g, str) else g, t).score for t, g in zip(texts, golds)]
         if step_credit:
-            steps = [step_accuracy(parse_assistant(t).thinking, str(r)) for t, r in zip(texts, reasonings)]
+            steps = [step_accuracy(_thinking(t), str(r)) for t, r in zip(texts, reasonings)]
             answers = [(1 - step_credit) * a + step_credit * s for a, s in zip(answers, steps)]
         return [a - penalty * bool(format_switches(t)) for a, t in zip(answers, texts)]
 

@@ -64,9 +64,10 @@ def test_step_credit_pays_for_the_gold_steps_a_wrong_answer_gets_right() -> None
     assert reward.__name__ == "math_rl_reward_0.5_steps0.8"
     two_of_three = "<think>\ntigers = 1. eagles = 10. sharks = tigers + eagles + 3 = 15.\n</think>\n\n"
     completions = [f"<think>\n{STEPS}\n</think>\n\n\\boxed{{14}}", two_of_three + "\\boxed{15}",
-                   two_of_three + "\\boxed{15} \\boxed{15}", "\\boxed{14}", None, "<think>" + "x" * 300_000]
-    scores = reward(["p"] * 6, completions, gold=[GOLD] * 6, reasoning=[STEPS] * 6)
-    assert scores == pytest.approx([1.0, 0.8 * 2 / 3, 0.8 * 2 / 3 - 0.5, 0.2, 0.0, 0.0])
+                   two_of_three + "\\boxed{15} \\boxed{15}", "\\boxed{14}", None, "<think>" + "x" * 300_000,
+                   "<think>\ntigers = 1. eagles = 10. sharks = tigers +"]  # cut at the length limit
+    scores = reward(["p"] * 7, completions, gold=[GOLD] * 7, reasoning=[STEPS] * 7)
+    assert scores == pytest.approx([1.0, 0.8 * 2 / 3, 0.8 * 2 / 3 - 0.5, 0.2, 0.0, 0.0, 0.8 * 2 / 3])
     with pytest.raises(ValueError, match="reasoning"):
         reward(["p"], [completions[0]], gold=[GOLD])
     with pytest.raises(ValueError, match="step_credit"):
