@@ -39,7 +39,7 @@ process alone writes it, and all then use it (see :func:`_get_or_build_together`
 Stale temporary folders: a build killed before its rename leaves
 ``.<key>.XXXXXXXX`` behind. With the entry's lock held, no live build of that
 entry can own one, so every ``get_or_build`` of the entry deletes them first. Nothing that a resumed
-build needs lives there: long trainings (pretraining, SFT) keep their Trainer
+build needs lives there: long trainings (pretraining, reward models) keep their Trainer
 checkpoints in ``<root>/runs/<stage>-<key>`` (see
 :func:`cascadekit.training.pretrain.cached_pretrained`), and the temporary folder
 receives only the final save, written after training ends. So deleting them,

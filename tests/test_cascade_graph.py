@@ -46,7 +46,7 @@ def test_every_stage_resolves_to_its_shipped_toy_key_without_training_each_once(
     for name in cascade.STAGES:
         found = cascade.checkpoint(name, profile)
         assert artifacts.shipped_folder(found.checkpoint.parent.name, found.key), name
-    assert cascade.largest_reward_model(profile).key == "bb4f74172bd0" and cascade.judge(profile).key == "d36df8b14a73"
+    assert cascade.largest_reward_model(profile).key == "dd6df4219de3" and cascade.judge(profile).key == "d36df8b14a73"
     assert resolved and set(resolved.values()) == {1}, resolved.most_common(3)
     asked = sum(resolved.values())
     stages = cascade.run_cascade(profile, Path("unused"))

@@ -1,6 +1,7 @@
 """Chapter 09's reward-model family past the policy's size: function-preserving growth
 (:mod:`cascadekit.engine.growth`), the ``reward_model.widths`` setting, and a grown reward model
-that trains and scores. The default family keys every stage as before."""
+that trains and scores. A reward model's key holds its own size, not the sizes trained beside it,
+and a killed build resumes from its last Trainer checkpoint."""
 from __future__ import annotations
 
 import json
@@ -100,14 +101,15 @@ def test_bad_sizes_are_one_clear_error() -> None:
             load_profile("toy", {"reward_model.widths": widths})
 
 
-def test_the_default_family_keys_every_shipped_reward_model_as_before() -> None:
+def test_a_reward_models_key_holds_its_own_size_not_the_sizes_beside_it() -> None:
     toy = load_profile("toy")
     assert toy.reward_model.sizes == {1: 1, 4: 1}
+    family = load_profile("toy", {"reward_model.layers": [1, 4, 8], "reward_model.widths": [1, 1, 2]})
+    assert family.reward_model.sizes == {1: 1, 4: 1, 8: 2}
+    assert settings_inputs(family) == settings_inputs(toy) and not {"layers", "widths"} & set(settings_inputs(toy))
     shipped = [json.loads(p.read_text())["inputs"] for p in sorted(SHIPPED.glob("*/stage.json"))]
     assert shipped and all("width" not in inputs for inputs in shipped)
     assert all(inputs["reward_model"] == json.loads(json.dumps(settings_inputs(toy))) for inputs in shipped)
-    family = load_profile("toy", {"reward_model.layers": [4, 8, 12], "reward_model.widths": [1, 2, 4]})
-    assert family.reward_model.sizes == {4: 1, 8: 2, 12: 4} and settings_inputs(family)["widths"] == (1, 2, 4)
 
 
 @pytest.fixture(scope="module")
@@ -143,9 +145,43 @@ def test_a_grown_reward_model_trains_and_scores(sft) -> None:
     config = json.loads((Path(grown.checkpoint) / "config.json").read_text())
     assert config["num_hidden_layers"] == 2 and config["intermediate_size"] == 2 * profile.model.intermediate
     inputs = json.loads((Path(grown.checkpoint) / "stage.json").read_text())["inputs"]
-    assert inputs["width"] == 2 and inputs["reward_model"]["widths"] == [1, 2]
+    assert inputs["width"] == 2 and inputs["layers"] == 2 and "widths" not in inputs["reward_model"]
     scorer = RewardModelScore(grown)
     assert scorer.model.model.layers[1].self_attn.o_proj.weight.any()  # the zeroed copy of layer 0 has trained
     prompt = preference_records(profile, "eval", 1, 0)[0]["prompt"]
     scores = scorer([prompt] * 3, ["", "Hope this helps.", "x " * 5000])
     assert len(scores) == 3 and all(math.isfinite(s) for s in scores)
+
+
+class _Killed(Exception):
+    """Stands in for a session that ends while a reward model trains."""
+
+
+def test_a_killed_reward_model_build_resumes_from_its_last_checkpoint(sft, monkeypatch) -> None:
+    from transformers import TrainerCallback
+
+    from cascadekit.stages import run_folder
+    from cascadekit.training import reward_model as rm
+
+    class KillAfterFirstSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            raise _Killed(f"killed after saving step {state.global_step}")
+
+    resumed_from = []
+
+    class Trainer(rm.RewardTrainer):
+        def train(self, resume_from_checkpoint=None, **kwargs):
+            resumed_from.append(resume_from_checkpoint)
+            if len(resumed_from) == 1:
+                self.add_callback(KillAfterFirstSave())
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    monkeypatch.setattr(rm, "RewardTrainer", Trainer)
+    profile = load_profile("smoke", {**SMOKE, "reward_model.lr": 0.0011})  # a key no other test builds
+    with pytest.raises(_Killed):
+        reward_model_stage(sft, profile, 1)
+    built = reward_model_stage(sft, profile, 1)
+    assert resumed_from[0] is None and Path(resumed_from[1]).name.startswith("checkpoint-")
+    assert built.metrics["train_pairs"] > 0 and 0 <= built.metrics["held_out"]["accuracy"] <= 1
+    run_dirs = list(run_folder("reward-model", {}, 1).parent.glob("reward-model-*"))
+    assert not any(d.name == f"reward-model-{built.key}" for d in run_dirs)  # removed once the entry is written
