@@ -220,10 +220,12 @@ def math_rl_reward(penalty: float = 0.5, step_credit: float = 0.0) -> RewardFn:
     gold's parents and value (:func:`cascadekit.verify.process.step_accuracy`, read
     against the dataset's ``reasoning`` column; a think block cut at the length limit
     counts up to the cut). A wrong or truncated answer with three of five steps right
-    then earns credit, so a group the policy never solves still has rewards that differ. This departs from the paper, whose Math RL rewards the answer
-    alone, and from Part I's process reward, which is 0 whenever the answer is wrong:
-    it is the kit's lever for a denser signal (``math_rl.step_credit``; 0, the paper's
-    reward, by default).
+    then earns credit, so a group the policy never solves still has rewards that
+    differ. This departs from the paper, whose Math RL rewards the answer alone, and
+    from Part I's process reward, which is 0 whenever the answer is wrong: it is the
+    kit's lever for a denser signal (``math_rl.step_credit``; 0, the paper's reward,
+    by default). Measured at toy scale it leaves math flat
+    (``data/results/second_world/levers/mathrl-steps``).
     """
     if not 0.0 <= penalty <= 1.0:
         raise ValueError(f"penalty must lie in [0, 1], got {penalty!r}")
