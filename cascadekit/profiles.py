@@ -132,7 +132,8 @@ class RewardModelConfig:
     decoder layers: up to the SFT model's own, a reward model keeps its first ``layers``;
     past them, the SFT model is grown to that depth (:mod:`cascadekit.engine.growth`).
     ``widths``, one per size, multiplies each size's MLP units (grown the same way);
-    empty, every width is 1 and nothing enters a key. The largest size is the one RLHF
+    empty, every width is 1. Neither list enters a key: each reward model's key holds
+    its own layers and (when not 1) its own width. The largest size is the one RLHF
     and IF-RL use. ``tasks`` general prompts give up to ``pairs_per_task`` preference
     pairs each; ``eval_tasks`` held-out prompts measure pairwise accuracy and fit the
     calibration.
