@@ -13,6 +13,9 @@ program runs in a fresh interpreter with:
   file descriptors, ``no_new_privs`` (setuid binaries grant nothing), and no
   capability at all: empty effective, permitted, inheritable, ambient and
   bounding sets, locked securebits, checked before any untrusted line runs,
+* stdin a regular file, as judges give it (Codeforces and AtCoder do): a sealed,
+  read-only in-memory file, so ``os.read(0, os.fstat(0).st_size)`` and
+  ``os.read(0, 1 << 25)`` read the whole input, and the program cannot change it,
 * stdout and stderr read in bounded chunks: past the cap the run is killed.
 
 How strong the box is depends on the machine; :func:`isolation` probes it once:
@@ -48,7 +51,9 @@ from ``/`` with no relative entry on ``sys.path`` (``-P`` where Python has it), 
 nothing in the scratch folder can shadow the modules it imports while it is still
 privileged; it builds the private root, forks pid 1 of the new pid namespace,
 which mounts ``/proc``, enters the root, writes the files and forks the program;
-the program joins the cgroup, applies the limits, drops its uid and every
+the program leads a session and process group of its own (with namespaces), so
+``killpg(0, ...)`` reaches only its own processes, never init or the supervisor
+(which in user mode share its uid); it joins the cgroup, applies the limits, drops its uid and every
 capability, verifies the drop and runs ``main.py``. Pid 1 reports setup errors,
 exit status and CPU time on a private pipe that the program never holds.
 
@@ -60,6 +65,7 @@ program for reproducible runs.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import marshal
 import os
@@ -309,6 +315,8 @@ def start_program(work, cgroups):
             os.close(fd)
         return pid
     try:
+        if cfg["namespaces"]:  # out of the group and session of init and the supervisor: killpg(0) reaches only the program
+            os.setsid()
         for fd in cgroups:  # only the program's processes count against the run's budget
             os.write(fd, b"0")
             os.close(fd)
@@ -706,10 +714,30 @@ def _check_names(files: dict[str, str]) -> str | None:
     return None
 
 
-class _Streams:
-    """Bounded readers for stdout/stderr plus a non-blocking stdin writer."""
+def _stdin_file(data: bytes) -> int:
+    """A read-only descriptor of a sealed in-memory regular file holding ``data``: the program's stdin.
 
-    def __init__(self, proc: subprocess.Popen, stdin: bytes, cap: int) -> None:
+    A pipe holds 64 KiB and has no size, so the judges' idioms ``os.read(0,
+    os.fstat(0).st_size)`` and ``os.read(0, 1 << 25)`` would read nothing or part
+    of the input. The seals keep the file as written even through a reopen of
+    ``/proc/self/fd/0``.
+    """
+    fd = os.memfd_create("stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                    | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+        return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(fd)
+
+
+class _Streams:
+    """Bounded readers for stdout and stderr."""
+
+    def __init__(self, proc: subprocess.Popen, cap: int) -> None:
         self.cap = cap
         self.out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
         self.names = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
@@ -717,29 +745,16 @@ class _Streams:
         for fd in self.out:
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ)
-        self.stdin_fd = proc.stdin.fileno()
-        self.pending = memoryview(stdin)
-        os.set_blocking(self.stdin_fd, False)
-        if self.pending:
-            self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
-        else:
-            proc.stdin.close()
         self.proc = proc
         self.overflow = False
 
     @property
     def open(self) -> bool:
-        return any(fd in self.out for fd in self._registered())
-
-    def _registered(self) -> list[int]:
-        return [key.fd for key in self.sel.get_map().values()]
+        return bool(self.sel.get_map())
 
     def pump(self, timeout: float) -> None:
         for key, _ in self.sel.select(max(0.0, timeout)):
             fd = key.fd
-            if fd == self.stdin_fd:
-                self._write_stdin()
-                continue
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
@@ -753,21 +768,9 @@ class _Streams:
             if len(chunk) > room:
                 self.overflow = True
 
-    def _write_stdin(self) -> None:
-        try:
-            n = os.write(self.stdin_fd, self.pending[:65536])
-            self.pending = self.pending[n:]
-        except BlockingIOError:
-            return
-        except OSError:  # the program closed its stdin
-            self.pending = self.pending[:0]
-        if not self.pending:
-            self.sel.unregister(self.stdin_fd)
-            self.proc.stdin.close()
-
     def close(self) -> None:
         self.sel.close()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for stream in (self.proc.stdout, self.proc.stderr):
             try:
                 stream.close()
             except OSError:
@@ -976,15 +979,17 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
     argv = [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, config_path]
     if iso.namespaces:
         argv = [shutil.which("unshare") or "unshare", *(_USERNS if iso.userns else []), *_NAMESPACES, *argv]
+    stdin_fd = _stdin_file(stdin.encode("utf-8", errors="replace"))
     try:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd="/", env=_clean_env(config["workdir"]), pass_fds=(status_w,),
             start_new_session=True,
         )
     finally:
         os.close(status_w)
-    streams = _Streams(proc, stdin.encode("utf-8", errors="replace"), limits.output_bytes)
+        os.close(stdin_fd)
+    streams = _Streams(proc, limits.output_bytes)
     deadline = start + limits.wall_s
     drain_until: float | None = None
     timed_out = False

@@ -207,3 +207,51 @@ def test_uid_pool_gives_each_run_its_own_uid_and_takes_turns_only_when_there_is_
     pool.candidates = []
     with pytest.raises(SandboxUnavailable, match="no unprivileged uid"):
         pool.take()
+
+
+# Issue 55.5: stdin as judges give it (Codeforces and AtCoder give a file, not a pipe).
+BIG_INPUT = "".join(f"{i} {i * 7 % 1000003}\n" for i in range(100_000))  # ~1.3 MB
+
+
+@pytest.mark.parametrize("idiom", ["os.read(0, os.fstat(0).st_size)", "os.read(0, 1 << 25)",
+                                   "sys.stdin.buffer.read()"])
+def test_stdin_is_read_whole_by_the_judges_idioms(idiom):
+    assert len(BIG_INPUT) > 1_200_000
+    code = f"import os, stat, sys\ndata = {idiom}\nprint(stat.S_ISREG(os.fstat(0).st_mode), len(data), sum(map(int, data.split())))\n"
+    r = run_python(code, stdin=BIG_INPUT)
+    assert r.ok, r.stderr
+    assert r.stdout.split() == ["True", str(len(BIG_INPUT)), str(sum(map(int, BIG_INPUT.split())))]
+
+
+def test_the_program_cannot_write_or_grow_its_stdin():
+    code = ("import os\nfor how in ('fd', 'reopen'):\n    try:\n"
+            "        fd = 0 if how == 'fd' else os.open('/proc/self/fd/0', os.O_WRONLY)\n"
+            "        print(how, os.write(fd, b'tampered'))\n    except OSError as e:\n        print(how, 'refused')\n"
+            "try:\n    os.truncate(0, 10**9)\n    print('grown')\nexcept OSError:\n    print('size kept')\n"
+            "print(os.pread(0, 5, 0))\n")
+    r = run_python(code, stdin="hello")
+    assert r.ok, r.stderr
+    assert r.stdout.splitlines() == ["fd refused", "reopen refused", "size kept", "b'hello'"]
+
+
+def test_a_released_program_may_import_the_standard_library_only():
+    """What a released Code RL program may import: the standard library, nothing installed beside it.
+
+    AtCoder's Python ships numpy (and more); the box holds only the interpreter and
+    its standard library (no site-packages: ``-S``, the environment is not mounted),
+    so a program that imports numpy fails here as it would under plain CPython.
+    """
+    r = run_python("import fractions, heapq, itertools, bisect, collections, math, decimal, functools\nprint('ok')")
+    assert r.ok and r.stdout == "ok\n", r.stderr
+    for module in ("numpy", "scipy", "sortedcontainers", "networkx", "torch"):
+        r = run_python(f"import {module}")
+        assert not r.ok and "ModuleNotFoundError" in r.stderr, (module, r.stderr)
+
+
+def test_a_released_stdin_solution_in_the_judges_idiom_scores_one():
+    from cascadekit.verify.released import verify_stdio
+
+    program = ("```python\nimport os\ndata = os.read(0, os.fstat(0).st_size).split()\n"
+               "print(sum(map(int, data)))\n```")
+    verdict = verify_stdio(program, [[BIG_INPUT, f"{sum(map(int, BIG_INPUT.split()))}\n"]])
+    assert verdict.score == 1.0, verdict.reason

@@ -126,7 +126,14 @@ def verify_math(text: str, answer: str) -> Verdict:
 # ---------------------------------------------------------------------------
 
 def verify_stdio(text: str, tests: Sequence[Sequence[str]], limits: Limits = Limits()) -> Verdict:
-    """The answer's program on each released ``[stdin, stdout]`` test in the sandbox: 1 if all pass; never raises."""
+    """The answer's program on each released ``[stdin, stdout]`` test in the sandbox: 1 if all pass; never raises.
+
+    Stdin is a regular file, as Codeforces and AtCoder give it, so the judges'
+    idioms (``os.read(0, os.fstat(0).st_size)``, ``sys.stdin.buffer.read()``) read
+    the whole input. The program may import the standard library only: AtCoder's
+    Python also ships numpy and others, which the sandbox does not hold, so a
+    solution that imports them scores 0 here.
+    """
     try:
         cases = [(str(stdin), str(stdout)) for stdin, stdout in tests]
     except (TypeError, ValueError):

@@ -277,6 +277,40 @@ def ptrace_the_caller() -> tuple[bool, str]:
     return (r.ok and not attached), r.stdout.strip()
 
 
+@case
+def own_session_and_process_group() -> tuple[bool, str]:
+    """Issue 56.1: the program leads a session and a process group of its own, not the supervisor's."""
+    r = run_python("import os\nprint(os.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid())\n")
+    return (r.ok and r.stdout.split() == ["True", "True"]), f"own session, own group: {r.stdout.strip()}"
+
+
+@case
+def stop_the_supervisor_through_the_process_group() -> tuple[bool, str]:
+    """``killpg(0, SIGSTOP)``: a helper in another group resumes the program, so only a stopped supervisor hangs the run.
+
+    The helper waits until the program is stopped and sends it SIGCONT; the
+    program then exits at once. Had the signal reached the supervisor or the
+    namespace's init (same uid in user mode), nobody would report the exit and the
+    run would end only at its wall limit.
+    """
+    code = ("import os, signal, time\nme = os.getpid()\nhelper = os.fork()\nif helper == 0:\n"
+            "    os.setpgid(0, 0)\n    while True:\n"
+            "        with open('/proc/%d/stat' % me) as f:\n"
+            "            if f.read().rpartition(')')[2].split()[0] == 'T':\n                break\n"
+            "        time.sleep(0.01)\n    os.kill(me, signal.SIGCONT)\n    os._exit(0)\n"
+            "while os.getpgid(helper) != helper:\n    time.sleep(0.01)\n"
+            "os.killpg(0, signal.SIGSTOP)\nos.waitpid(helper, 0)\nprint('resumed')\n")
+    r = run_python(code, limits=Limits(wall_s=5))
+    return (r.ok and r.stdout.strip() == "resumed"), f"{r.killed_reason or 'ok'}: {r.stdout.strip()!r}"
+
+
+@case
+def kill_the_supervisor_through_the_process_group() -> tuple[bool, str]:
+    """``killpg(0, SIGKILL)`` kills the program alone: the supervisor lives to report the signal."""
+    r = run_python("import os, signal\nos.killpg(0, signal.SIGKILL)\n")
+    return (r.returncode == -9 and r.killed_reason == "signal SIGKILL"), f"{r.returncode}: {r.killed_reason}"
+
+
 def _undo_mounts_code(marker: str, token: str) -> str:
     """The unprivileged escape of issue 30: unmount what the sandbox mounted, then reach the host."""
     return ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
