@@ -506,15 +506,16 @@ def _unknown_statement(node: _Node, names: _Names) -> str:
     return f"The number of {names.name(node)} exists, and its number is greater than 0."
 
 
-def _statements(nodes: list[_Node], names: _Names, unknown: int | None, given: int | None,
-                bug_compat: bool) -> list[str]:
-    """A sentence for every quantity but totals and the given one; ``bug_compat``: the official's lost sums.
+def _statements(nodes: list[_Node], names: _Names, unknown: int | None, bug_compat: bool) -> list[str]:
+    """A sentence for every quantity but totals; ``bug_compat``: the official's lost sums.
 
-    (See :func:`generate` for the official bug.)
+    A reverse problem's given instance quantity keeps its relation sentence beside
+    its value (as officially), or the text would not say how it depends on the
+    unknown. (See :func:`generate` for the official bug.)
     """
     statements = []
     for i, node in enumerate(nodes):
-        if node.kind == "total" or i == given:
+        if node.kind == "total":
             continue
         lost = (bug_compat and unknown is not None and node.kind in ("sum", "plus_sum", "times_sum")
                 and len(node.parents) >= 3 and node.parents[-2] == unknown)
@@ -554,7 +555,7 @@ def _try(op: int, ctx: Context, rng: random.Random, seed: int | None, mode: str,
     spares = {i: [next(drawn) for _ in range(count)] for i, count in zip(named, spare_counts)}
     if reverse:
         letters[unknown] = UNKNOWN
-    statements = _statements(nodes, names, unknown, query if reverse else None, bug_compat)
+    statements = _statements(nodes, names, unknown, bug_compat)
     steps = []
     for i in order:
         node = nodes[i]
