@@ -193,3 +193,19 @@ def test_a_reverse_problem_draws_with_its_unknown_highlighted(paper_problems):
                    and t.get_bbox_patch().get_facecolor()[:3] == matplotlib.colors.to_rgb("#ffd8a8")]
     assert highlighted == [f"{reverse.nodes[0].name[:29]}…\n= {reverse.answer}" if len(reverse.nodes[0].name) > 30
                            else f"{reverse.nodes[0].name}\n= {reverse.answer}"]
+
+
+def test_a_wrong_expression_in_x_for_the_given_quantity_is_rejected(paper_problems):
+    """The blind spot both judges had: the given quantity's step ends in a wrong ``x`` form, the final equation right.
+
+    ``... so T = x + 7 + 1. We know T = 12, so we have x + 7 = 12 ...``: the tail
+    states T's value, so a judge that takes the last value (the official parser, and the
+    kit's before) accepts it; the kit checks the step's own expression in x against it.
+    """
+    reverse = [p for p in paper_problems if p.solution_text.startswith("The question is difficult")]
+    for problem in reverse:
+        wrong = re.sub(r" = ([^=.;]+)\. We know ", r" = \1 + 1. We know ", problem.solution_text, count=1)
+        assert wrong != problem.solution_text
+        verdict = judge(wrong, problem)
+        assert not verdict.correct and verdict.n_value == 1 and "value mismatch" in verdict.reason, (verdict, wrong)
+        assert judge(problem.solution_text, problem).correct

@@ -40,7 +40,10 @@ DIFFERENCES: dict[str, str] = {
     "reverse-mode values": (
         "A reverse-mode side such as 'x + 4' has no value until the equation is solved; the official parser falls "
         "back to its last number (4) and records that as the quantity's value, the kit evaluates it with the "
-        "solved x (6), the true value its gold graph holds."),
+        "solved x (6), the true value its gold graph holds. The given quantity's own side in x is evaluated so "
+        "too, even after the 'We know T = 12' tail states its value: a wrong expression there with the final "
+        "equation right is a value mismatch in the kit (the official takes the tail's 12 and accepts it), and a "
+        "wrongly solved x makes the given quantity's value wrong too."),
     "text after a new question": (
         "A policy that runs on past its answer into a new <question> writes another problem's steps; the official "
         "parser reads them (a redefinition replaces the real step), the kit stops at the new question."),
@@ -81,7 +84,9 @@ DIFFERENCES: dict[str, str] = {
 #: official accepts through the "We know" tail. Each disagreement maps to a difference above, and wherever the
 #: kit accepted what the official rejected, the kit's reading was the right one. Both judges accept a wrong
 #: operand with the right result (issue 35: 0 of 914 rejected) and a wrong intermediate letter value (0 of 755):
-#: a blind spot they share (``tests/test_process_verify.py`` pins it).
+#: a blind spot they share (``tests/test_process_verify.py`` pins it). A third they shared, a wrong expression in x
+#: for the given quantity with the final equation right (issue 61: accepted by both, 2,538 of 2,538), the kit now
+#: rejects ("reverse-mode values" above; ``tests/test_paper_world.py``), so it is a difference, not a blind spot.
 AGREEMENT: dict[str, dict[str, float]] = {
     "forward": {"issue 35: kit problems": 0.0, "issue 35: official problems": 0.0,
                 "rerun: gold and kit mutations, kit problems": 0 / 1116,

@@ -13,7 +13,8 @@ checks it node by node against the gold graph:
    assignment's last side with the letters' known values put in (digits,
    ``+ - * /`` and parentheses, never ``eval``), falling back to the last number.
    A reverse-mode side in the unknown ``x`` waits until the solution has solved
-   for it. The differences the kit keeps, each with its reason, are
+   for it, and then gives the step's value even where a later side states one
+   (the given quantity's ``We know T = 12``), so a wrong expression in x there is caught. The differences the kit keeps, each with its reason, are
    :data:`cascadekit.verify.official_format.DIFFERENCES`. A solution without any
    ``Define`` is read in the toy ``minimal`` rendering's grammar, one sentence
    per step that names its parents: ``<quantity> = <expression over quantities>
@@ -275,6 +276,7 @@ class _Step:
         self.parents: set[str] = set()
         self.value: Fraction | None = None
         self.pending: list[str] = []  # own-letter right-hand sides still waiting for an unknown letter
+        self.in_x: str | None = None  # the last own-letter side that waited, checked once x is known
 
 
 def _lettered_steps(body: str) -> tuple[ParsedStep, ...]:
@@ -326,6 +328,8 @@ def _lettered_steps(body: str) -> tuple[ParsedStep, ...]:
                     found_own, step.value, step.pending = True, value, []
                 elif waits:
                     found_own, step.pending = True, [last]
+                if waits:
+                    step.in_x = last
             else:
                 local[target] = parents
             if value is not None:
@@ -340,6 +344,8 @@ def _lettered_steps(body: str) -> tuple[ParsedStep, ...]:
         if step.value is None:
             step.value = next((v for side in step.pending if (v := _substituted(side, values)) is not None),
                               values.get(step.letter))
+        elif step.in_x is not None and (stated := _substituted(step.in_x, values)) is not None:
+            step.value = stated  # the given quantity: its expression in x must agree with its stated value
     return tuple(ParsedStep(s.name, s.letter, frozenset(s.parents), s.value) for s in steps)
 
 
