@@ -75,7 +75,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from filelock import FileLock, Timeout
 
@@ -203,12 +203,29 @@ def read_manifest(folder: Path, stage: str | None = None, key: str | None = None
     return files
 
 
-def verify(folder: Path, stage: str | None = None, key: str | None = None) -> None:
-    """Raise :class:`CorruptArtifact` unless ``folder`` is an entry whose manifest is valid and whose files match it."""
+def _check_listed(folder: Path, files: Mapping[str, str], stage: str | None, needs: Sequence[str]) -> None:
+    """:class:`CorruptArtifact` if the manifest's ``files`` are none, or leave out a file in ``needs``."""
+    if not files:
+        raise CorruptArtifact(f"{folder}: manifest lists no files")
+    for need in needs:
+        if not any(name in files for name in need.split("|")):
+            raise CorruptArtifact(f"{folder}: manifest does not list {need.replace('|', ' or ')}, which the "
+                                  f"{stage or 'entry'} stage needs")
+
+
+def verify(folder: Path, stage: str | None = None, key: str | None = None, needs: Sequence[str] = ()) -> None:
+    """Raise :class:`CorruptArtifact` unless ``folder`` is an entry whose manifest is valid and whose files match it.
+
+    A manifest checks only what it lists, so it must also list what the entry's stage
+    needs: ``needs`` names those files (``"a|b"``: either one), and a manifest listing
+    no file at all is refused whatever ``needs`` says (an entry emptied by a damaged
+    or rewritten manifest would otherwise be served, and its consumer fail far away).
+    """
     folder = Path(folder)
     if folder.is_symlink() or not folder.is_dir():
         raise CorruptArtifact(f"{folder}: not a folder (a plain file or a link where the entry should be)")
     files = read_manifest(folder, stage, key)
+    _check_listed(folder, files, stage, needs)
     for name in (MANIFEST, *files):
         path = folder / name
         if not path.is_file():
@@ -339,24 +356,41 @@ def _entry_name(value: Any, what: str) -> tuple[str, str]:
 
 
 def read_aliases() -> dict[tuple[str, str], str]:
-    """The shipped aliases, ``(stage, key) -> folder key``; none without the file, a :class:`ValueError` if malformed."""
+    """The shipped aliases, ``(stage, key) -> folder key``; none without the file.
+
+    A damaged file or entry is warned about (naming the file) and left out, never
+    raised: an alias only saves a build, and every cache miss of every stage reads
+    this file, so one bad line must not stop them all.
+    """
     path = shipped_root() / ALIASES
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text())
-    except ValueError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}): rewrite it with write_aliases") from err
+    except (ValueError, OSError, RecursionError) as err:
+        warnings.warn(f"ignoring {path}: not readable JSON ({type(err).__name__}); rewrite it with write_aliases",
+                      stacklevel=2)
+        return {}
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must be a JSON object of 'stage/key': 'stage/folder', not a {type(data).__name__}")
+        warnings.warn(f"ignoring {path}: a JSON {type(data).__name__}, not an object of 'stage/key': 'stage/folder'",
+                      stacklevel=2)
+        return {}
     aliases = {}
     for name, target in data.items():
-        stage, key = _entry_name(name, str(path))
-        target_stage, folder = _entry_name(target, f"{path} at {name!r}")
-        if target_stage != stage:
-            raise ValueError(f"{path}: {name!r} points at another stage's entry, {target!r}")
-        aliases[(stage, key)] = folder
+        try:
+            aliases.update([_alias(name, target, path)])
+        except ValueError as err:
+            warnings.warn(f"ignoring an alias in {path}: {err}", stacklevel=2)
     return aliases
+
+
+def _alias(name: Any, target: Any, path: Path) -> tuple[tuple[str, str], str]:
+    """One line of the aliases file as ``((stage, key), folder key)``; a :class:`ValueError` naming it if malformed."""
+    stage, key = _entry_name(name, str(path))
+    target_stage, folder = _entry_name(target, f"{path} at {name!r}")
+    if target_stage != stage:
+        raise ValueError(f"{path}: {name!r} points at another stage's entry, {target!r}")
+    return (stage, key), folder
 
 
 def write_aliases(aliases: dict[tuple[str, str], str]) -> Path:
@@ -382,7 +416,7 @@ def shipped_folder(stage: str, key: str) -> tuple[Path, str] | None:
     return (shipped_root() / stage / folder, folder) if folder else None
 
 
-def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
+def _copy_shipped(stage: str, key: str, dest: Path, needs: Sequence[str] = ()) -> bool:
     """Fill ``dest`` from the shipped entry ``stage/key`` (or its alias) if every file matches its manifest.
 
     A shipped entry that fails its manifest is reported and ignored: the stage is built instead.
@@ -392,7 +426,7 @@ def _copy_shipped(stage: str, key: str, dest: Path) -> bool:
         return False
     shipped, folder_key = found
     try:
-        verify(shipped, stage, folder_key)
+        verify(shipped, stage, folder_key, needs)
     except CorruptArtifact as err:
         warnings.warn(f"ignoring a damaged shipped checkpoint, building instead: {err}", stacklevel=4)
         return False
@@ -421,15 +455,17 @@ def move_entry(stage: str, old: str, new: str, root: Path | None = None) -> bool
 
 
 def get_or_build(stage: str, key: str, builder: Callable[[Path], None], root: Path | None = None,
-                 rebuild: bool = False) -> Path:
+                 rebuild: bool = False, needs: Sequence[str] = ()) -> Path:
     """The folder of artifact ``stage/key``, building it with ``builder(folder)`` if absent or corrupt.
 
     ``rebuild`` discards a cached entry and ignores a shipped one: the builder runs.
+    ``needs`` names the files the entry must hold (see :func:`verify`); a build that
+    leaves one out fails, a cached or shipped entry whose manifest leaves one out is rebuilt.
     """
     target = artifact_path(stage, key, root)
     if distributed.world_size() > 1:
-        return _get_or_build_together(stage, key, builder, target, rebuild)
-    return _get_or_build_alone(stage, key, builder, target, rebuild)
+        return _get_or_build_together(stage, key, builder, target, rebuild, needs)
+    return _get_or_build_alone(stage, key, builder, target, rebuild, needs)
 
 
 def _acquired(folder: Path, stage: str, key: str) -> FileLock:
@@ -445,25 +481,26 @@ def _acquired(folder: Path, stage: str, key: str) -> FileLock:
     return lock
 
 
-def _get_or_build_alone(stage: str, key: str, builder: Callable[[Path], None], target: Path, rebuild: bool) -> Path:
+def _get_or_build_alone(stage: str, key: str, builder: Callable[[Path], None], target: Path, rebuild: bool,
+                        needs: Sequence[str]) -> Path:
     """:func:`get_or_build` in one process: the entry's lock held from the first check to the final rename."""
     folder = _stage_folder(target.parent.parent, stage)
     lock = _acquired(folder, stage, key)
     try:
         if rebuild and (target.is_symlink() or target.exists()):
             _remove(target)
-        return _get_or_build_locked(stage, key, builder, target, folder, use_shipped=not rebuild)
+        return _get_or_build_locked(stage, key, builder, target, folder, use_shipped=not rebuild, needs=needs)
     finally:
         lock.release()
 
 
-def _cached(stage: str, key: str, target: Path, folder: Path) -> bool:
+def _cached(stage: str, key: str, target: Path, folder: Path, needs: Sequence[str]) -> bool:
     """Whether ``target`` is a finished entry; a corrupt one is removed with a warning (call with the lock held)."""
     _remove_stale_temps(folder, key)
     if not (target.is_symlink() or target.exists()):
         return False
     try:
-        verify(target, stage, key)
+        verify(target, stage, key, needs)
         return True
     except CorruptArtifact as err:
         warnings.warn(f"rebuilding corrupt cache entry: {err}", stacklevel=4)
@@ -485,24 +522,25 @@ def _temporary(folder: Path, key: str) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _finish(tmp: Path, stage: str, key: str, target: Path) -> None:
-    """Write ``tmp``'s manifest (the build's last write) and rename it to ``target``."""
+def _finish(tmp: Path, stage: str, key: str, target: Path, needs: Sequence[str]) -> None:
+    """Write ``tmp``'s manifest (the build's last write), check it holds what the stage needs, rename it to ``target``."""
     write_manifest(tmp, stage, key)
+    _check_listed(tmp, read_manifest(tmp), stage, needs)
     try:
         tmp.rename(target)
     except OSError:
         # Only a writer that bypassed the lock can have put something there; use it only if it verifies.
-        verify(target, stage, key)
+        verify(target, stage, key, needs)
 
 
 def _get_or_build_locked(stage: str, key: str, builder: Callable[[Path], None], target: Path, folder: Path,
-                         use_shipped: bool = True) -> Path:
-    if _cached(stage, key, target, folder):
+                         use_shipped: bool = True, needs: Sequence[str] = ()) -> Path:
+    if _cached(stage, key, target, folder, needs):
         return target
     with _temporary(folder, key) as tmp:
-        if not (use_shipped and _copy_shipped(stage, key, tmp)):
+        if not (use_shipped and _copy_shipped(stage, key, tmp, needs)):
             builder(tmp)
-        _finish(tmp, stage, key, target)
+        _finish(tmp, stage, key, target, needs)
     return target
 
 
@@ -514,7 +552,7 @@ _READY, _BUILD = "ready", "build"
 
 
 def _get_or_build_together(stage: str, key: str, builder: Callable[[Path], None], target: Path,
-                           rebuild: bool) -> Path:
+                           rebuild: bool, needs: Sequence[str]) -> Path:
     """:func:`get_or_build` when several processes train together (``torchrun``, ``accelerate launch``).
 
     Every process calls the same stage, and the builder's Trainer waits for all of
@@ -531,7 +569,7 @@ def _get_or_build_together(stage: str, key: str, builder: Callable[[Path], None]
     process then uses the finished entry, which must be on a filesystem they all see.
     """
     if distributed.is_main():
-        return _main_decides_and_writes(stage, key, builder, target, rebuild)
+        return _main_decides_and_writes(stage, key, builder, target, rebuild, needs)
     if _heard(stage, key) == _BUILD:
         with tempfile.TemporaryDirectory(prefix=f"cascadekit-{stage}-{key}-rank{distributed.rank()}-") as scratch:
             builder(Path(scratch))
@@ -544,27 +582,27 @@ def _get_or_build_together(stage: str, key: str, builder: Callable[[Path], None]
 
 
 def _main_decides_and_writes(stage: str, key: str, builder: Callable[[Path], None], target: Path,
-                             rebuild: bool) -> Path:
+                             rebuild: bool, needs: Sequence[str]) -> Path:
     folder = _stage_folder(target.parent.parent, stage)
     lock = _acquired(folder, stage, key)
     try:
-        if _announced(lambda: _plan(stage, key, target, folder, rebuild)) == _BUILD:
-            _announced(lambda: _get_or_build_locked(stage, key, builder, target, folder, use_shipped=False))
+        if _announced(lambda: _plan(stage, key, target, folder, rebuild, needs)) == _BUILD:
+            _announced(lambda: _get_or_build_locked(stage, key, builder, target, folder, use_shipped=False, needs=needs))
     finally:
         lock.release()
     return target
 
 
-def _plan(stage: str, key: str, target: Path, folder: Path, rebuild: bool) -> str:
+def _plan(stage: str, key: str, target: Path, folder: Path, rebuild: bool, needs: Sequence[str]) -> str:
     """``_READY`` if the entry is cached (or was just copied from a shipped one), else ``_BUILD``."""
     if rebuild and (target.is_symlink() or target.exists()):
         _remove(target)
-    if _cached(stage, key, target, folder):
+    if _cached(stage, key, target, folder, needs):
         return _READY
     if not rebuild:
         with _temporary(folder, key) as tmp:
-            if _copy_shipped(stage, key, tmp):
-                _finish(tmp, stage, key, target)
+            if _copy_shipped(stage, key, tmp, needs):
+                _finish(tmp, stage, key, target, needs)
                 return _READY
     return _BUILD
 

@@ -53,6 +53,12 @@ STAGE_FILE = "stage.json"  # the stage's inputs and metrics, beside its checkpoi
 RECORDS = frozenset({STAGE_FILE, PROVENANCE, "loss_log.json"})
 
 
+#: What a stage that trains a model must hold (checked at every cache hit, see
+#: :func:`cascadekit.artifacts.verify`): a config and weights, whole, sharded or a LoRA adapter.
+CHECKPOINT = ("config.json|adapter_config.json",
+              "model.safetensors|model.safetensors.index.json|adapter_model.safetensors")
+
+
 @dataclass(frozen=True)
 class StageOutput:
     """A finished stage: its checkpoint folder, cache key and metrics."""
@@ -71,6 +77,7 @@ class Stage:
     builds it (see the module docstring). ``fixed_key`` keeps the key a stage had before
     this runner existed (the Part I tokenizer and pretrained bases hash their
     profile sections), so the entries already built or shipped under it stay valid.
+    ``holds`` names the files its output must hold (e.g. :data:`CHECKPOINT`).
     """
 
     kind: str
@@ -78,10 +85,19 @@ class Stage:
     build: Callable[[Path], Mapping[str, Any]]
     fixed_key: str | None = None
     recipe: int = field(kw_only=True)
+    holds: tuple[str, ...] = field(default=(), kw_only=True)
 
     @property
     def key(self) -> str:
         return self.fixed_key or stage_key(self.kind, self.inputs, self.recipe)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """What the cache must find listed in the entry: its files, and the record every build writes.
+
+        An entry under a fixed key may have been built before this runner wrote records.
+        """
+        return self.holds if self.fixed_key else (*self.holds, STAGE_FILE)
 
 
 def stage_key(kind: str, inputs: Mapping[str, Any], recipe: int) -> str:
@@ -168,7 +184,7 @@ def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
         atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "recipe": stage.recipe,
                                                 "metrics": metrics})
 
-    path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild)
+    path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild, needs=stage.needs)
     recorded = path / STAGE_FILE  # an entry built before this runner (a fixed key) has none
     return StageOutput(path, stage.key, json.loads(recorded.read_text())["metrics"] if recorded.exists() else {})
 

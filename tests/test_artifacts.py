@@ -209,3 +209,67 @@ def test_the_shipped_cascade_reaches_math_rl_without_building(tmp_path, monkeypa
 
     monkeypatch.setattr(pipeline, "get_or_build", shipped_only)
     assert unified_math_rl(resolve("11", "toy").profile, tmp_path).key == "8fac51d21012"
+
+
+def test_an_entry_whose_manifest_lists_no_files_is_not_served(tmp_path):
+    """Issue 56: a manifest checks only what it lists, so an emptied one once served an entry without its weights."""
+    calls = []
+    path = get_or_build("pretrain", "k", _builder(calls), root=tmp_path)
+    (path / "manifest.json").write_text(json.dumps({"stage": "pretrain", "key": "k", "files": {}}))
+    (path / "model.safetensors").unlink()
+    with pytest.raises(CorruptArtifact, match="lists no files"):
+        verify(path)
+    with pytest.warns(UserWarning, match="lists no files"):
+        again = get_or_build("pretrain", "k", _builder(calls), root=tmp_path)
+    assert len(calls) == 2 and (again / "model.safetensors").stat().st_size == 1000
+
+
+def test_an_entry_must_list_what_its_stage_needs(tmp_path):
+    calls = []
+    needs = ("sub/config.json", "model.safetensors|adapter_model.safetensors")
+    path = get_or_build("pretrain", "k", _builder(calls), root=tmp_path, needs=needs)
+    verify(path, "pretrain", "k", needs)
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["files"]["model.safetensors"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "model.safetensors").unlink()
+    verify(path)  # the manifest alone is consistent ...
+    with pytest.raises(CorruptArtifact, match="does not list model.safetensors or adapter_model.safetensors"):
+        verify(path, "pretrain", "k", needs)  # ... but not with what the stage needs
+    with pytest.warns(UserWarning, match="does not list"):
+        get_or_build("pretrain", "k", _builder(calls), root=tmp_path, needs=needs)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("writes", [{}, {"config.json": "{}"}])
+def test_a_build_that_leaves_out_what_its_stage_needs_fails_and_leaves_nothing(tmp_path, writes):
+    def build(folder):
+        for name, text in writes.items():
+            (folder / name).write_text(text)
+
+    with pytest.raises(CorruptArtifact, match="lists no files|does not list model.safetensors"):
+        get_or_build("sft", "k", build, root=tmp_path, needs=("config.json", "model.safetensors"))
+    assert [p.name for p in (tmp_path / "sft").iterdir()] == [".k.lock"]
+
+
+def test_a_training_stage_needs_its_weights_and_its_record(tmp_path, monkeypatch):
+    from cascadekit.stages import CHECKPOINT, STAGE_FILE, Stage, run_stage
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    calls = []
+
+    def build(folder):
+        calls.append(folder)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"w")
+        return {}
+
+    stage = Stage("sft", {"a": 1}, build, recipe=1, holds=CHECKPOINT)
+    assert stage.needs == (*CHECKPOINT, STAGE_FILE)
+    out = run_stage(stage)
+    manifest = json.loads((out.checkpoint / "manifest.json").read_text())
+    manifest["files"] = {STAGE_FILE: manifest["files"][STAGE_FILE]}
+    (out.checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.warns(UserWarning, match="does not list config.json or adapter_config.json"):
+        run_stage(stage)
+    assert len(calls) == 2

@@ -145,14 +145,19 @@ def test_an_alias_to_a_damaged_entry_is_refused_and_the_stage_built(tmp_path, mo
         write_aliases({("sft", "new"): "old"})  # the writer refuses to name it, too
 
 
-def test_a_malformed_alias_file_is_one_clear_error(tmp_path, monkeypatch):
+def test_a_malformed_alias_file_is_warned_about_and_left_out_never_raised(tmp_path, monkeypatch):
+    """Every cache miss of every stage reads the aliases: one bad line must not stop them all (issue 56)."""
     monkeypatch.setattr(artifacts, "shipped_root", lambda: tmp_path)
-    for text, needle in (("[1]", "must be a JSON object"), ("{", "not valid JSON"),
-                         ('{"sft/new": "grpo/old"}', "another stage's entry"), ('{"sft": "sft/old"}', "not 'stage/key'"),
-                         ('{"sft/new": "sft/.old"}', "starts with a dot")):
+    for text, needle in (("[1]", "not an object"), ("{", "not readable JSON"), ("[" * 100_000 + "]" * 100_000,
+                         "not readable JSON"), ('{"sft/new": "grpo/old"}', "another stage's entry"),
+                         ('{"sft": "sft/old"}', "not 'stage/key'"), ('{"sft/new": "sft/.old"}', "starts with a dot")):
         (tmp_path / artifacts.ALIASES).write_text(text)
-        with pytest.raises(ValueError, match=needle):
-            artifacts.read_aliases()
+        with pytest.warns(UserWarning, match=needle) as caught:
+            assert artifacts.read_aliases() == {}
+        assert str(tmp_path / artifacts.ALIASES) in str(caught[0].message)
+    (tmp_path / artifacts.ALIASES).write_text('{"sft/bad": "grpo/old", "sft/good": "sft/old"}')
+    with pytest.warns(UserWarning, match="another stage's entry"):
+        assert artifacts.read_aliases() == {("sft", "good"): "old"}
     with pytest.raises(ValueError, match="needs no alias"):
         write_aliases({("sft", "same"): "same"})
 
@@ -166,7 +171,8 @@ def test_an_entry_built_under_its_old_key_moves_to_its_content_key_without_rebui
                   lambda folder: built.append((folder / "model.safetensors").write_text("w")) or {}, recipe=1)
     old = legacy_key(stage, {content_id(upstream): "tok"})
     assert old == legacy_key(Stage("chat-base", {"tokenizer": "tok", "lr": 1}, stage.build, recipe=1), {})
-    get_or_build("chat-base", old, lambda folder: (folder / "model.safetensors").write_text("trained an hour"))
+    get_or_build("chat-base", old, lambda folder: [(folder / "model.safetensors").write_text("trained an hour"),
+                                                   (folder / "stage.json").write_text('{"metrics": {}}')])
     assert rekey_cached(stage, {content_id(upstream): "tok"}) == (old, stage.key, True)
     assert (run_stage(stage).checkpoint / "model.safetensors").read_text() == "trained an hour" and not built
     assert rekey_cached(stage, {content_id(upstream): "tok"}) == (old, stage.key, False)  # nothing left to move

@@ -91,7 +91,7 @@ def entry_points() -> SimpleNamespace:
     from cascadekit.training.sft import sft_stages
 
     return SimpleNamespace(
-        artifacts=artifacts,  # artifacts._get_or_build_locked(stage, key, builder, target, folder, use_shipped)
+        artifacts=artifacts,  # artifacts._get_or_build_locked(stage, key, builder, target, folder, use_shipped, needs)
         Stage=stages.Stage, STAGE_FILE=stages.STAGE_FILE, resolve=resolve, content_id=content_id,
         legacy_key=legacy_key,
         pretrained=pipeline.pretrained, cached_variant=cached_variant, B_SHARES=B_SHARES,
@@ -227,12 +227,12 @@ def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: bool,
     recorder = Recorder(fake, write_aliases)
     original = ep.artifacts._get_or_build_locked
 
-    def locked(stage, key, builder, target, folder, use_shipped=True):
+    def locked(stage, key, builder, target, folder, use_shipped=True, needs=()):
         recorder.request(stage, key)
         old = recorder.old_key(key, builder)
         recorder.find_alias(stage, key, old)
         path = original(stage, key, lambda tmp: recorder.build(stage, key, builder, tmp), target, folder,
-                        use_shipped)
+                        use_shipped, () if fake else needs)  # a fake build holds no checkpoint files
         recorder.resolved(stage, key, old, path)
         return path
 

@@ -46,7 +46,7 @@ from cascadekit.exercises.answers import Choice, Number
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import RL_REWARD, change_row, passk_rows, per_problem, rl_problems
 from cascadekit.engine.models import build_model
-from cascadekit.stages import Stage, StageOutput, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, run_stage
 from cascadekit.evaluation.report import evaluate_checkpoint
 from cascadekit.training.pipeline import grpo
 from cascadekit.profiles import Profile, seed_inputs
@@ -201,7 +201,8 @@ def cached_variant(profile: Profile, b_share: float) -> Path:
         return {}
 
     inputs = {"recipe": "pretrain-transfer", "b_share": b_share, "sources": list(SOURCES), "target": TARGET}
-    return run_stage(Stage("pretrain-transfer", inputs, build, fixed_key=key, recipe=RECIPE)).checkpoint
+    stage = Stage("pretrain-transfer", inputs, build, fixed_key=key, recipe=RECIPE, holds=CHECKPOINT)
+    return run_stage(stage).checkpoint
 
 
 # ---------------------------------------------------------------------------

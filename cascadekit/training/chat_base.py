@@ -32,7 +32,7 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.domains import domains, draw_tasks, raw_text, surfaces_fingerprint
 from cascadekit.engine.models import start_model
-from cascadekit.stages import Stage, StageOutput, content_id, rekey_cached, run_folder, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, rekey_cached, run_folder, run_stage
 from cascadekit.profiles import Profile, seed_inputs
 from cascadekit.engine.runtime import (
     base_model_source, choose_device, download_allowed, load_chat_tokenizer, load_tokenizer, save_checkpoint,
@@ -131,7 +131,7 @@ def _base_stage(profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> 
         shutil.rmtree(run_dir, ignore_errors=True)
         return {"tokens": profile.sft.base_tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
 
-    return Stage("chat-base", inputs, build, recipe=RECIPE)
+    return Stage("chat-base", inputs, build, recipe=RECIPE, holds=CHECKPOINT)
 
 
 def chat_base_key(profile: Profile) -> str:

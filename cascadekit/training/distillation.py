@@ -57,7 +57,7 @@ from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer,
 from cascadekit.engine.runtime import training_precision
 from cascadekit.engine.trainable import engine_settings
 from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
-from cascadekit.stages import Stage, StageOutput, content_id, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, run_stage
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
 RECIPE = 1
@@ -292,4 +292,4 @@ def mopd_stage(start: StageOutput, records: Sequence[Mapping[str, Any]], teacher
                 "completion_tokens": round(sum(c.get("completion_length", 0.0) for c in curves)
                                            * rl.prompts_per_step * rl.group_size)}
 
-    return run_stage(Stage("mopd", inputs, build, recipe=RECIPE))
+    return run_stage(Stage("mopd", inputs, build, recipe=RECIPE, holds=CHECKPOINT))

@@ -27,7 +27,7 @@ from cascadekit.engine.tokenizer import load_tokenizer
 from cascadekit.engine.trainable import Note, engine_settings, load_trainable
 from cascadekit.profiles import Profile, RLConfig, precision_inputs, seed_inputs
 from cascadekit.rewards import RewardFn, reading_markup, verifier_reward
-from cascadekit.stages import Stage, StageOutput, content_id, digest, run_folder, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, digest, run_folder, run_stage
 from cascadekit.training.async_rewards import StreamingRewards
 from cascadekit.training.grpo import train_grpo
 from cascadekit.training.pretrain import cached_pretrained, midtrain, pretrain_key
@@ -78,7 +78,7 @@ def midtrained(start: StageOutput, profile: Profile, bands: Bands, tokens: int) 
         log = midtrain(profile, start.checkpoint, folder, run_dir, tokens, MIDTRAIN_MIXTURE, bands=bands)
         return {"tokens": tokens, "loss_log": log, "wall_s": round(time.perf_counter() - started, 1)}
 
-    return run_stage(Stage("midtrain", inputs, build, recipe=RECIPE))
+    return run_stage(Stage("midtrain", inputs, build, recipe=RECIPE, holds=CHECKPOINT))
 
 
 def grpo(start: StageOutput, problems: Sequence[Problem], reward: RewardFn, profile: Profile,
@@ -223,4 +223,4 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:
         inputs["watched"] = [r.__name__ for r in watched]
-    return run_stage(Stage("grpo", inputs, build, recipe=RECIPE))
+    return run_stage(Stage("grpo", inputs, build, recipe=RECIPE, holds=CHECKPOINT))

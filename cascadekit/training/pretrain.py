@@ -55,7 +55,7 @@ from cascadekit.engine.runtime import (
     base_model_source, choose_device, download_allowed, load_model, save_checkpoint, training_precision,
 )
 from cascadekit.engine.tokenizer import build_tokenizer, load_tokenizer
-from cascadekit.stages import Stage, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, run_stage
 from cascadekit.world import generate_problems
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
@@ -479,7 +479,8 @@ def cached_pretrained(profile: Profile, callbacks: Sequence[TrainerCallback] = (
 
     inputs = {**profile.sections("world", "tokenizer", "model", "pretrain", "seed"), **precision_inputs(profile),
               **seed_inputs(profile, "data")}
-    return run_stage(Stage("pretrain", inputs, build, key, recipe=RECIPE), rebuild=rebuild).checkpoint
+    stage = Stage("pretrain", inputs, build, key, recipe=RECIPE, holds=CHECKPOINT)
+    return run_stage(stage, rebuild=rebuild).checkpoint
 
 
 def read_loss_log(checkpoint: Path) -> list[tuple[int, int, float]]:

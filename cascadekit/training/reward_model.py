@@ -57,7 +57,7 @@ from cascadekit.chat import END_OF_TURN
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer, prompt_text
 from cascadekit.domains.general import preference_pairs, quality
-from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.training.pretrain import resume_checkpoint
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.growth import grow
@@ -321,7 +321,7 @@ def reward_model_stage(start: StageOutput, profile: Profile, layers: int, width:
                 "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e],
                 **({"trainable": str(note)} if note.path != "full" else {})}
 
-    return run_stage(Stage("reward-model", inputs, build, recipe=RECIPE))
+    return run_stage(Stage("reward-model", inputs, build, recipe=RECIPE, holds=CHECKPOINT))
 
 
 class RewardModelScore:

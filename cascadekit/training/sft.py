@@ -44,7 +44,7 @@ from trl import SFTConfig, SFTTrainer
 from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, configured, draw_tasks, prompt_of, stage_domains
-from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, domains_inputs, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
     choose_device, download_allowed, load_tokenizer, refuse_cpu_trl, save_checkpoint, training_precision, with_lora,
@@ -219,7 +219,7 @@ def sft_stage(start: StageOutput, profile: Profile, stage: int,
         shutil.rmtree(run_dir, ignore_errors=True)
         return {**info, "trainable": str(notes[0])}
 
-    return run_stage(Stage("sft", inputs, build, recipe=RECIPE))
+    return run_stage(Stage("sft", inputs, build, recipe=RECIPE, holds=CHECKPOINT))
 
 
 def sft_stages(base: StageOutput, profile: Profile, callbacks: Sequence[TrainerCallback] = ()) -> list[StageOutput]:

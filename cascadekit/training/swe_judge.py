@@ -45,7 +45,7 @@ from transformers import DataCollatorWithPadding, PreTrainedModel, PreTrainedTok
 from cascadekit.claims import binomial_interval
 from cascadekit.domains import Task, chat_record, domains, gold_answer, prompt_text
 from cascadekit.domains.swe import patch_text, wrong_expressions
-from cascadekit.stages import Stage, StageOutput, content_id, run_folder, run_stage
+from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
 from cascadekit.engine.runtime import (
     Placement, choose_device, load_classifier, load_tokenizer, save_checkpoint, training_precision,
@@ -202,7 +202,7 @@ def judge_stage(start: StageOutput, train: Sequence[Task], held_out: Sequence[Ta
                 "loss": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e],
                 **({"trainable": str(note)} if note.path != "full" else {})}
 
-    return run_stage(Stage("swe-judge", inputs, build, recipe=RECIPE))
+    return run_stage(Stage("swe-judge", inputs, build, recipe=RECIPE, holds=CHECKPOINT))
 
 
 class SemanticJudge:
