@@ -875,3 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:  # ProfileError is a ValueError
         print(f"cascadekit {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":  # `python -m cascadekit.cli ...`, as scripts call it, runs the command too
+    raise SystemExit(main())

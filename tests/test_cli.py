@@ -186,3 +186,16 @@ def test_a_metrics_file_of_the_same_prompts_passes_the_check_and_the_shipped_one
     toy = resolve("14", "toy").profile
     shipped = json.loads((Path(__file__).resolve().parents[1] / "data/results/14_whole_cascade/metrics.json").read_text())
     check_against(shipped, {"per_sample": suite_records(toy), "harder": harder_suite(toy)})
+
+
+@pytest.mark.parametrize("module", ["cascadekit", "cascadekit.cli"])
+def test_python_dash_m_runs_the_command(module: str) -> None:
+    """``python -m cascadekit.cli experiment ...`` once did nothing and exited 0 (issue 56)."""
+    import subprocess
+    import sys
+
+    bad = subprocess.run([sys.executable, "-m", module, "experiment", "99"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "error" in bad.stderr.lower(), (bad.returncode, bad.stderr[-500:])
+    listed = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0 and "experiment" in listed.stdout
