@@ -207,13 +207,14 @@ def test_if_checks_the_released_constraints_it_knows():
 
 
 def test_if_names_the_constraints_it_cannot_check():
-    mixed = verify_ifeval("all lowercase", ["change_case:english_lowercase", "detectable_content:postscript"],
+    mixed = verify_ifeval("no commas here", ["punctuation:no_comma", "detectable_content:postscript_v2"],
                           [{}, {"postscript_marker": "P.S."}])
-    assert mixed.score == 1.0 and "not checked: 'detectable_content:postscript' (no kit check)" in mixed.reason
-    unknown = verify_ifeval("text", ["language:response_language"], [{"language": "fr"}])
+    assert mixed.score == 1.0 and "not checked: 'detectable_content:postscript_v2' (unknown instruction id)" \
+        in mixed.reason
+    unknown = verify_ifeval("text", ["language:response_dialect"], [{"language": "fr"}])
     assert unknown.score == 0.0 and unknown.reason.startswith("no instruction the kit can check")
     bad = verify_ifeval("text", ["detectable_format:number_bullet_lists"], [{}])
-    assert bad.score == 0.0 and "(arguments 'num_bullets')" in bad.reason
+    assert bad.score == 0.0 and "(arguments: num_bullets is not an integer from 0 (got None))" in bad.reason
     assert verify_ifeval("text", "change_case:english_lowercase", []).reason.startswith("malformed gold")
 
 

@@ -14,10 +14,11 @@ a reason), and never raises on model text or a malformed gold:
 * **code** (:func:`verify_stdio`): the program in the answer run on each
   released test's stdin in the kit's sandbox; the verifier compares the output
   (the candidate never sees the expected one). All tests pass or 0, as the paper's Code RL.
-* **IF** (:func:`verify_ifeval`): each IFEval instruction id that has a kit
-  constraint (:mod:`cascadekit.verify.instructions`) is checked strictly; ids
-  with none are named in the reason and left out of the score (1 when every
-  checked one holds). A row none of whose ids the kit checks scores 0, and says so.
+* **IF** (:func:`verify_ifeval`): each of IFEval's 25 instruction ids checked
+  strictly as IFEval defines it (:mod:`cascadekit.verify.ifeval`, where its
+  parity with IFEval's own checkers and its departures are stated); an unknown
+  id or a malformed argument is named in the reason and left out of the score
+  (1 when every checked one holds). A row none of whose ids can be checked scores 0, and says so.
 * **SWE** (:func:`verify_gold_patch`): the execution-free lexical reward, the
   answer's patch's similarity to the released gold patch.
 """
@@ -27,18 +28,16 @@ import dataclasses
 import importlib
 import re
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 from cascadekit.sandbox import Limits
 from cascadekit.verify.boxed import answer_part, extract_boxed, normalize_integer
 from cascadekit.verify.code import IOTests, verify_code
-from cascadekit.verify.instructions import (
-    BulletCount, Constraint, EndsWith, ForbiddenWord, IncludeWord, JsonFormat, Lowercase, MaxWords, MinWords,
-    NoCommas, Quoted, SectionCount, Uppercase, verify_instructions,
-)
+from cascadekit.verify.ifeval import Check, ifeval_check
+from cascadekit.verify.instructions import MAX_RESPONSE_CHARS
 from cascadekit.verify.patch import patch_similarity
 
-__all__ = ["IFEVAL_CONSTRAINTS", "Verdict", "ifeval_constraints", "verify_gold_patch", "verify_ifeval",
+__all__ = ["Verdict", "ifeval_checks", "verify_gold_patch", "verify_ifeval",
            "verify_math", "verify_stdio"]
 
 
@@ -148,70 +147,53 @@ def verify_stdio(text: str, tests: Sequence[Sequence[str]], limits: Limits = Lim
 # Instruction following
 # ---------------------------------------------------------------------------
 
-def _words_relation(kw: Mapping[str, Any]) -> list[Constraint]:
-    n, relation = int(kw["num_words"]), kw["relation"]
-    if relation == "at least":
-        return [MinWords(n)]
-    if relation == "less than":
-        return [MaxWords(n - 1)]
-    raise ValueError(f"relation {relation!r}")
+def _named(value: Any) -> str:
+    return repr(value)[:60]
 
 
-def _words(key: str, cls: Callable[[str], Constraint]) -> Callable[[Mapping[str, Any]], list[Constraint]]:
-    def build(kw: Mapping[str, Any]) -> list[Constraint]:
-        words = kw[key]
-        if not words or any(not isinstance(w, str) or len(w.split()) != 1 for w in words):
-            raise ValueError(f"{key} must be single words, got {words!r}")  # the kit's checks match whole words
-        return [cls(w) for w in words]
-
-    return build
-
-
-#: IFEval instruction ids the kit's constraints check, and how a row's ``kwargs`` build them.
-IFEVAL_CONSTRAINTS: dict[str, Callable[[Mapping[str, Any]], list[Constraint]]] = {
-    "change_case:english_lowercase": lambda kw: [Lowercase()],
-    "change_case:english_capital": lambda kw: [Uppercase()],
-    "startend:quotation": lambda kw: [Quoted()],
-    "startend:end_checker": lambda kw: [EndsWith(str(kw["end_phrase"]))],
-    "punctuation:no_comma": lambda kw: [NoCommas()],
-    "detectable_format:json_format": lambda kw: [JsonFormat()],
-    "detectable_format:number_bullet_lists": lambda kw: [BulletCount(int(kw["num_bullets"]))],
-    "detectable_format:multiple_sections": lambda kw: [SectionCount(int(kw["num_sections"]),
-                                                                    str(kw.get("section_spliter") or "Section"))],
-    "length_constraints:number_words": _words_relation,
-    "keywords:existence": _words("keywords", IncludeWord),
-    "keywords:forbidden_words": _words("forbidden_words", ForbiddenWord),
-}
-
-
-def ifeval_constraints(ids: Sequence[Any], kwargs: Sequence[Any]) -> tuple[list[Constraint], list[str]]:
-    """The kit's constraints for a row's instruction ids, and a note for each id it cannot check."""
-    constraints, skipped = [], []
+def ifeval_checks(ids: Sequence[Any], kwargs: Sequence[Any]) -> tuple[list[tuple[str, Check]], list[str]]:
+    """The check for each of a row's instruction ids, and a note for each id that cannot be checked."""
+    checks, skipped = [], []
     arguments = list(kwargs) if isinstance(kwargs, (list, tuple)) else []
     for i, name in enumerate(ids):
-        kw = arguments[i] if i < len(arguments) and isinstance(arguments[i], Mapping) else {}
-        kw = {k: v for k, v in kw.items() if v is not None}  # the released layout fills unused arguments with null
-        build = IFEVAL_CONSTRAINTS.get(name) if isinstance(name, str) else None
-        if build is None:
-            skipped.append(f"{name!r} (no kit check)")
-            continue
         try:
-            constraints.extend(build(kw))
-        except (KeyError, TypeError, ValueError) as err:
-            skipped.append(f"{name!r} (arguments {err})")
-    return constraints, skipped
+            checks.append((name, ifeval_check(name, arguments[i] if i < len(arguments) else {})))
+        except KeyError:
+            skipped.append(f"{_named(name)} (unknown instruction id)")
+        except ValueError as err:
+            skipped.append(f"{_named(name)} (arguments: {err})")
+        except ImportError as err:
+            skipped.append(f"{_named(name)} (needs {err.name}: pip install 'cascadekit[ifeval]')")
+    return checks, skipped
+
+
+def _holds(check: Check, answer: str) -> bool:
+    try:
+        return bool(check(answer))
+    except Exception:  # a verifier never raises on model text
+        return False
 
 
 def verify_ifeval(text: str, ids: Sequence[Any], kwargs: Sequence[Any]) -> Verdict:
-    """The answer against a row's IFEval instructions, strictly: 1 when every checked one holds; never raises."""
+    """The answer after the think block against a row's IFEval instructions, strictly (IFEval's strict score).
+
+    1 when every checked instruction holds; as in IFEval, an empty answer follows
+    none. Ids that cannot be checked are named and left out. Never raises.
+    """
     if not isinstance(ids, (list, tuple)):
         return Verdict(0.0, "malformed gold: instruction_id_list is not a list")
-    constraints, skipped = ifeval_constraints(ids, kwargs)
+    checks, skipped = ifeval_checks(ids, kwargs)
     unchecked = f"; not checked: {', '.join(skipped)}" if skipped else ""
-    if not constraints:
+    if not checks:
         return Verdict(0.0, f"no instruction the kit can check{unchecked}")
-    verdict = verify_instructions(text, constraints)
-    return Verdict(float(verdict.strict_all), f"{verdict.reason}{unchecked}")
+    if not isinstance(text, str) or len(text) > MAX_RESPONSE_CHARS:
+        return Verdict(0.0, f"not a string of at most {MAX_RESPONSE_CHARS:,} characters: not judged{unchecked}")
+    if "<think>" in text and "</think>" not in text:
+        return Verdict(0.0, f"think block never closed: no answer{unchecked}")
+    answer = answer_part(text).strip()
+    failed = [name for name, check in checks if not (answer and _holds(check, answer))]
+    reason = f"failed: {', '.join(failed)}" if failed else "all instructions followed"
+    return Verdict(float(not failed), f"{reason}{unchecked}")
 
 
 # ---------------------------------------------------------------------------
