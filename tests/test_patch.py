@@ -39,13 +39,16 @@ def test_new_deleted_and_no_newline_files():
     assert apply_patch(old, parse_diff(diff)) == new
 
 
-def test_offset_allowed_only_for_an_exact_unique_match():
+def test_offset_takes_the_nearest_exact_match_as_git_does():
     diff = make_diff(BUGGY, FIXED).replace("@@ -1,", "@@ -3,")  # wrong line number
     assert apply_patch(BUGGY, parse_diff(diff)) == FIXED
     twice = {"calc.py": BUGGY["calc.py"] * 2}
-    lone = "--- a/calc.py\n+++ b/calc.py\n@@ -1,1 +1,1 @@\n-    return a - b\n+    return a + b\n"
-    with pytest.raises(PatchError, match="matches at 2 places"):
-        apply_patch(twice, parse_diff(lone.replace("@@ -1,1 +1,1", "@@ -9,1 +9,1")))
+    hunk = "--- a/calc.py\n+++ b/calc.py\n@@ -{0},2 +{0},2 @@\n-    return a - b\n+    return a + b\n \n"
+    first, second = BUGGY["calc.py"].replace("a - b", "a + b"), BUGGY["calc.py"]
+    assert apply_patch(twice, parse_diff(hunk.format(3)))["calc.py"] == first + second
+    assert apply_patch(twice, parse_diff(hunk.format(8)))["calc.py"] == second + first
+    with pytest.raises(PatchError, match="where the hunk must sit"):  # no context after it: only at the end
+        apply_patch(twice, parse_diff(hunk.format(2).replace(" \n", "").replace(",2 +", ",1 +").replace(",2 @@", ",1 @@")))
 
 
 def test_fuzzy_mismatch_is_rejected_with_a_reason():
@@ -55,10 +58,10 @@ def test_fuzzy_mismatch_is_rejected_with_a_reason():
 
 
 @pytest.mark.parametrize("diff, reason", [
-    ("--- a/calc.py\n@@ -1 +1 @@\n-x\n+y\n", "without '\\+\\+\\+'"),
-    ("--- a/calc.py\n+++ b/calc.py\n", "no hunks"),
+    ("--- a/calc.py\n@@ -1 +1 @@\n-x\n+y\n", "without file headers"),
+    ("--- a/calc.py\n+++ b/calc.py\n", "no file headers"),  # git reads a plain section only with a hunk
     ("--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n-x\n+y\n", "ends early|line counts"),
-    ("--- a/calc.py\n+++ b/calc.py\n@@ bad @@\n", "no hunks|bad hunk"),
+    ("--- a/calc.py\n+++ b/calc.py\n@@ bad @@\n", "no file headers"),
     ("--- a/../etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-x\n+y\n", "unsafe path"),
     ("just prose", "no file headers"),
 ])

@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = ["BoxedVerdict", "answer_part", "extract_boxed", "normalize_integer", "verify_boxed"]
+__all__ = ["BoxedVerdict", "answer_part", "extract_boxed", "normalize_integer", "think_left_open", "verify_boxed"]
+
+_THINK_OPEN, _THINK_CLOSE, _END_OF_TURN = "<think>", "</think>", "<|im_end|>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,12 +28,31 @@ class BoxedVerdict:
 
 
 def answer_part(text: str) -> str:
-    """The text after the think block; empty if a think block is left open."""
-    if "</think>" in text:
-        return text.rsplit("</think>", 1)[1]
-    if "<think>" in text:
-        return ""
-    return text
+    """The answer of a model turn: after its think block, before its end-of-turn; "" while the block is open.
+
+    Chat markers are structure only where the chat format
+    (:mod:`cascadekit.chat.format`) puts them: a think block that opens the turn
+    (after whitespace at most) and ends at its first ``</think>``, and one
+    ``<|im_end|>`` at the very end (trailing whitespace aside). Anywhere else they
+    are content: a diff or a program may hold ``'</think>'`` or ``'<|im_end|>'``
+    in its own lines. Unlike :func:`cascadekit.chat.format.parse_assistant`, which
+    judges a whole turn's form, this never rejects: text before ``<think>`` makes
+    the turn all answer.
+    """
+    opened = text.lstrip()
+    if opened.startswith(_THINK_OPEN):
+        closed = opened.find(_THINK_CLOSE, len(_THINK_OPEN))
+        if closed < 0:
+            return ""
+        text = opened[closed + len(_THINK_CLOSE):]
+    ended = text.rstrip()
+    return ended[:-len(_END_OF_TURN)] if ended.endswith(_END_OF_TURN) else text
+
+
+def think_left_open(text: str) -> bool:
+    """Whether the turn opens a think block and never closes it (so it has no answer)."""
+    opened = text.lstrip()
+    return opened.startswith(_THINK_OPEN) and opened.find(_THINK_CLOSE, len(_THINK_OPEN)) < 0
 
 
 def _closing_braces(text: str) -> dict[int, int]:
@@ -95,7 +116,7 @@ def verify_boxed(text: str, expected: int | str) -> BoxedVerdict:
     target = expected if isinstance(expected, int) else normalize_integer(str(expected))
     if target is None:
         return BoxedVerdict(False, None, f"expected answer {expected!r} is not an integer")
-    if "<think>" in text and "</think>" not in text:
+    if think_left_open(text):
         return BoxedVerdict(False, None, "think block never closed: no answer")
     boxed = extract_boxed(answer_part(text))
     if not boxed:

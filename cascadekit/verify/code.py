@@ -74,7 +74,7 @@ def extract_code(text: str) -> str | None:
     block, else the whole answer if it parses as Python. None if there is none."""
     if not isinstance(text, str):
         return None
-    answer = answer_part(text).split("<|im_end|>", 1)[0]
+    answer = answer_part(text)
     blocks = [(_LANG.match(info).group(1), body) for info, body in _FENCE.findall(answer)]
     python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
     if python or blocks:
