@@ -6,7 +6,8 @@ feature here is read off the three texts of a problem (statements, question,
 solution), never off a generator's internals, so the same code measures both:
 ``data/fixtures/official_paper_stats.json`` holds the official generator's
 statistics measured this way (its provenance says how), and
-``tests/test_paper_distributions.py`` compares the kit's with them per op band.
+``tests/test_paper_distributions.py`` compares the kit's with them per op band and mode;
+:func:`rebuild` reads a problem's graph off its text alone (``tests/test_paper_text.py``).
 """
 
 from __future__ import annotations

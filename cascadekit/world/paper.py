@@ -20,30 +20,62 @@ so that a problem looks, counts and reads as the paper's (GSM-Infinite's
   difference between two, ``c plus`` / ``c times`` the sum or the difference (with
   an intermediate letter), and totals of one to four quantities. No quantity is 0
   (the official rejects a 0 unless the quantity is a total).
+* **graph shape.** The walk weighs a leaf after the first one a third of the
+  first (:data:`_EXTRA_LEAF_WEIGHT`): the official graphs grow from one given
+  number 58-93% of the time and reuse quantities, not fresh numbers.
 * **distractors.** Some problems state quantities the question does not need, as
-  often as the official generator's do at that op band (:data:`DISTRACTOR_RATES`:
-  83% at ops 2-5, falling to 17% at ops 16-20); they sit in places whose
-  total the solution does not use, so no total silently covers them.
+  often as the official generator's do per mode and op band
+  (:data:`DISTRACTOR_RATES`: 96% of forward and 78% of reverse problems at ops
+  2-5, falling to 13% and 19% at ops 16-20), as many (:data:`DISTRACTOR_COUNTS`:
+  long-tailed, up to 12; the official's reaches 17) and as often bare numbers
+  (:data:`BARE_DISTRACTOR`); they sit in places whose total the solution does not
+  use, so no total silently covers them.
 * **two modes, half each.** *Forward*: the solution defines every needed
   quantity in order, ``Define adult lions in Maple Zoo as q; so q = 3.``, with
   ``r = q = 3; so F = 2 * r = 2 * 3 = 6`` for a constant applied to a quantity
   and a sum of three or more written as partial sums of two
   (``t = a + b = 2 + 3 = 5; so S = t + c = 5 + 4 = 9``); the question asks for a
-  total in about 80% of problems (:data:`FORWARD_TOTAL_QUERY`). *Reverse*: one leaf is
+  total as often as officially per op band (:data:`FORWARD_TOTAL_QUERY`). *Reverse*: one leaf is
   unknown (``... exists, and its number is greater than 0``), a later quantity's
   value is given (a total's, or in small problems sometimes an instance
-  quantity's: :data:`REVERSE_GIVEN_TOTAL`), and the question asks for the unknown;
+  quantity's, whose relation sentence is stated beside its value, as officially:
+  :data:`REVERSE_GIVEN_TOTAL`), and the question asks for the unknown;
   the solution defines the quantities in order with the unknown where it falls,
   carries ``x`` through linear expressions (a difference may subtract one in
   ``x``, written ``(x + 2) - (x)``) to the given quantity and solves the
   equation. Letters are any ASCII letter in forward mode and exclude ``x`` and
   ``X`` in reverse mode, as officially.
 
-These distributions are checked per op band against the official generator's,
-measured by running it (``tests/test_paper_distributions.py``,
-``data/fixtures/official_paper_stats.json``). ``generate(...,
+Every problem is solvable from its own text: ``tests/test_paper_text.py`` rebuilds
+each one's graph, values and op count from its sentences alone
+(:func:`cascadekit.verify.paper_stats.rebuild`). These distributions are checked
+per op band and mode against the official generator's, measured by running it
+(``tests/test_paper_distributions.py``, ``data/fixtures/official_paper_stats.json``:
+47 statistics in each of 4 bands, Holm over all 188, a difference counted when
+significant and Cohen's h is at least 0.2). ``generate(...,
 official_bug_compat=True)`` reproduces the official reverse-mode bug that leaves a
 needed quantity unstated.
+
+Where the kit still departs from the official generator, and why (measured for
+issue 61, 40 problems per op and mode on each side):
+
+* **small graphs reuse less** (ops 2-5): the official writes a two-parent step
+  over its one given number (``x; A = x; T = x + A``) in a third of its problems,
+  the kit in a tenth (25% vs 9-10% of derived steps have two parents); at ops 6-10
+  93% of official problems use a quantity twice, 73-77% of the kit's. Weighting
+  two-parent shapes up fixed ops 2-5 and broke ops 6-20, so the kit keeps weights
+  that match the larger bands (two- and three-parent shares within a small effect
+  from op 11; reverse three-parent steps at ops 6-10 are 8% vs 17%).
+* **the unknown comes first** more often in reverse problems (90% vs 58% at ops
+  6-10, 84% vs 70% and 77% vs 62% later): the kit's unknown is the root leaf its
+  graph grows from, the official's one leaf of a structure graph whose other
+  numbers often come first; so more of the kit's reverse differences subtract an
+  expression in x (37% vs 20% of problems at ops 11-15).
+* **names and lengths**: the names and numbers are the kit's own three contexts',
+  so problems and solutions are longer in the paper's tokenizer (issue 61 measured
+  26-81% and 12-32%); the sentence and solution templates are the official's.
+* **distractor count tail**: capped at 12 (the official's reaches 17; shares of
+  1, 2-3, 4-6 and 7+ within a small effect in every band and mode).
 
 The names and numbers are the kit's own (its three contexts' places and items);
 the sentence and solution templates follow the paper's format. The gold graph
@@ -58,11 +90,13 @@ import random
 import re
 import string
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cascadekit.world.contexts import Category, Context, get_context
 from cascadekit.world.graph import MAX_VALUE
 from cascadekit.world.render import GoldNode, Problem, normalize_name
 
+T = TypeVar("T")
 STYLE = "paper"
 #: The same rendering with the official generator's reverse-mode bug on (``generate(..., official_bug_compat=True)``):
 #: ``--style paper-official-bug`` or ``world.style`` trains on data as the paper's was.
@@ -73,13 +107,24 @@ PLUS_CONSTANTS = range(1, 5)
 TIMES_CONSTANTS = range(2, 5)  # the official never multiplies by 1
 UNKNOWN = "x"
 REVERSE_PREAMBLE = "The question is difficult, so we use equations to solve it."
-#: The official generator's share of problems with distractors per op band (lowest op -> share), as measured.
-DISTRACTOR_RATES: dict[int, float] = {2: 0.83, 6: 0.68, 11: 0.31, 16: 0.17}
+#: The official generator's share of problems with distractors per mode and op band (lowest op -> share), as measured.
+DISTRACTOR_RATES: dict[str, dict[int, float]] = {"forward": {2: 0.96, 6: 0.69, 11: 0.28, 16: 0.13},
+                                                 "reverse": {2: 0.78, 6: 0.67, 11: 0.32, 16: 0.19}}
+#: How many distractors a problem with some has, per mode and op band: the official shares of 1, 2-3, 4-6 and
+#: 7-12 (uniform within each; the official's tail reaches 17).
+DISTRACTOR_COUNTS: dict[str, dict[int, tuple[float, float, float, float]]] = {
+    "forward": {2: (0.14, 0.44, 0.23, 0.19), 6: (0.06, 0.17, 0.47, 0.30), 11: (0.11, 0.23, 0.38, 0.28),
+                16: (0.19, 0.35, 0.19, 0.27)},
+    "reverse": {2: (0.16, 0.51, 0.33, 0.0), 6: (0.08, 0.19, 0.71, 0.02), 11: (0.09, 0.31, 0.33, 0.27),
+                16: (0.13, 0.39, 0.26, 0.21)}}
+_COUNT_RANGES = ((1, 1), (2, 3), (4, 6), (7, 12))
+#: The official share of distractors that are bare numbers (42-52% per band and mode).
+BARE_DISTRACTOR = 0.45
 #: How often the official reverse problem gives a total's value, not an instance quantity's, per op band.
 REVERSE_GIVEN_TOTAL: dict[int, float] = {2: 0.82, 6: 0.96, 11: 0.99}
-#: How often a forward problem is drawn to end in a total (the others may end in one too): this puts the share
-#: of questions asking for a total near the official generator's (72-88% across op bands).
-FORWARD_TOTAL_QUERY = 0.75
+#: How often a forward problem is drawn to end in a total per op band (the others may end in one too): this puts
+#: the share of questions asking for a total near the official generator's (0.80, 0.72, 0.84, 0.88 by band).
+FORWARD_TOTAL_QUERY: dict[int, float] = {2: 0.6, 6: 0.61, 11: 0.83, 16: 0.85}
 _REVERSE_LETTERS = [c for c in string.ascii_letters if c not in (UNKNOWN, UNKNOWN.upper())]  # as officially
 _UNKNOWN_STEP = re.compile(rf"Define ([^;]+?) as {UNKNOWN}; we don't know its value")
 _MAX_OPEN = 4
@@ -98,6 +143,8 @@ _WEIGHTS = {"copy": 2, "plus": 2, "times": 2, "sum": 3, "difference": 2, "plus_s
 #: a shape with this many parents weighs this many times its kind's weight (the official data's parent counts)
 _PARENT_FACTOR = {1: 1, 2: 1, 3: 2, 4: 2}
 _LEAF_WEIGHT = 6
+#: a leaf after the first weighs this (the official graphs grow from one given number 60-93% of the time)
+_EXTRA_LEAF_WEIGHT = 2
 #: (kind, quantity parents, op cost, weight) for every derived node shape
 _OPTIONS = tuple((kind, k, k + const, _WEIGHTS[kind] * _PARENT_FACTOR[k])
                  for kind, (counts, const) in _KINDS.items() for k in counts)
@@ -156,6 +203,7 @@ def _structure(op: int, rng: random.Random, final_total: bool) -> list[_Node] | 
     must close them all into the query (a total, in reverse mode). None on a dead end.
     """
     nodes: list[_Node] = []
+    leaves = 0
     open_: list[int] = []
     totalable: list[int] = []  # instance nodes no total holds yet: what a new total may sum
     remaining = op
@@ -165,12 +213,13 @@ def _structure(op: int, rng: random.Random, final_total: bool) -> list[_Node] | 
         m = len(open_)
         total_open = sum(i in open_ for i in totalable)
         choices, cumulative = _choices(remaining, m, min(len(nodes) - m, 4), total_open,
-                                       min(len(totalable) - total_open, 4), final_total)
+                                       min(len(totalable) - total_open, 4), final_total, leaves > 0)
         if not choices:
             return None
         kind, k, used = rng.choices(choices, cum_weights=cumulative)[0]
         if kind == "leaf":
             nodes.append(_Node("leaf", (), None, rng.choice(LEAF_VALUES)))
+            leaves += 1
             open_.append(len(nodes) - 1)
             totalable.append(len(nodes) - 1)
             remaining -= 1
@@ -194,7 +243,7 @@ def _structure(op: int, rng: random.Random, final_total: bool) -> list[_Node] | 
 
 @functools.lru_cache(maxsize=None)
 def _choices(remaining: int, m: int, reusable: int, total_open: int, total_free: int,
-             final_total: bool) -> tuple[tuple[tuple[str, int, int], ...], tuple[int, ...]]:
+             final_total: bool, has_leaf: bool) -> tuple[tuple[tuple[str, int, int], ...], tuple[int, ...]]:
     """The steps a walk may take from its state, with cumulative weights: (kind, parents, open parents among them).
 
     ``reusable`` and ``total_free`` (nodes that are not open, for any node or for a
@@ -204,7 +253,7 @@ def _choices(remaining: int, m: int, reusable: int, total_open: int, total_free:
     weights: list[int] = []
     if m < _MAX_OPEN and remaining - 1 >= m + 1:
         choices.append(("leaf", 0, 0))
-        weights.append(_LEAF_WEIGHT)
+        weights.append(_EXTRA_LEAF_WEIGHT if has_leaf else _LEAF_WEIGHT)
     for kind, k, cost, weight in _OPTIONS:
         for used in range(1 if m else 0, min(k, m) + 1):
             after_open, after = m - used + 1, remaining - cost
@@ -240,38 +289,45 @@ def _in_range(node: _Node) -> bool:
     return 1 <= node.value <= MAX_VALUE
 
 
-def _band_value(table: dict[int, float], op: int) -> float:
+def _band_value(table: dict[int, T], op: int) -> T:
     """The value of the op band ``op`` falls in (its lowest op is the key); the last band's past it."""
     return next(value for low, value in sorted(table.items(), reverse=True) if op >= low or low == min(table))
 
 
-def distractor_rate(op: int) -> float:
-    """How often a problem of official op ``op`` states quantities the question does not need.
+def distractor_rate(op: int, mode: str = "forward") -> float:
+    """How often a problem of official op ``op`` in ``mode`` states quantities the question does not need.
 
     The official generator's rate falls with op (its unneeded quantities come from
-    a structure graph of bounded size that the needed ones fill up):
-    :data:`DISTRACTOR_RATES` holds it per op band as measured (see
-    ``data/fixtures/official_paper_stats.json``).
+    a structure graph of bounded size that the needed ones fill up) and is lower in
+    reverse mode at small ops: :data:`DISTRACTOR_RATES` holds it per mode and op
+    band as measured (see ``data/fixtures/official_paper_stats.json``).
     """
-    return _band_value(DISTRACTOR_RATES, op)
+    return _band_value(DISTRACTOR_RATES[mode], op)
 
 
-def _distractors(nodes: list[_Node], rng: random.Random, op: int) -> None:
-    """Append quantities the question does not need: leaves, or derived from any earlier quantity."""
-    if rng.random() >= distractor_rate(op):
+def _distractors(nodes: list[_Node], rng: random.Random, op: int, mode: str) -> None:
+    """Append quantities the question does not need: bare numbers, or derived from any earlier quantity.
+
+    How many, and how many of them bare numbers, as officially (:data:`DISTRACTOR_COUNTS`,
+    :data:`BARE_DISTRACTOR`); a derived one out of range is drawn again, a bounded number of times.
+    """
+    if rng.random() >= distractor_rate(op, mode):
         return
-    for _ in range(rng.randint(1, 6)):
-        kinds = ["leaf"] * 3 + [k for k in _KINDS if k != "total"]
-        kind = rng.choice(kinds)
-        if kind == "leaf":
+    low, high = rng.choices(_COUNT_RANGES, weights=_band_value(DISTRACTOR_COUNTS[mode], op))[0]
+    wanted, derived = rng.randint(low, high), [k for k in _KINDS if k != "total"]
+    for _ in range(4 * wanted):
+        if not wanted:
+            return
+        if rng.random() < BARE_DISTRACTOR:
             nodes.append(_Node("leaf", (), None, rng.choice(LEAF_VALUES)))
+            wanted -= 1
             continue
-        k = rng.choice(_KINDS[kind][0])
-        if k > len(nodes):
-            continue
+        kind = rng.choice(derived)
+        k = min(rng.choice(_KINDS[kind][0]), len(nodes))
         node = _make(kind, tuple(rng.sample(range(len(nodes)), k)), _constant(kind, rng), nodes)
-        if _in_range(node):
+        if len(node.parents) in _KINDS[kind][0] and _in_range(node):
             nodes.append(node)
+            wanted -= 1
 
 
 def _place(nodes: list[_Node], context: Context, category: Category, rng: random.Random) -> list[str] | None:
@@ -527,7 +583,7 @@ def _statements(nodes: list[_Node], names: _Names, unknown: int | None, bug_comp
 def _try(op: int, ctx: Context, rng: random.Random, seed: int | None, mode: str,
          bug_compat: bool = False) -> Problem | None:
     reverse = mode == "reverse"
-    total_share = _band_value(REVERSE_GIVEN_TOTAL, op) if reverse else FORWARD_TOTAL_QUERY
+    total_share = _band_value(REVERSE_GIVEN_TOTAL if reverse else FORWARD_TOTAL_QUERY, op)
     nodes = _structure(op, rng, final_total=rng.random() < total_share)
     if nodes is None:
         return None
@@ -538,7 +594,7 @@ def _try(op: int, ctx: Context, rng: random.Random, seed: int | None, mode: str,
         if found is None:
             return None
         unknown, forms, depends = found
-    _distractors(nodes, rng, op)
+    _distractors(nodes, rng, op, mode)
     category = rng.choice(ctx.categories)
     places = _place(nodes, ctx, category, rng)
     if places is None:
