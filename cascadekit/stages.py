@@ -37,8 +37,12 @@ place, so an interrupted stage is rebuilt, never half-used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import re
+import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -179,7 +183,7 @@ def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
     ``rebuild`` builds it again even if it is cached or shipped under ``data/checkpoints/``.
     """
     def build(folder: Path) -> None:
-        with one_cpu_thread():
+        with one_cpu_thread(), _disk_full_is_one_line(stage, folder):
             metrics = dict(stage.build(folder))
         atomic_write_json(folder / STAGE_FILE, {"kind": stage.kind, "inputs": stage.inputs, "recipe": stage.recipe,
                                                 "metrics": metrics})
@@ -187,6 +191,64 @@ def run_stage(stage: Stage, rebuild: bool = False) -> StageOutput:
     path = get_or_build(stage.kind, stage.key, build, rebuild=rebuild, needs=stage.needs)
     recorded = path / STAGE_FILE  # an entry built before this runner (a fixed key) has none
     return StageOutput(path, stage.key, json.loads(recorded.read_text())["metrics"] if recorded.exists() else {})
+
+
+class DiskFull(OSError):
+    """A build whose device filled up: one line naming the folder and the space the build had used."""
+
+
+#: How a full device reads in errors that are not an ``OSError`` (safetensors' serializer reports Rust's io error).
+_FULL = re.compile(r"No space left on device|StorageFull|Disk quota exceeded|os error 28\b")
+
+
+def storage_full(err: BaseException | None) -> bool:
+    """Whether ``err``, or an error it was raised from, says the device is full."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if _FULL.search(str(err)):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+@contextlib.contextmanager
+def _disk_full_is_one_line(stage: Stage, folder: Path) -> Iterator[None]:
+    """A full device during ``stage``'s build becomes one :class:`DiskFull` line, its half-written files removed.
+
+    The cache removes the build's temporary entry itself; here the Trainer checkpoint
+    the save was writing in the stage's run folder (a ``checkpoint-N`` begun during
+    this build without the ``trainer_state.json`` the Trainer writes last) goes too,
+    while finished checkpoints stay for the rerun to resume from.
+    """
+    started = time.time()
+    try:
+        yield
+    except Exception as err:
+        if not storage_full(err):
+            raise
+        written = _bytes(folder) + _remove_half_written(cache_root() / "runs" / f"{stage.kind}-{stage.key}", started)
+        free = shutil.disk_usage(folder.parent).free
+        raise DiskFull(f"no space left on the device of {folder.parent}: building {stage.kind}/{stage.key} had "
+                       f"written {written / 1e6:.1f} MB when it filled up ({free / 1e6:.1f} MB free); free at least "
+                       f"that much more and run again (half-written files removed)") from None
+
+
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _remove_half_written(runs: Path, since: float) -> int:
+    """Remove each Trainer checkpoint in ``runs`` begun since ``since`` and never finished; the bytes they held."""
+    removed = 0
+    for checkpoint in runs.glob("checkpoint-*") if runs.is_dir() else ():
+        if checkpoint.is_dir() and checkpoint.stat().st_mtime >= since - 1 and \
+                not (checkpoint / "trainer_state.json").is_file():
+            removed += _bytes(checkpoint)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+    return removed
 
 
 @contextlib.contextmanager

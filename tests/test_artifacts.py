@@ -273,3 +273,38 @@ def test_a_training_stage_needs_its_weights_and_its_record(tmp_path, monkeypatch
     with pytest.warns(UserWarning, match="does not list config.json or adapter_config.json"):
         run_stage(stage)
     assert len(calls) == 2
+
+
+class _SerializeError(Exception):
+    """Stands in for safetensors' SafetensorError, which wraps the OS error as text."""
+
+
+def test_a_disk_that_fills_during_a_save_is_one_line_and_leaves_no_half_written_files(tmp_path, monkeypatch):
+    """Issue 56: a full disk during a save ended in a 30-line SafetensorError traceback."""
+    from cascadekit.stages import DiskFull, Stage, run_stage, storage_full
+
+    monkeypatch.setenv("CASCADEKIT_CACHE", str(tmp_path))
+    stage = Stage("sft", {"a": 1}, lambda folder: {}, recipe=1)
+    runs = tmp_path / "runs" / f"sft-{stage.key}"
+
+    def build(folder):
+        (folder / "config.json").write_text("{}")
+        (runs / "checkpoint-1").mkdir(parents=True)
+        (runs / "checkpoint-1" / "trainer_state.json").write_text("{}")  # a finished checkpoint: kept to resume
+        (runs / "checkpoint-2").mkdir()
+        (runs / "checkpoint-2" / "model.safetensors").write_bytes(b"\0" * 3_000_000)  # the save that filled it
+        raise _SerializeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                              '"No space left on device" })')
+
+    full = Stage("sft", {"a": 1}, build, recipe=1)
+    with pytest.raises(DiskFull) as caught:
+        run_stage(full)
+    line = str(caught.value)
+    assert "\n" not in line and str(tmp_path / "sft") in line and "3.0 MB" in line, line
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert not (runs / "checkpoint-2").exists() and (runs / "checkpoint-1").is_dir()
+    assert [p.name for p in (tmp_path / "sft").iterdir()] == [f".{stage.key}.lock"]
+    assert storage_full(OSError(28, "No space left on device")) and not storage_full(ValueError("bad value"))
+    with pytest.raises(ValueError, match="bad value"):  # any other failure passes through as it was
+        run_stage(Stage("sft", {"a": 2}, lambda folder: (_ for _ in ()).throw(ValueError("bad value")), recipe=1))
+    assert isinstance(caught.value, OSError)  # so the command line prints it as its one error line (main's handler)
