@@ -212,3 +212,67 @@ def test_a_node_command_the_kit_cannot_parse_is_refused():
         _check_experiment([*node, "--accumulation", "4"])  # a launch flag is not an experiment's
     with pytest.raises(LaunchError, match="runs 'env', not a cascadekit experiment"):
         _check_experiment([*node[:node.index("experiment")], "env"])
+
+
+def vllm_derived_length(config) -> int:
+    """The longest context vLLM 0.33 accepts for a model config: its position keys as they are, no YaRN factor.
+
+    (``vllm.config.model._get_and_verify_max_len``: the smallest of the keys the config has; the rope's factor
+    no longer multiplies it, so ``--max-model-len`` above ``max_position_embeddings`` is refused.)
+    """
+    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+            "max_sequence_length", "max_seq_length", "seq_len")
+    return min(getattr(config, key) for key in keys if getattr(config, key, None) is not None)
+
+
+def test_the_yarn_override_stretches_the_positions_vllm_checks():
+    """Issue 59.1: the full server's --max-model-len 40960 must fit the config its --hf-overrides leave."""
+    from transformers import Qwen3Config
+
+    profile = load_profile("full", {"engine.nodes": 4})
+    command = plan(profile, "if-rl").server
+    value = {t: command[i + 1] for i, t in enumerate(command) if t.startswith("--") and i + 1 < len(command)}
+    model, native = profile.model, profile.engine.native_positions
+    config = Qwen3Config(num_hidden_layers=model.layers, hidden_size=model.hidden, max_position_embeddings=native,
+                         rope_parameters={"rope_type": "default", "rope_theta": model.rope_theta})
+    config.update(json.loads(value["--hf-overrides"]))  # how vLLM applies a dict of hf_overrides
+    length = int(value["--max-model-len"])
+    assert length == 40960 and vllm_derived_length(config) >= length
+    rope = config.rope_parameters  # transformers' own check: the stretched positions over the native are the factor
+    assert config.max_position_embeddings / rope["original_max_position_embeddings"] == rope["factor"]
+
+
+def fake_cluster(tmp_path, server_exit: int | None) -> dict:
+    """PATH with fake ``scontrol``, ``srun``, ``curl`` and ``sleep``: a server that dies at start with exit code
+    ``server_exit`` and never answers, or (None) one that lives a moment and answers; training writes ``trained``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    server = "exec /bin/sleep 2" if server_exit is None else f"exit {server_exit}"
+    scripts = {
+        "scontrol": "echo gpu-001; echo gpu-002; echo gpu-003",
+        "srun": f'case "$*" in *"vllm serve"*) {server};; *) echo trained >> {tmp_path}/trained;; esac',
+        "curl": "exit 0" if server_exit is None else "exit 7",  # 7: connection refused
+        "sleep": "exec /bin/sleep 0.01",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-[001-003]"}
+
+
+@pytest.mark.parametrize("nodes", [1, 2])  # the server on the training node's first GPUs, or on a node of its own
+def test_the_slurm_script_stops_waiting_when_the_server_dies(tmp_path, nodes):
+    """Issue 59.1: a server that exits at start-up ends the job with a message, before any training starts."""
+    import subprocess
+
+    profile = load_profile("full", {"engine.nodes": nodes, **({"engine.vllm_gpus": 4} if nodes == 1 else {})})
+    script = tmp_path / "job.sh"
+    script.write_text(plan(profile, "rlhf").slurm)
+    result = subprocess.run(["bash", str(script)], env=fake_cluster(tmp_path, server_exit=3), capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and "vLLM server exited before it answered" in result.stderr
+    assert not (tmp_path / "trained").exists()
+    (tmp_path / "bin").rename(tmp_path / "dead")
+    healthy = subprocess.run(["bash", str(script)], env=fake_cluster(tmp_path, server_exit=None), capture_output=True,
+                             text=True, timeout=120)
+    assert healthy.returncode == 0 and (tmp_path / "trained").read_text() == "trained\n"

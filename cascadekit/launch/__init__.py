@@ -18,7 +18,9 @@ models are dense, so the server is one tensor-parallel engine
 parallel above 1 errors out for dense models), and its ``--max-model-len`` is
 ``model.max_positions``, refused past the released model's own context
 (``engine.native_positions``) unless ``engine.rope_scaling: yarn`` asks vLLM to
-stretch RoPE (``--hf-overrides`` with YaRN ``rope_parameters``).
+stretch RoPE (``--hf-overrides`` with YaRN ``rope_parameters`` and the stretched
+``max_position_embeddings``, :func:`yarn_overrides`). The Slurm script waits for the
+server's ``/health`` only while the server process lives.
 
 ``--accumulation N`` becomes ``engine.accumulation`` of the stage's profile
 (``--set=engine.accumulation=N`` on the experiment's command line), which every
@@ -73,7 +75,7 @@ from cascadekit.training.grpo import micro_batches
 
 __all__ = ["CONFIGS", "LaunchError", "Plan", "RL_STAGES", "SERVER_ENVIRONMENT", "SERVER_FLAGS_FILE", "STAGES",
            "VLLM_PORT", "accelerate_config", "check_server", "launch_profile", "plan", "server_flags", "shell",
-           "validate_config"]
+           "validate_config", "yarn_overrides"]
 
 #: The accelerate config of each ``engine.distributed`` mode that shards (``none`` launches plain DDP).
 CONFIGS = {"zero3": "zero3.yaml", "fsdp": "fsdp.yaml"}
@@ -193,6 +195,22 @@ def validate_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def yarn_overrides(length: int, native: int, rope_theta: float) -> dict[str, Any]:
+    """The model-config overrides that serve ``length`` positions of a model trained on ``native`` through YaRN.
+
+    ``max_position_embeddings`` is stretched with the RoPE: vLLM (0.33) derives the
+    longest context it accepts from ``max_position_embeddings`` alone, no longer scaled
+    by the YaRN factor, and refuses a ``--max-model-len`` above it ("User-specified
+    max_model_len ... is greater than the derived max_model_len"); transformers checks
+    the same ratio (``max_position_embeddings / original_max_position_embeddings`` is
+    YaRN's ``factor``). Qwen's model card edits only ``rope_scaling``, which older vLLMs
+    multiplied in themselves.
+    """
+    rope = {"rope_type": "yarn", "factor": length / native, "original_max_position_embeddings": native,
+            "rope_theta": rope_theta}
+    return {"max_position_embeddings": length, "rope_parameters": rope}
+
+
 def _server_command(profile: Profile, gpus: int) -> list[str]:
     """``vllm serve`` of the profile's base model on ``gpus`` GPUs of one node, as TRL's client needs it.
 
@@ -219,9 +237,7 @@ def _server_command(profile: Profile, gpus: int) -> list[str]:
             raise LaunchError(f"model.max_positions={length} exceeds {model.pretrained}'s own context "
                               f"({engine.native_positions}, engine.native_positions) and vLLM refuses a longer "
                               f"--max-model-len: set engine.rope_scaling=yarn or a shorter model.max_positions")
-        rope = {"rope_type": "yarn", "factor": length / engine.native_positions,
-                "original_max_position_embeddings": engine.native_positions, "rope_theta": model.rope_theta}
-        extra = ["--hf-overrides", json.dumps({"rope_parameters": rope})]
+        extra = ["--hf-overrides", json.dumps(yarn_overrides(length, engine.native_positions, model.rope_theta))]
     options = {"model": model.pretrained, "tensor_parallel_size": gpus, "data_parallel_size": 1,
                "host": "0.0.0.0", "port": VLLM_PORT, "dtype": "bfloat16", "max_model_len": length}
     try:  # TRL's own parser: a field it lacks or a value of the wrong type is an error here
@@ -339,6 +355,23 @@ def plan(profile: Profile, stage: str, *, main_address: str = "$MAIN_ADDR", serv
                 _slurm(profile, stage, server, commands[0]))
 
 
+#: Seconds between two polls of the server's readiness check.
+HEALTH_POLL_S = 10
+
+
+def _health_wait() -> list[str]:
+    """Shell lines that wait for the server started just before (``$!``) to answer, or end the job once it has died.
+
+    A server that fails at start-up (a flag its vLLM refuses, no memory) would
+    otherwise leave the job polling ``/health`` until Slurm's time limit.
+    """
+    dead = "cascadekit: the vLLM server exited before it answered; its error is above"
+    return ["SERVER_PID=$!",
+            f'until curl -sf "http://$VLLM_ADDR:{VLLM_PORT}{HEALTH_PATH}" >/dev/null; do',
+            f'  kill -0 "$SERVER_PID" 2>/dev/null || {{ echo {shlex.quote(dead)} >&2; exit 1; }}',
+            f"  sleep {HEALTH_POLL_S}", "done"]
+
+
 def _slurm(profile: Profile, stage: str, server: list[str] | None, command: list[str]) -> str:
     """A batch script: the server first (on its own nodes, or the shared node's first GPUs), then every training node.
 
@@ -361,7 +394,7 @@ def _slurm(profile: Profile, stage: str, server: list[str] | None, command: list
         else:
             lines.append(f'srun --nodes={engine.server_nodes} --ntasks=1 --nodelist="$VLLM_ADDR" '
                          f'env {_environment(SERVER_ENVIRONMENT)}{shell(server)} &')
-        lines.append(f'until curl -sf "http://$VLLM_ADDR:{VLLM_PORT}{HEALTH_PATH}" >/dev/null; do sleep 10; done')
+        lines += _health_wait()
         lines.append(f'export {SERVER_ENV}="$VLLM_ADDR:{VLLM_PORT}"')
     rank = command.index("--machine_rank") + 1
     command = [*command[:rank], "$SLURM_NODEID", *command[rank + 1:]]
