@@ -208,10 +208,10 @@ def test_a_correct_solution_after_hostile_noise_still_verifies():
 
 # --- issue 35: no prefix acceptance, tags of any length, Unicode decided ----------------------
 
-def _paper_problem(mode: str = "forward"):
+def _paper_problem(mode: str = "forward", seed: int = 3):
     from cascadekit.world import paper
     import random
-    return paper.generate(6, "A", random.Random(3), seed=3, mode=mode)
+    return paper.generate(6, "A", random.Random(seed), seed=seed, mode=mode)
 
 
 def _wrong_redefinition(p) -> str:
@@ -278,7 +278,7 @@ def test_invisible_format_characters_inside_expressions_are_ignored(invisible):
 
 @pytest.mark.parametrize("symbol", ["\uff0b", "\u2795", "\u00e9"])  # fullwidth plus, heavy plus, a letter
 def test_another_non_ascii_character_makes_the_expression_prose_and_the_step_is_rejected(symbol):
-    p = next(p for seed in range(40) if " + " in (p := _paper_problem()).solution_text)
+    p = next(p for seed in range(40) if " + " in (p := _paper_problem(seed=seed)).solution_text)
     text = p.training_text.replace(" + ", f" {symbol} ", 1)
     verdict = judge(text, p)
     assert not verdict.correct and verdict.n_dependency >= 1, verdict.reason
