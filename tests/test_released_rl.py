@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,7 +31,7 @@ GOLD_PATCH = json.loads((FIXTURES / "cascade-rl-swe" / "train.jsonl").read_text(
 
 @pytest.fixture
 def no_math_verify(monkeypatch):
-    monkeypatch.setattr(checks, "_math_verify", lambda: None)
+    monkeypatch.setattr(checks, "_installed", lambda: False)
 
 
 def released_profile(data_dir: Path = FIXTURES, **overrides):
@@ -139,24 +137,7 @@ def test_math_without_math_verify_uses_the_kits_check(no_math_verify, text, gold
         assert verdict_.reason.startswith("math-verify not installed (pip install 'cascadekit[released]')")
 
 
-def test_math_uses_math_verify_when_it_is_installed(monkeypatch):
-    calls = []
-    fake = types.SimpleNamespace(
-        parse=lambda text, parsing_timeout=5: calls.append(("parse", text, parsing_timeout)) or text,
-        verify=lambda gold, answer, timeout_seconds=5: "0.5" in gold and "1/2" in answer)
-    monkeypatch.setitem(sys.modules, "math_verify", fake)
-    good = verify_math("\\boxed{1/2}", "0.5")
-    assert good.score == 1.0 and good.reason == "math-verify: equivalent to '0.5'"
-    assert calls[0] == ("parse", "$0.5$", checks.MATH_VERIFY_TIMEOUT_S)
-    assert verify_math("\\boxed{3}", "0.5").score == 0.0
-    calls.clear()
-    with ThreadPoolExecutor(1) as pool:  # a streamed reward's worker: no signal-based timeout there
-        assert pool.submit(verify_math, "\\boxed{1/2}", "0.5").result().score == 1.0
-    assert calls[0] == ("parse", "$0.5$", None)
-
-
 def test_math_with_the_real_math_verify_on_the_main_thread_and_a_worker():
-    pytest.importorskip("math_verify", reason="the [released] extra is not installed")
     cases = [("\\boxed{0.5}", "\\frac{1}{2}", 1.0), ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0), ("\\boxed{3}", "2", 0.0)]
     for text, gold, score in cases:
         said = "equivalent" if score else "not equivalent"
@@ -165,16 +146,7 @@ def test_math_with_the_real_math_verify_on_the_main_thread_and_a_worker():
         assert [v.score for v in pool.map(lambda c: verify_math(c[0], c[1]), cases)] == [c[2] for c in cases]
 
 
-def test_math_falls_back_when_math_verify_fails(monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("parser exploded")
-
-    monkeypatch.setitem(sys.modules, "math_verify", types.SimpleNamespace(parse=broken, verify=broken))
-    result = verify_math("\\boxed{7}", "7")
-    assert result.score == 1.0 and result.reason.startswith("math-verify failed on it, so the kit's check")
-
-
-def test_the_math_reward_penalises_a_format_switch(no_math_verify):
+def test_the_math_reward_penalises_a_format_switch():
     reward = released_math_reward(0.5)
     gold = json.dumps({"answer": "2"})
     assert reward(["p"] * 2, ["\\boxed{2}", "\\boxed{2}\n```python\nprint(2)\n```"], gold=[gold, gold]) == [1.0, 0.5]
@@ -261,20 +233,22 @@ def test_each_rl_builder_of_the_table_trains_on_its_released_set(monkeypatch, tm
                     "swe-rl": ({"swe"}, 1, released_reward)}
 
 
-def test_off_the_main_thread_a_long_answer_never_reaches_math_verify(monkeypatch):
-    """math-verify has no timeout on a worker thread: a long (hostile) answer is judged by the kit's check there."""
-    import threading
-    from types import SimpleNamespace
+def test_a_released_math_run_refuses_to_start_without_math_verify(no_math_verify):
+    """Math RL (its reward, its rows) and a joint run that mixes in math stop before anything trains, in one line."""
+    line = "released math needs math-verify, which is not installed: pip install 'cascadekit[released]'"
+    profile = released_profile()
+    for start in (lambda: released_math_reward(0.5), lambda: math_rl.math_reward(profile),
+                  lambda: cascade.math_records(profile), lambda: cascade.domain_pools(profile)):
+        with pytest.raises(checks.MathVerifyMissing) as refused:
+            start()
+        assert str(refused.value) == line
+    assert verify_math("\\boxed{7}", "7").reason.startswith("math-verify not installed")  # a lone verdict still judges
 
-    from cascadekit.verify import released
 
-    def hang(*args, **kwargs):
-        raise AssertionError("math-verify was called with a long answer and no timeout")
-
-    monkeypatch.setattr(released, "_math_verify", lambda: SimpleNamespace(parse=hang, verify=hang))
-    long_answer = "1+" * released.MATH_VERIFY_MAX_CHARS + "1"
-    verdicts = []
-    worker = threading.Thread(target=lambda: verdicts.append(released.verify_math(f"\\boxed{{{long_answer}}}", "7")))
-    worker.start()
-    worker.join(30)
-    assert verdicts and verdicts[0].score == 0.0 and "the kit's check" in verdicts[0].reason
+def test_the_math_reward_sends_the_batch_to_math_verify_at_once(monkeypatch):
+    batches = []
+    monkeypatch.setattr(released_rl, "verify_math_batch", lambda texts, answers: batches.append(len(texts)) or
+                        [checks.Verdict(1.0, "stub")] * len(texts))
+    reward = released_math_reward(0.0)
+    assert reward(["p"] * 3, ["\\boxed{1}"] * 3, gold=[json.dumps({"answer": "1"})] * 3) == [1.0] * 3
+    assert batches == [3]

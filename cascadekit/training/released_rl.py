@@ -11,7 +11,10 @@ a mix. RLHF's prompts come from here too; its reward stays the reward model's.
 
 A missing domain file is one :class:`ReleasedDataMissing` naming the set and
 the file; where a stage mixes domains (joint RL), :func:`cascadekit.training.released_data.available_pools`
-skips that domain with a note instead.
+skips that domain with a note instead. Released math needs math-verify (the
+``released`` extra): without it, reading the released math rows or building
+Math RL's reward refuses with one line
+(:class:`~cascadekit.verify.released.MathVerifyMissing`), before anything trains.
 """
 from __future__ import annotations
 
@@ -28,7 +31,9 @@ from cascadekit.training.pipeline import chat_grpo
 from cascadekit.training.released_data import available_pools, released_sets, stream_records
 from cascadekit.training.swe_rl import swe_rl_settings
 from cascadekit.verify.format_switch import format_switches
-from cascadekit.verify.released import Verdict, verify_gold_patch, verify_ifeval, verify_math, verify_stdio
+from cascadekit.verify.released import (
+    Verdict, require_math_verify, verify_gold_patch, verify_ifeval, verify_math, verify_math_batch, verify_stdio,
+)
 
 __all__ = ["RL_SETS", "ReleasedDataMissing", "available_pools", "is_released", "released_math_reward",
            "released_records", "released_reward", "released_swe_rl", "verdict"]
@@ -55,10 +60,13 @@ def released_records(profile: Profile, domain: str, n: int, think: bool | None) 
     """The first ``n`` rows (0: all) of ``domain``'s released RL set as chat records, in mode ``think``.
 
     ``think`` None alternates, starting with ``/think`` (RLHF's half-half batches,
-    fed in order), as :func:`cascadekit.chapters.cascade.rl_records` does.
+    fed in order), as :func:`cascadekit.chapters.cascade.rl_records` does. Math
+    rows need math-verify to be judged: without it, this refuses (one line).
     """
     if domain not in RL_SETS:
         raise ValueError(f"no released RL set for domain {domain!r}; there are: {', '.join(RL_SETS)}")
+    if domain == "math":
+        require_math_verify()
     name = RL_SETS[domain]
     source = _source(profile, name)
     try:
@@ -122,14 +130,22 @@ released_reward.__name__ = "released_verifier"
 
 
 def released_math_reward(penalty: float) -> RewardFn:
-    """Math RL's reward on released rows: the answer checker's 0/1 minus ``penalty`` for a format switch."""
+    """Math RL's reward on released rows: the answer checker's 0/1 minus ``penalty`` for a format switch.
+
+    Refuses without math-verify (:func:`~cascadekit.verify.released.require_math_verify`).
+    A batch's answers go to math-verify's bounded workers together
+    (:func:`~cascadekit.verify.released.verify_math_batch`).
+    """
     if not 0.0 <= penalty <= 1.0:
         raise ValueError(f"penalty must lie in [0, 1], got {penalty!r}")
+    require_math_verify()
 
     def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         _, golds = _golds(completions, {"domain": ["math"] * len(completions), **kwargs})
         texts = [completion_text(c) for c in completions]
-        return [verdict("math", g, t).score - penalty * bool(format_switches(t)) for t, g in zip(texts, golds)]
+        answers = [str(g.get("answer", "")) if isinstance(g, Mapping) else "" for g in golds]
+        verdicts = verify_math_batch(texts, answers)
+        return [v.score - penalty * bool(format_switches(t)) for v, t in zip(verdicts, texts)]
 
     reward.__name__ = reward.__qualname__ = f"released_math_{penalty:g}"
     return reward

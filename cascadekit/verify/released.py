@@ -7,10 +7,15 @@ a reason), and never raises on model text or a malformed gold:
 
 * **math** (:func:`verify_math`): the last ``\\boxed{...}`` after the think block
   against the short answer, by the ``math-verify`` package (symbolic
-  equivalence, the maintained checker; ``pip install 'cascadekit[released]'``)
-  when it is installed, else by the kit's checks: the same integer
-  (:func:`cascadekit.verify.boxed.normalize_integer`), or the same LaTeX once
-  spacing, ``\\left``/``\\right`` and ``\\dfrac`` are normalised. The reason says which.
+  equivalence, the maintained checker; ``pip install 'cascadekit[released]'``),
+  run in bounded worker processes (:mod:`cascadekit.verify.math_workers`: a
+  deadline and a memory limit on every verdict, from any thread). Where it
+  gives no verdict (over the bound, a crash, not installed) the kit's check
+  decides: the same exact number (``0.5`` is ``\\frac{1}{2}``, ``10^6`` is
+  1000000, ``5\\text{ cm}`` is 5) or the same LaTeX up to spacing, never
+  "same" where math-verify says "not equivalent" (``4 2`` is not 42). The
+  reason says which. A released Math RL run refuses to start without
+  math-verify (:func:`require_math_verify`).
 * **code** (:func:`verify_stdio`): the program in the answer run on each
   released test's stdin in the kit's sandbox; the verifier compares the output
   (the candidate never sees the expected one). All tests pass or 0, as the paper's Code RL.
@@ -25,20 +30,22 @@ a reason), and never raises on model text or a malformed gold:
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.util
+import os
 import re
-import threading
+from fractions import Fraction
 from typing import Any, Sequence
 
 from cascadekit.sandbox import Limits
-from cascadekit.verify.boxed import answer_part, extract_boxed, normalize_integer
+from cascadekit.verify.boxed import answer_part, extract_boxed
 from cascadekit.verify.code import IOTests, verify_code
 from cascadekit.verify.ifeval import Check, ifeval_check
 from cascadekit.verify.instructions import MAX_RESPONSE_CHARS
+from cascadekit.verify.math_workers import MathVerifyPool, shared_pool
 from cascadekit.verify.patch import patch_similarity
 
 __all__ = ["Verdict", "ifeval_checks", "verify_gold_patch", "verify_ifeval",
-           "verify_math", "verify_stdio"]
+           "MathVerifyMissing", "require_math_verify", "verify_math", "verify_math_batch", "verify_stdio"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,71 +60,163 @@ class Verdict:
 # Math
 # ---------------------------------------------------------------------------
 
-#: Seconds ``math-verify`` may spend parsing or comparing one answer (on the main thread; see :func:`_by_math_verify`).
+#: Seconds one math-verify verdict may take in its worker process, whatever thread asks (then the worker is
+#: stopped and replaced, and the kit's check decides: see :mod:`cascadekit.verify.math_workers`).
 MATH_VERIFY_TIMEOUT_S = 5
-#: Off the main thread math-verify has no timeout, so only answers this short reach it there: a real
-#: competition answer is a few characters, and sympy's parse of a long hostile one can take minutes.
-MATH_VERIFY_MAX_CHARS = 200
-_SPACING = re.compile(r"\\[,!;: ]|\\left|\\right|\s+")
+#: Address space of each math-verify worker: a runaway answer (``2^{2^{64}}`` held 3.7 GB) fails there.
+MATH_VERIFY_MEMORY_BYTES = 1 << 30
+#: math-verify worker processes, started on the first verdict and shared by every thread of this process.
+MATH_VERIFY_WORKERS = min(4, os.cpu_count() or 1)
+_MISSING = "released math needs math-verify, which is not installed: pip install 'cascadekit[released]'"
+
+
+class MathVerifyMissing(RuntimeError):
+    """A released math run was asked for without math-verify (the ``released`` extra)."""
+
+
+def _installed() -> bool:
+    """Whether math-verify is installed (found, not imported: the workers import it)."""
+    return importlib.util.find_spec("math_verify") is not None
+
+
+def require_math_verify() -> None:
+    """Refuse a released Math RL or evaluation run up front, in one line, when math-verify is missing.
+
+    The kit's own check (:func:`_by_the_kit`) never accepts a wrong answer but
+    rejects many right ones (``\\sqrt{8}`` for ``2\\sqrt{2}``): a run on it would
+    train on, or report, a stricter reward than the benchmark's.
+    """
+    if not _installed():
+        raise MathVerifyMissing(_MISSING)
+
+
+def _math_verify() -> MathVerifyPool | None:
+    """The bounded math-verify workers, or None when math-verify is not installed."""
+    return shared_pool(MATH_VERIFY_WORKERS, MATH_VERIFY_MEMORY_BYTES) if _installed() else None
+
+
+_SPACING = r"(?:\s|~|\\[,!;: ]|\\q?quad|\\[a-z]*space(?:\{[^{}]*\})?|\{\s*\})+"
+_DIGITS_APART = re.compile(rf"(?<=\d){_SPACING}(?=\d)")
+_SPACES = re.compile(rf"{_SPACING}|\\left|\\right|\\displaystyle")
+_WRAPPED = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}")
+_UNIT = re.compile(r"(?P<number>.*?)(?P<unit>\^\{?\\circ\}?|\\(?:text|mathrm)\{\s*[A-Za-z][A-Za-z ]*\})")
+_INTEGER = r"(?:\d{1,3}(?:(?:,|\{,\})\d{3})+|\d+)"
+_DECIMAL = rf"{_INTEGER}(?:\.\d+)?|\.\d+"
+_FRACTION = re.compile(r"\\frac\{(?P<a>-?\d+)\}\{(?P<b>-?\d+)\}|\\frac(?P<c>\d)(?P<d>\d)|(?P<e>\d+)/(?P<f>\d+)")
+_POWER = re.compile(rf"(?:(?P<m>{_DECIMAL})\\(?:times|cdot))?(?P<base>\d+)\^(?:\{{(?P<exp>-?\d+)\}}|(?P<digit>\d))")
+#: Largest power :func:`_number` evaluates (digits of the base times the exponent), and the longest answer it
+#: reads as a number (Python refuses to parse an integer of over 4,300 digits): a fallback must stay cheap.
+_MAX_POWER_DIGITS = 400
+_MAX_NUMBER_CHARS = 1000
 
 
 def _latex_key(text: str) -> str:
-    """A boxed answer without spacing, ``$``, ``\\left``/``\\right`` or a final period; ``\\dfrac`` as ``\\frac``."""
-    key = _SPACING.sub("", text.strip().strip("$")).rstrip(".")
+    """A boxed answer without spacing, ``$``, ``\\left``/``\\right`` or ``\\displaystyle``; ``\\dfrac`` as ``\\frac``.
+
+    Spacing between two digits stays (as one space): ``4 2`` is not ``42``.
+    """
+    key = " ".join(_SPACES.sub("", part) for part in _DIGITS_APART.split(text.strip().strip("$")))
     return key.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
 
 
-def _math_verify() -> Any | None:
-    """The ``math_verify`` module, or None when it is not installed (imported only when a math answer is judged)."""
-    try:
-        return importlib.import_module("math_verify")
-    except ImportError:
-        return None
+def _number(text: str) -> tuple[Fraction, str] | None:
+    """The exact value a boxed answer writes, and its unit ('' for none); None when it is not one plain number.
 
-
-def _by_math_verify(module: Any, predicted: str, gold: str) -> bool | None:
-    """``math-verify``'s judgement, or None when it fails on this input (the kit's checks then decide).
-
-    Its timeouts use signals, which work only on the main thread: streamed
-    rewards verify on worker threads, where it runs without them (0.8 and later
-    allow that) on answers of at most :data:`MATH_VERIFY_MAX_CHARS` characters.
+    Plain: an integer (commas between groups of three, as math-verify reads
+    them), a decimal, ``\\frac{a}{b}`` or ``a/b`` of integers, a power of integers
+    (``10^6``, ``2^{10}``, ``1.5\\times10^{3}``: up to :data:`_MAX_POWER_DIGITS`
+    digits), a sign in front, ``\\text{...}`` around it, a ``\\text{...}`` unit
+    or a degree sign after it. Digits apart are no number (``4 2``, ``1\\,000``:
+    math-verify reads neither as one); neither is a trailing period.
     """
-    limit = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-    if limit is None and len(predicted) > MATH_VERIFY_MAX_CHARS:
+    key = _latex_key(text).replace("−", "-")
+    if " " in key or len(key) > _MAX_NUMBER_CHARS:
         return None
-    try:
-        return bool(module.verify(module.parse(f"${gold}$", parsing_timeout=limit),
-                                  module.parse(f"$\\boxed{{{predicted}}}$", parsing_timeout=limit),
-                                  timeout_seconds=limit))
-    except Exception:  # a checker's failure on hostile text is no verdict, never a crash
-        return None
+    wrapped = _WRAPPED.fullmatch(key)
+    key = wrapped.group(1) if wrapped else key
+    unit = _UNIT.fullmatch(key)
+    key, unit = (unit["number"], _SPACES.sub("", unit["unit"])) if unit else (key, "")
+    sign = -1 if key[:1] == "-" else 1
+    value = _unsigned(key[1:] if key[:1] in "+-" else key)
+    return None if value is None else (sign * value, unit)
+
+
+def _unsigned(key: str) -> Fraction | None:
+    if re.fullmatch(_DECIMAL, key):
+        return Fraction(key.replace("{,}", "").replace(",", ""))
+    fraction = _FRACTION.fullmatch(key)
+    if fraction:
+        a, b = (int(g) for g in fraction.groups() if g is not None)
+        return Fraction(a, b) if b else None
+    power = _POWER.fullmatch(key)
+    if power:
+        base, exp = int(power["base"]), int(power["exp"] or power["digit"])
+        if (base == 0 and exp < 0) or len(power["base"]) * abs(exp) > _MAX_POWER_DIGITS:
+            return None
+        return Fraction(power["m"].replace("{,}", "").replace(",", "") if power["m"] else 1) * Fraction(base) ** exp
+    return None
 
 
 def _by_the_kit(predicted: str, gold: str) -> bool:
-    want, got = normalize_integer(gold), normalize_integer(predicted)
+    """The kit's check, where math-verify gives no verdict: never "same" where math-verify says "not equivalent".
+
+    Two plain numbers (:func:`_number`) are the same when their exact values
+    are and their units are too (or one has none: ``5\\text{ cm}`` is 5; math-verify
+    drops units altogether, so ``5\\text{ m}`` is ``5\\text{ cm}`` there, not here).
+    Anything else is the same only when its LaTeX is, up to spacing
+    (:func:`_latex_key`). Tested against math-verify itself on equal and unequal pairs.
+    """
+    want, got = _number(gold), _number(predicted)
     if want is not None and got is not None:
-        return want == got
+        return want[0] == got[0] and (want[1] == got[1] or not want[1] or not got[1])
     return _latex_key(predicted) == _latex_key(gold)
 
 
-def verify_math(text: str, answer: str) -> Verdict:
-    """The last boxed answer after the think block against ``answer``; never raises."""
+def _boxed_answer(text: Any, answer: Any) -> str | Verdict:
+    """The last boxed answer after the think block, or the verdict when there is nothing to judge."""
     if not isinstance(text, str) or not isinstance(answer, str) or not answer.strip():
         return Verdict(0.0, "no text or no gold answer")
     if "<think>" in text and "</think>" not in text:
         return Verdict(0.0, "think block never closed: no answer")
     boxed = extract_boxed(answer_part(text))
-    if not boxed:
-        return Verdict(0.0, "no \\boxed answer after the think block")
-    predicted = boxed[-1]
-    module = _math_verify()
-    same = _by_math_verify(module, predicted, answer) if module is not None else None
-    if same is not None:
-        return Verdict(float(same), f"math-verify: {'equivalent' if same else 'not equivalent'} to {answer!r}")
-    checker = "math-verify failed on it, so the kit's check" if module is not None else \
+    return boxed[-1] if boxed else Verdict(0.0, "no \\boxed answer after the think block")
+
+
+def _by_math_verify(predicted: str, gold: str, said: tuple[bool | None, str] | None) -> Verdict:
+    """The verdict from math-verify's answer ``said`` (None: not installed), or from the kit's check without one."""
+    if said is not None and said[0] is not None:
+        return Verdict(float(said[0]), f"math-verify: {'equivalent' if said[0] else 'not equivalent'} to {gold!r}")
+    checker = f"math-verify gave no verdict ({said[1]}), so the kit's check" if said is not None else \
         "math-verify not installed (pip install 'cascadekit[released]'), so the kit's check"
-    same = _by_the_kit(predicted, answer)
-    return Verdict(float(same), f"{checker}: {'same' if same else 'not the same'} answer as {answer!r}")
+    same = _by_the_kit(predicted, gold)
+    return Verdict(float(same), f"{checker}: {'same' if same else 'not the same'} answer as {gold!r}")
+
+
+def verify_math_batch(texts: Sequence[str], answers: Sequence[str]) -> list[Verdict]:
+    """:func:`verify_math` on each ``(text, answer)``, the batch's math-verify calls sent to its workers at once.
+
+    One message per worker for the whole batch instead of one per verdict: the
+    bounded path's cost over calling math-verify directly is paid once a batch
+    (``cascadekit bench math-verify``).
+    """
+    if len(texts) != len(answers):
+        raise ValueError(f"{len(texts)} texts but {len(answers)} answers")
+    found = [_boxed_answer(t, a) for t, a in zip(texts, answers)]
+    asked = [(p, a) for p, a in zip(found, answers) if isinstance(p, str)]
+    pool = _math_verify()
+    said = iter(pool.verdicts(asked, MATH_VERIFY_TIMEOUT_S) if pool is not None else [None] * len(asked))
+    return [p if isinstance(p, Verdict) else _by_math_verify(p, a, next(said)) for p, a in zip(found, answers)]
+
+
+def verify_math(text: str, answer: str) -> Verdict:
+    """The last boxed answer after the think block against ``answer``; never raises, bounded on any thread.
+
+    math-verify judges it in a worker process (:mod:`cascadekit.verify.math_workers`:
+    at most :data:`MATH_VERIFY_TIMEOUT_S` seconds and :data:`MATH_VERIFY_MEMORY_BYTES`);
+    with no verdict from it (over the bound, a crash, not installed) the kit's
+    check decides (:func:`_by_the_kit`), and the reason says which.
+    """
+    return verify_math_batch([text], [answer])[0]
 
 
 # ---------------------------------------------------------------------------
