@@ -89,7 +89,7 @@ def test_keywords_are_case_insensitive_substrings() -> None:
     for keywords in (["result"], ["machine learning"], ["don't"], ["state-of-the-art"]):
         text = "Our RESULTS use Machine Learning; don't doubt the state-of-the-art."
         assert verify_ifeval(text, row, [{"keywords": keywords}]).score == 1.0, keywords
-    assert verify_ifeval("Our outcome.", row, [{"keywords": ["c++"]}]).score == 0.0  # a pattern in IFEval: re.error
+    assert verify_ifeval("Our outcome.", row, [{"keywords": ["c++"]}]).score == 0.0  # IFEval: any run of c's
 
 
 @pytest.mark.parametrize("word, text", [("well-known", "It is well-known."), ("don't", "I DON'T know."),

@@ -83,6 +83,12 @@ def test_an_empty_answer_follows_nothing() -> None:
         assert not any(r.strict or r.loose for r in verdict.per_constraint)
 
 
+def test_a_dotted_capital_i_does_not_split_a_word() -> None:
+    """``"İ".lower()`` is two characters, the second not a word character: count words before lowering."""
+    assert MaxWords(1).check("İstanbul") and not MinWords(2).check("İstanbul")
+    assert IncludeWord("total").check("İn TOTAL")
+
+
 def test_loose_variants() -> None:
     variants = loose_variants("Intro\n*body*\nOutro")
     assert "*body*" in variants and "body" in variants and "Intro\n*body*\nOutro" in variants

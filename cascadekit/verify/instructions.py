@@ -44,7 +44,8 @@ _WORD = re.compile(r"\w+")
 
 
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+    """Lowercased ``\\w+`` words; found before lowering (``"İ".lower()`` would split a word in two)."""
+    return [word.lower() for word in _WORD.findall(text)]
 
 
 def _lines(text: str) -> list[str]:
