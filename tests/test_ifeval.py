@@ -186,6 +186,10 @@ def test_the_answer_after_the_think_block_is_judged() -> None:
     text = "<think>\nI, Must, Use Commas.\n</think>\n\nno commas at all"
     assert verify_ifeval(text, ["punctuation:no_comma"], [{}]).score == 1.0
     assert verify_ifeval("<think>\nno commas", ["punctuation:no_comma"], [{}]).reason.startswith("think block")
+    ended = verify_ifeval('<think>\nok\n</think>\n"Write <think> tags. Thank you."<|im_end|>',
+                          ["startend:quotation", "startend:end_checker"], [{}, {"end_phrase": "Thank you."}])
+    assert ended.score == 1.0, ended.reason  # markers are content except where the chat format puts them
+    assert verify_ifeval("Open a block with <think> here.", ["punctuation:no_comma"], [{}]).score == 1.0
 
 
 def test_an_id_whose_package_is_missing_is_named(monkeypatch) -> None:

@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any, Sequence
 
 from cascadekit.sandbox import Limits
-from cascadekit.verify.boxed import answer_part, extract_boxed
+from cascadekit.verify.boxed import answer_part, extract_boxed, think_left_open
 from cascadekit.verify.code import IOTests, verify_code
 from cascadekit.verify.ifeval import Check, ifeval_check
 from cascadekit.verify.instructions import MAX_RESPONSE_CHARS
@@ -287,7 +287,7 @@ def verify_ifeval(text: str, ids: Sequence[Any], kwargs: Sequence[Any]) -> Verdi
         return Verdict(0.0, f"no instruction the kit can check{unchecked}")
     if not isinstance(text, str) or len(text) > MAX_RESPONSE_CHARS:
         return Verdict(0.0, f"not a string of at most {MAX_RESPONSE_CHARS:,} characters: not judged{unchecked}")
-    if "<think>" in text and "</think>" not in text:
+    if think_left_open(text):
         return Verdict(0.0, f"think block never closed: no answer{unchecked}")
     answer = answer_part(text).strip()
     failed = [name for name, check in checks if not (answer and _holds(check, answer))]
