@@ -29,8 +29,6 @@ _TIMES = re.compile(r"equals ([0-9]+) times ")
 _WIDE_SUM = re.compile(r"(?<![A-Za-z])[A-Za-z] \+ [A-Za-z] \+ [A-Za-z](?![A-Za-z])")
 _PAREN_DIFFERENCE = re.compile(r"\) - \(")
 _X_SUBTRACTED = re.compile(r" - \([^()]*x[^()]*\)")
-
-
 _STATEMENT = re.compile(r"The (total number|number) of (.+?) (?:equals (.+)|exists, and its number is greater than 0)")
 _REFERENCE = re.compile(r"the (?:total number|number) of ")
 _SEPARATOR = re.compile(r"(?:,? and|,)$")
@@ -53,6 +51,7 @@ class Relation:
 
 
 def _relation(body: str | None) -> Relation:
+    """What a sentence's right side says: None for ``exists, and ...``, else ``equals <body>``."""
     if body is None:
         return Relation("unknown")
     if body.isdigit():
@@ -136,12 +135,14 @@ def rebuild(problem_text: str, question: str) -> dict[str, RebuiltNode]:
     for name in mentioned:
         form(name)
     x = _solve(said, forms)
-    return {name: RebuiltNode(frozenset(places.get(_place(name), []) if _is_total(name) else
-                                        (defining(name).refs if defining(name) else ())),
-                              None if forms[name] is None or (forms[name][0] and x is None)
-                              else forms[name][0] * (x or 0) + forms[name][1],
-                              _cost(name, defining(name), places))
-            for name in mentioned}
+
+    def node(name: str) -> RebuiltNode:
+        relation, found = defining(name), forms[name]
+        parents = places.get(_place(name), []) if _is_total(name) else (relation.refs if relation else ())
+        value = None if found is None or (found[0] and x is None) else found[0] * (x or 0) + found[1]
+        return RebuiltNode(frozenset(parents), value, _cost(name, relation, places))
+
+    return {name: node(name) for name in mentioned}
 
 
 def _form(relation: Relation, parts: list[tuple[Fraction, Fraction] | None]) -> tuple[Fraction, Fraction] | None:
