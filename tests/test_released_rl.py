@@ -252,3 +252,14 @@ def test_the_math_reward_sends_the_batch_to_math_verify_at_once(monkeypatch):
     reward = released_math_reward(0.0)
     assert reward(["p"] * 3, ["\\boxed{1}"] * 3, gold=[json.dumps({"answer": "1"})] * 3) == [1.0] * 3
     assert batches == [3]
+
+
+def test_released_math_rl_streams_its_rewards_while_the_batch_generates(monkeypatch, tmp_path):
+    """Released Math RL verifies each rollout as it ends (math-verify's workers), as Code RL does; the toy does not."""
+    calls = []
+    monkeypatch.setattr(math_rl, "chat_grpo", lambda start, records, profile, work_dir, **kwargs: calls.append(kwargs))
+    records = cascade.math_records(released_profile())
+    for profile, workers in ((released_profile(), checks.MATH_VERIFY_WORKERS), (load_profile("toy"), 0)):
+        calls.clear()
+        math_rl.length_extension("start", records, profile, tmp_path, filtering=False)
+        assert calls and {c["workers"] for c in calls} == {workers}

@@ -37,7 +37,7 @@ from cascadekit.rewards import RewardFn, math_rl_reward
 from cascadekit.engine.runtime import choose_device, load_model, load_tokenizer
 from cascadekit.training.dynamic_sampling import screen_prompts
 from cascadekit.training.rollouts import kit_sampling, rollout_inputs
-from cascadekit.training.released_rl import is_released, released_math_reward
+from cascadekit.training.released_rl import is_released, released_math_reward, released_math_workers
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
 RECIPE = 1
@@ -132,7 +132,8 @@ def length_extension(start: StageOutput, records: list[dict[str, Any]], profile:
             screen = filter_stage(start, records, profile, epoch, rl).metrics if filtering else None
             kept = [records[i] for i in screen["kept"]] if screen else records
             name = f"{'filtered' if filtering else 'unfiltered'}-{length}-{epoch}"
-            trained = chat_grpo(start, kept, profile, work_dir / name, reward=reward, rl=rl) if kept else None
+            trained = chat_grpo(start, kept, profile, work_dir / name, reward=reward, rl=rl,
+                                workers=released_math_workers(profile)) if kept else None
             start = trained or start
             stages.append(LengthStage(length, screen, trained, start))
     return stages

@@ -32,10 +32,11 @@ from cascadekit.training.released_data import available_pools, released_sets, st
 from cascadekit.training.swe_rl import swe_rl_settings
 from cascadekit.verify.format_switch import format_switches
 from cascadekit.verify.released import (
-    Verdict, require_math_verify, verify_gold_patch, verify_ifeval, verify_math, verify_math_batch, verify_stdio,
+    MATH_VERIFY_WORKERS, Verdict, require_math_verify, verify_gold_patch, verify_ifeval, verify_math, verify_math_batch, verify_stdio,
 )
 
 __all__ = ["RL_SETS", "ReleasedDataMissing", "available_pools", "is_released", "released_math_reward",
+           "released_math_workers",
            "released_records", "released_reward", "released_swe_rl", "verdict"]
 
 #: The released set each RL domain reads (the domain is its stage's, in chapters/cascade.py's TABLE).
@@ -149,6 +150,17 @@ def released_math_reward(penalty: float) -> RewardFn:
 
     reward.__name__ = reward.__qualname__ = f"released_math_{penalty:g}"
     return reward
+
+
+def released_math_workers(profile: Profile) -> int:
+    """Threads that verify Math RL's rollouts as each one ends, while the batch still generates (streamed rewards,
+    :class:`~cascadekit.training.async_rewards.StreamingRewards`, as Code RL's).
+
+    On released data, one per math-verify worker process (a verdict there is
+    milliseconds of sympy); on the kit's world none: its integer check costs
+    microseconds, less than a thread's hand-off.
+    """
+    return MATH_VERIFY_WORKERS if is_released(profile) else 0
 
 
 def released_swe_rl(start: StageOutput, profile: Profile, work_dir: Path) -> StageOutput:
