@@ -64,6 +64,7 @@ program for reproducible runs.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import fcntl
 import functools
@@ -72,9 +73,11 @@ import os
 import posixpath
 import pwd
 import random
+import select
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -203,14 +206,14 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s39
 # reaps every process of the namespace) and waits for it; without, it starts
 # the program itself. Only the program drops its privileges.
 _SUPERVISOR = r"""
-import ctypes, marshal, os, resource, signal, sys
+import ctypes, marshal, os, pkgutil, resource, runpy, signal, sys
 sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
-with open(sys.argv[1], "rb") as f:
+with open(int(sys.argv[1]), "rb") as f:
     cfg = marshal.load(f)
-status = cfg["status_fd"]
+status = cfg.get("status_fd")  # a cell's own, once it has one
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 def report(line):
     os.write(status, (line.replace("\n", " ") + "\n").encode(errors="replace"))
 def fail(msg, code=120):
@@ -332,11 +335,34 @@ def start_program(work, cgroups):
     sys.executable = cfg["executable"]
     for name in ("ctypes", "marshal", "resource", "cfg", "libc"):
         del globals()[name]
-    import runpy
     sys.argv = ["main.py"]
     sys.path.insert(0, os.getcwd())
-    runpy.run_path("main.py", run_name="__main__")
-    sys.exit(0)
+    run_main()
+def run_main():
+    # As the interpreter runs a script, and then ends as multiprocessing's
+    # children do: non-daemon threads joined, atexit handlers run, the streams
+    # flushed, then _exit. Tearing down the modules the program shares with the
+    # zygote would cost more than most programs.
+    code = 0
+    try:
+        runpy.run_path("main.py", run_name="__main__")
+    except SystemExit as e:
+        code = e.code if e.code is None or isinstance(e.code, int) else (print(e.code, file=sys.stderr) or 1)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                code = 120
+        os._exit((code or 0) & 255)
 def wait_program(pid):
     _, code, usage = os.wait4(pid, 0)
     exit_code = os.WEXITSTATUS(code) if os.WIFEXITED(code) else -os.WTERMSIG(code)
@@ -353,37 +379,108 @@ def reap_namespace():
             os.waitpid(-1, 0)
     except ChildProcessError:
         pass
+def open_cgroups():
+    try:
+        return [os.open(p, os.O_WRONLY) for p in cfg["cgroup_procs"]]
+    except OSError as e:
+        fail("cannot open the cgroup: " + str(e))
+def undumpable():
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: the program (same uid in user mode) cannot ptrace us
+        fail("cannot make the supervisor undumpable")
+def enter_namespaces():
+    # New mount, pid, network, IPC and UTS namespaces; in user mode also a user
+    # namespace of the run's own (root there is your uid outside), so that the
+    # kernel counts this run's processes apart from every other run's.
+    uid, gid = os.geteuid(), os.getegid()
+    libc.prctl(4, 1, 0, 0, 0)  # dumpable for a moment (no program runs yet): else /proc/self/uid_map is root's
+    flags = 0x20000 | 0x20000000 | 0x40000000 | 0x8000000 | 0x4000000 | (0x10000000 if cfg["userns"] else 0)
+    if libc.unshare(flags) != 0:
+        fail("cannot make the run's namespaces: " + os.strerror(ctypes.get_errno()))
+    if cfg["userns"]:
+        try:
+            for name, text in (("uid_map", "0 %d 1" % uid), ("setgroups", "deny"), ("gid_map", "0 %d 1" % gid)):
+                with open("/proc/self/" + name, "w") as f:
+                    f.write(text)
+        except OSError as e:
+            fail("cannot map the run's user namespace: " + str(e))
+    undumpable()  # again: entering a user namespace changed our credentials
+    mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates to the host
+def run_cell(request, zygote, fds):
+    # One run, forked by the zygote: its own namespaces and private root, the
+    # namespace's init (pid 1: mounts /proc, enters the root, writes the files,
+    # starts the program, reaps every process of the namespace), and a wait for
+    # init: the cell exits only once the namespace is empty.
+    global status
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    request.close()
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the run dies with the zygote
+    if os.getppid() != zygote:
+        os._exit(1)
+    config, stdin, stdout, stderr, status = fds
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    with open(config, "rb") as f:
+        cfg.update(marshal.load(f))
+    cgroups = open_cgroups()
+    enter_namespaces()
+    build_root(cfg["root"], cfg["uid"] if cfg["uid"] is not None else 0)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    init = os.fork()
+    if init == 0:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the namespace dies with the cell
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        enter_root(cfg["root"])
+        write_files("/tmp")
+        line = wait_program(start_program("/tmp", cgroups))
+        reap_namespace()
+        report(line)
+        os._exit(0)
+    for fd in cgroups:
+        os.close(fd)
+    os.close(status)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGKILL))  # the caller's stop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+    os.waitpid(init, 0)  # returns once init is gone, and with it every process of the namespace
+    os._exit(0)
+def reap_cells(*_):
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+def serve(request):
+    # The zygote: each request is one run's config, stdin, stdout, stderr and
+    # status descriptors; the answer is a pidfd of the cell forked for it. End of
+    # file (the caller is gone) ends the zygote, and with it every cell.
+    zygote = os.getpid()
+    signal.signal(signal.SIGCHLD, reap_cells)
+    while True:
+        try:
+            _, fds, _, _ = socket.recv_fds(request, 16, 8)
+        except OSError:
+            os._exit(0)
+        if len(fds) != 5:
+            os._exit(0)
+        cell = os.fork()
+        if cell == 0:
+            run_cell(request, zygote, fds)  # leaves only by os._exit, or as the program, by its own exit
+            os._exit(1)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(cell)
+        socket.send_fds(request, [b"cell"], [pidfd])
+        os.close(pidfd)
 os.umask(0o022)
-if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: the program (same uid in user mode) cannot ptrace us
-    fail("cannot make the supervisor undumpable")
-try:
-    cgroups = [os.open(p, os.O_WRONLY) for p in cfg["cgroup_procs"]]
-except OSError as e:
-    fail("cannot open the cgroup: " + str(e))
+undumpable()
 if not cfg["namespaces"]:
+    cgroups = open_cgroups()
     write_files(cfg["workdir"])
     report(wait_program(start_program(cfg["workdir"], cgroups)))
     os._exit(0)
-owner = cfg["uid"] if cfg["uid"] is not None else 0
-build_root(cfg["root"], owner)
-signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-init = os.fork()
-if init == 0:
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the namespace dies with us
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    enter_root(cfg["root"])
-    write_files("/tmp")
-    line = wait_program(start_program("/tmp", cgroups))
-    reap_namespace()
-    report(line)
-    os._exit(0)
-for fd in cgroups:
-    os.close(fd)
-os.close(status)
-signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGKILL))  # the caller's stop
-signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
-os.waitpid(init, 0)  # returns once init is gone, and with it every process of the namespace
-os._exit(0)
+import gc, socket
+gc.freeze()  # the cells and programs share the zygote's pages: its objects never scanned, never copied
+serve(socket.socket(fileno=cfg["request_fd"]))
 """
 
 # Run as the run's own uid (never a shared one): kill(-1) signals every process of that uid.
@@ -409,11 +506,10 @@ def isolation() -> Isolation:
 def _probe() -> Isolation:
     """The strongest configuration whose probe program runs (and, as root, runs as another uid)."""
     root = os.geteuid() == 0
-    unshare = shutil.which("unshare")
     cgroup = _cgroup_version() if root else None
     shared = root and _uids.shared
     tries = []
-    if unshare and _view()["pivot_root"]:
+    if _view()["pivot_root"]:
         tries.append(Isolation(drop_uid=root, namespaces=True, userns=not root, cgroup=cgroup, shared_uid=shared))
     tries.append(Isolation(drop_uid=root, namespaces=False, cgroup=cgroup, shared_uid=shared))
     if cgroup:
@@ -735,26 +831,29 @@ def _stdin_file(data: bytes) -> int:
 
 
 class _Streams:
-    """Bounded readers for stdout and stderr."""
+    """Bounded readers for stdout and stderr; the run's pidfd wakes the wait when the run ends."""
 
-    def __init__(self, proc: subprocess.Popen, cap: int) -> None:
+    def __init__(self, stdout: int, stderr: int, wake: int, cap: int) -> None:
         self.cap = cap
-        self.out = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-        self.names = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        self.out = {stdout: bytearray(), stderr: bytearray()}
+        self.names = {stdout: "stdout", stderr: "stderr"}
         self.sel = selectors.DefaultSelector()
         for fd in self.out:
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ)
-        self.proc = proc
+        self.sel.register(wake, selectors.EVENT_READ)
         self.overflow = False
 
     @property
     def open(self) -> bool:
-        return bool(self.sel.get_map())
+        return any(key.fd in self.out for key in self.sel.get_map().values())
 
     def pump(self, timeout: float) -> None:
         for key, _ in self.sel.select(max(0.0, timeout)):
             fd = key.fd
+            if fd not in self.out:  # the run ended: the caller sees it, and the pidfd stays readable
+                self.sel.unregister(fd)
+                continue
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
@@ -770,15 +869,130 @@ class _Streams:
 
     def close(self) -> None:
         self.sel.close()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        for fd in self.out:
+            os.close(fd)
 
     def text(self, which: str) -> str:
         fd = next(fd for fd, name in self.names.items() if name == which)
         return bytes(self.out[fd]).decode("utf-8", errors="replace")
+
+
+def _memfd(data: bytes) -> int:
+    """An in-memory file holding ``data``, read from the start: a config handed to the supervisor."""
+    fd = os.memfd_create("config", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+class _Cell:
+    """The run's first process, held by a pidfd: polled, signalled and waited on without pid reuse.
+
+    With namespaces it is the zygote's cell for the run (the zygote reaps it);
+    without, the one-shot supervisor (``popen``), reaped here.
+    """
+
+    def __init__(self, pidfd: int, popen: subprocess.Popen | None = None) -> None:
+        self.pidfd, self.popen = pidfd, popen
+
+    def wait(self, timeout: float | None = 0) -> bool:
+        """Whether it has exited, waiting up to ``timeout`` seconds (None: until it does)."""
+        return bool(select.select([self.pidfd], [], [], timeout)[0])
+
+    def signal(self, sig: int) -> None:
+        try:
+            signal.pidfd_send_signal(self.pidfd, sig)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        if self.popen:
+            self.popen.wait()
+        os.close(self.pidfd)
+
+
+class _Zygote:
+    """The supervisor, started once per process: it forks one cell per run.
+
+    Starting an interpreter is most of what a run used to cost; the zygote pays it
+    once and forks, the design of every fast judge. It is an ordinary process
+    (root as root, you as you) outside every namespace, undumpable, in a session
+    of its own; each cell makes the run's namespaces itself, so nothing of one
+    run is shared with another.
+    """
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+        self.root = tempfile.mkdtemp(prefix="cascadekit-sbx-root-")  # each cell mounts its private root here
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        config = _memfd(marshal.dumps({**_view(), "namespaces": True, "root": self.root,
+                                       "request_fd": theirs.fileno()}))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, str(config)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                cwd="/", env=_clean_env("/tmp"), pass_fds=(config, theirs.fileno()), start_new_session=True,
+            )
+        finally:
+            os.close(config)
+            theirs.close()
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def start(self, config: dict, fds: Sequence[int]) -> int:
+        """Hand over one run (its config, stdin, stdout, stderr and status); return a pidfd of its cell."""
+        data = _memfd(marshal.dumps(config))
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [b"run"], [data, *fds])
+                _, got, _, _ = socket.recv_fds(self.sock, 16, 1)
+        finally:
+            os.close(data)
+        if not got:
+            raise OSError("the sandbox's supervisor exited")
+        return got[0]
+
+    def close(self) -> None:
+        """End of file on its socket ends the zygote (and any cell still running)."""
+        if self.owner != os.getpid():
+            return
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+_zygote_lock = threading.Lock()
+_zygotes: list[_Zygote] = []
+
+
+def _start_cell(config: dict, fds: Sequence[int]) -> _Cell:
+    """The run's cell from this process's zygote, started (or restarted, once) as needed."""
+    for attempt in range(2):
+        with _zygote_lock:
+            if not _zygotes or not _zygotes[-1].alive():
+                if _zygotes and _zygotes[-1].owner == os.getpid():
+                    _zygotes.pop().close()
+                _zygotes.append(_Zygote())
+            zygote = _zygotes[-1]
+        try:
+            return _Cell(zygote.start(config, fds))
+        except OSError as err:
+            if attempt:
+                raise SandboxUnavailable(f"the sandbox's supervisor cannot start runs: {err}") from err
+
+
+@atexit.register
+def _close_zygotes() -> None:
+    while _zygotes:
+        _zygotes.pop().close()
 
 
 def _kill_group(pgid: int) -> None:
@@ -830,22 +1044,23 @@ def _kill_leftovers(uid: int | None, group: _RunCgroup | None, iso: Isolation) -
                        extra_groups=[], env={}, capture_output=True, timeout=10)
 
 
-def _stop(proc: subprocess.Popen, namespaces: bool) -> None:
+def _stop(cell: _Cell, namespaces: bool) -> None:
     """End the run and wait until none of its processes is left.
 
-    With namespaces the supervisor kills the pid namespace's init on SIGTERM and
-    returns once the kernel has killed everything in it; the process group is
-    killed only if it does not answer within 5 s (or without namespaces).
+    With namespaces the cell kills the pid namespace's init on SIGTERM and exits
+    once the kernel has killed everything in it; the cell is killed (and init
+    with it) only if it does not answer within 5 s. Without namespaces the
+    process group is killed.
     """
-    if namespaces and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    if proc.poll() is None or not namespaces:
-        _kill_group(proc.pid)
-    proc.wait()
+    if namespaces:
+        if not cell.wait():
+            cell.signal(signal.SIGTERM)
+            if not cell.wait(5):
+                cell.signal(signal.SIGKILL)
+                cell.wait(None)
+    else:
+        _kill_group(cell.popen.pid)
+    cell.close()
 
 
 def _read_status(fd: int) -> tuple[str | None, dict | None]:
@@ -938,7 +1153,7 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
     files["main.py"] = code
     uid = _uids.take() if iso.drop_uid else None
     start = time.monotonic()  # after the wait for a turn on a shared uid
-    scratch = tempfile.mkdtemp(prefix="cascadekit-sbx-")
+    scratch = None if iso.namespaces else tempfile.mkdtemp(prefix="cascadekit-sbx-")
     group = None
     try:
         if iso.cgroup:
@@ -946,19 +1161,20 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
                 group = _RunCgroup(iso.cgroup, limits)
             except OSError as err:
                 raise SandboxUnavailable(f"cannot make the run's cgroup: {err}") from err
-        workdir = "/tmp" if iso.namespaces else os.path.join(scratch, "work")
-        os.mkdir(os.path.join(scratch, "root") if iso.namespaces else workdir)
-        if uid is not None and not iso.namespaces:
-            os.chmod(scratch, 0o711)  # the run's uid may pass through to its folder, not list ours
-            os.chown(workdir, uid, uid)
+        workdir = "/tmp"  # the private root's, with namespaces
+        if scratch:
+            workdir = os.path.join(scratch, "work")
+            os.mkdir(workdir)
+            if uid is not None:
+                os.chmod(scratch, 0o711)  # the run's uid may pass through to its folder, not list ours
+                os.chown(workdir, uid, uid)
         config = {
-            "files": files, "workdir": workdir, "uid": uid, "namespaces": iso.namespaces,
-            "disk_mb": limits.disk_mb, "root": os.path.join(scratch, "root"), **_view(),
-            "cgroup_procs": group.procs if group else [],
+            "files": files, "workdir": workdir, "uid": uid, "userns": iso.userns,
+            "disk_mb": limits.disk_mb, "cgroup_procs": group.procs if group else [],
             "rlimits": _rlimits(limits, memory_mb, nproc + _nproc_offset(iso, uid)),
             "forbid_root": not iso.userns,
         }
-        return _run(scratch, config, stdin, limits, iso, group, budget, start)
+        return _run(config, stdin, limits, iso, group, budget, start)
     finally:
         if not iso.namespaces:
             _kill_leftovers(uid, group, iso)
@@ -966,41 +1182,51 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
             group.remove()
         if uid is not None:
             _uids.give(uid)
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
-         group: _RunCgroup | None, budget: str, start: float) -> SandboxResult:
-    status_r, status_w = os.pipe()
-    config["status_fd"] = status_w
-    config_path = os.path.join(scratch, "config")
-    with open(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        marshal.dump(config, f)  # read back by the supervisor without importing json
-    argv = [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, config_path]
+def _start(config: dict, iso: Isolation, stdin: int, stdout: int, stderr: int, status: int) -> _Cell:
+    """The run's first process: a cell of the zygote with namespaces, else a one-shot supervisor."""
     if iso.namespaces:
-        argv = [shutil.which("unshare") or "unshare", *(_USERNS if iso.userns else []), *_NAMESPACES, *argv]
-    stdin_fd = _stdin_file(stdin.encode("utf-8", errors="replace"))
+        return _start_cell(config, [stdin, stdout, stderr, status])
+    data = _memfd(marshal.dumps({**_view(), **config, "namespaces": False, "status_fd": status}))
     try:
         proc = subprocess.Popen(
-            argv, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd="/", env=_clean_env(config["workdir"]), pass_fds=(status_w,),
-            start_new_session=True,
+            [sys.executable, *_PYTHON_FLAGS, "-c", _SUPERVISOR, str(data)],
+            stdin=stdin, stdout=stdout, stderr=stderr, cwd="/", env=_clean_env(config["workdir"]),
+            pass_fds=(status, data), start_new_session=True,
         )
     finally:
-        os.close(status_w)
-        os.close(stdin_fd)
-    streams = _Streams(proc, limits.output_bytes)
+        os.close(data)
+    return _Cell(os.pidfd_open(proc.pid), proc)
+
+
+def _run(config: dict, stdin: str, limits: Limits, iso: Isolation,
+         group: _RunCgroup | None, budget: str, start: float) -> SandboxResult:
+    (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe()
+    theirs = [_stdin_file(stdin.encode("utf-8", errors="replace")), out_w, err_w, status_w]
+    try:
+        cell = _start(config, iso, *theirs)
+    except BaseException:
+        for fd in (out_r, err_r, status_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    streams = _Streams(out_r, err_r, cell.pidfd, limits.output_bytes)
     deadline = start + limits.wall_s
     drain_until: float | None = None
     timed_out = False
     try:
         while not streams.overflow:
             now = time.monotonic()
-            exited = proc.poll() is not None
+            exited = cell.wait()
             if exited and drain_until is None:
                 # The supervisor is done: kill leftovers (none with a pid namespace), then drain.
                 if not iso.namespaces:
-                    _kill_group(proc.pid)
+                    _kill_group(cell.popen.pid)
                 drain_until = now + 0.5
             if exited and not streams.open or drain_until is not None and now >= drain_until:
                 break
@@ -1009,7 +1235,7 @@ def _run(scratch: str, config: dict, stdin: str, limits: Limits, iso: Isolation,
                 break
             streams.pump(min(0.05, deadline - now))
     finally:
-        _stop(proc, iso.namespaces)
+        _stop(cell, iso.namespaces)
         streams.close()
     stderr = streams.text("stderr")
     setup, status = _read_status(status_r)

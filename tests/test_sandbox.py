@@ -15,6 +15,7 @@ from cascadekit.sandbox import Isolation, Limits, SandboxUnavailable, run_python
 
 STRONG = sandbox.isolation().drop_uid and sandbox.isolation().namespaces
 needs_strong = pytest.mark.skipif(not STRONG, reason="needs root and namespaces")
+_VIEW = sandbox._view()
 
 
 def test_plain_program_runs_with_stdin_and_files():
@@ -144,9 +145,9 @@ def test_root_never_runs_untrusted_code_without_a_uid_drop():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root-only probe")
-def test_root_without_unshare_drops_the_uid_or_refuses(monkeypatch):
+def test_root_without_namespaces_drops_the_uid_or_refuses(monkeypatch):
     """Here the interpreter is under /root: without namespaces another uid cannot import it."""
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sandbox, "_view", lambda: {**_VIEW, "pivot_root": None})  # an architecture we do not know
     iso = sandbox._probe()
     if iso.refused:
         assert "cannot drop to an unprivileged uid" in iso.refused and iso.missing()[0].startswith("refused")
@@ -179,7 +180,7 @@ def test_bad_file_names_are_a_result_not_an_exception():
 
 def test_weak_isolation_warns(monkeypatch):
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sandbox, "_view", lambda: {**_VIEW, "pivot_root": None})
     with pytest.warns(RuntimeWarning, match="weak isolation.*no separate uid.*no network isolation"):
         iso = sandbox.isolation.__wrapped__()
     assert iso == Isolation(drop_uid=False, namespaces=False)

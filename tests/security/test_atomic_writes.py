@@ -61,10 +61,8 @@ ALLOWED = {
         "writes a temporary folder beside the checkpoint, renamed into place as a whole",
     ("sandbox.py", "_RunCgroup._write", "os.open"):
         "writes a number into a cgroup control file (a kernel interface, never created: no O_CREAT)",
-    ("sandbox.py", "_run", "os.open"):
-        "creates the run's config (O_EXCL, mode 0600) in the run's private scratch folder, deleted after the run",
-    ("sandbox.py", "_run", "open"): "the run's config, in the run's private scratch folder, deleted after the run",
-    ("sandbox.py", "_run", "marshal.dump"): "the run's config, in the run's private scratch folder, deleted after the run",
+    ("sandbox.py", "_stdin_file", "os.open"):
+        "reopens the run's sealed in-memory stdin read-only (O_RDONLY): no file on disk is written",
     ("training/pretrain.py", "cached_tokenizer.build", "build_tokenizer(profile).save_pretrained"):
         "a cache builder: writes into get_or_build's temporary folder",
     ("training/reward_model.py", "policy_samples.build", "(folder / SAMPLES_FILE).write_text"):
