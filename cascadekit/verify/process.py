@@ -14,7 +14,8 @@ checks it node by node against the gold graph:
    ``+ - * /`` and parentheses, never ``eval``), falling back to the last number.
    A reverse-mode side in the unknown ``x`` waits until the solution has solved
    for it, and then gives the step's value even where a later side states one
-   (the given quantity's ``We know T = 12``), so a wrong expression in x there is caught. The differences the kit keeps, each with its reason, are
+   (the given quantity's ``We know T = 12``), so a wrong expression in x there
+   is caught. The differences the kit keeps, each with its reason, are
    :data:`cascadekit.verify.official_format.DIFFERENCES`. A solution without any
    ``Define`` is read in the toy ``minimal`` rendering's grammar, one sentence
    per step that names its parents: ``<quantity> = <expression over quantities>
