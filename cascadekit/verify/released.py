@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from cascadekit.sandbox import Limits
 from cascadekit.verify.boxed import answer_part, extract_boxed, think_left_open
 from cascadekit.verify.code import IOTests, verify_code
-from cascadekit.verify.ifeval import Check, ifeval_check
+from cascadekit.verify.ifeval import MAX_ANSWER_CHARS, Check, ifeval_check
 from cascadekit.verify.instructions import MAX_RESPONSE_CHARS
 from cascadekit.verify.math_workers import MathVerifyPool, shared_pool
 from cascadekit.verify.patch import patch_similarity
@@ -290,6 +290,8 @@ def verify_ifeval(text: str, ids: Sequence[Any], kwargs: Sequence[Any]) -> Verdi
     if think_left_open(text):
         return Verdict(0.0, f"think block never closed: no answer{unchecked}")
     answer = answer_part(text).strip()
+    if len(answer) > MAX_ANSWER_CHARS:
+        return Verdict(0.0, f"answer longer than {MAX_ANSWER_CHARS:,} characters: not judged{unchecked}")
     failed = [name for name, check in checks if not (answer and _holds(check, answer))]
     reason = f"failed: {', '.join(failed)}" if failed else "all instructions followed"
     return Verdict(float(not failed), f"{reason}{unchecked}")
