@@ -607,6 +607,10 @@ class _RunCgroup:
             self.remove()
             raise
         self.procs = [os.path.join(d, "cgroup.procs") for d in self.dirs]
+        # What the program writes "0" to, to join: under v1 the thread's own ``tasks``
+        # (the program is one thread then), which the kernel moves without the
+        # global lock that makes a ``cgroup.procs`` write wait a grace period (~13 ms).
+        self.join = [os.path.join(d, "tasks") for d in self.dirs] if version == "v1" else self.procs
 
     @staticmethod
     def _write(path: str, name: str, value: int, optional: bool = False) -> None:
@@ -1170,7 +1174,7 @@ def _execute(code: str, stdin: str, files: dict[str, str] | None, limits: Limits
                 os.chown(workdir, uid, uid)
         config = {
             "files": files, "workdir": workdir, "uid": uid, "userns": iso.userns,
-            "disk_mb": limits.disk_mb, "cgroup_procs": group.procs if group else [],
+            "disk_mb": limits.disk_mb, "cgroup_procs": group.join if group else [],
             "rlimits": _rlimits(limits, memory_mb, nproc + _nproc_offset(iso, uid)),
             "forbid_root": not iso.userns,
         }
