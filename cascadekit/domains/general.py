@@ -60,7 +60,6 @@ from typing import Any, Sequence
 
 from cascadekit.domains.task import Judgement, Task
 from cascadekit.domains.dag import Dag, draw_dag
-from cascadekit.verify.boxed import answer_part
 
 REQUESTS = ("describe", "list", "compare", "summarise")
 CLOSES = ("Hope this helps.", "Glad to help.", "Happy to help.")
@@ -232,7 +231,22 @@ def check_gold(gold: Any) -> None:
 
 
 def _answer(response: str) -> str:
-    return answer_part(response).split("<|im_end|>", 1)[0].strip()
+    """The answer the judge reads: the text after the turn's last ``</think>``, up to ``<|im_end|>``.
+
+    Departs from :func:`cascadekit.verify.boxed.answer_part` (the chat format's
+    reading, where only a leading think block is structure) on malformed turns
+    alone: 1.2% of the shipped policy samples (246 of 20,400) close a think block
+    twice or close one never opened, and this judge reads their last words, as it did
+    when the shipped reward models' preference pairs were drawn (reading them the
+    other way re-keys every Part II stage from the reward model on). The format
+    check, not this judge, scores such a turn's form. Move to ``answer_part`` when
+    the Part II chain is rebuilt.
+    """
+    if "</think>" in response:
+        response = response.rsplit("</think>", 1)[1]
+    elif "<think>" in response:
+        return ""
+    return response.split("<|im_end|>", 1)[0].strip()
 
 
 def _first_mentions(text: str, names: Sequence[str]) -> dict[str, int]:
