@@ -4,55 +4,91 @@ Everything that touches the student's object (calling their function, ``float()`
 ``strip()``, ``==``, ``repr``) happens in a forked child, so nothing they type can
 hang or crash the notebook: the parent only waits on a pipe with a deadline,
 decodes at most :data:`MAX_RESULT_BYTES` of JSON (plain builtins by construction),
-and compares there. Before the student's code runs, the child
+and compares there. A fork, not a fresh interpreter, because the answer is often a
+function defined in the notebook.
 
-* leaves the notebook's session and process group (``setsid``): after the check
-  the parent kills the whole group, so processes the function forked die with it;
+The check forks twice. The first child (the supervisor) leaves the notebook's
+session and enters new pid, mount, network and IPC namespaces (root makes them;
+an ordinary user makes them inside a new user namespace that maps only its own
+uid and gid, as :mod:`cascadekit.sandbox` does). It forks the job process, pid 1
+of the new pid namespace, ends it when the parent says the check is over (or is
+gone), and exits with its status. Before the student's code runs, the job process
+
+* mounts a ``/proc`` of its own: it cannot name the notebook or any process
+  outside, so it can neither signal nor ``ptrace`` them nor open their
+  ``/proc/<pid>/mem``, and it has no network (a kernel's TCP ports are out of reach);
+* finds the files of the exercise modules empty (``/dev/null`` is bound over each
+  chapter module's source and bytecode in its mount namespace) and their loaded
+  functions disarmed: every reference function, expected value and test-case
+  maker (and every function of the chapter modules) raises
+  :class:`PermissionError`, and those modules and the exercise package can be
+  neither found in ``sys.modules`` nor imported again (a meta-path finder refuses
+  them). The expected values are computed in the parent only after the child is gone;
 * gets hard limits (soft = hard, so the function cannot raise them): address
-  space :data:`CHILD_MEMORY_BYTES` above what the fork inherited, CPU seconds,
-  no core files, and a process budget (:data:`CHILD_PROCESSES`). As root the
-  child also becomes a throwaway uid that keeps only the right to read files
-  (``CAP_DAC_READ_SEARCH``, so the standard library under ``/root`` still
-  imports): root could raise any hard limit and ignores ``RLIMIT_NPROC``, a
-  throwaway uid can do neither, and afterwards every process of that uid is
-  killed (even one that left the process group with ``setsid``);
-* disarms the exercises' own answers: every reference function, expected value
-  and test-case maker of the registry (and every function of the chapter
-  modules) raises :class:`PermissionError` in the child, and the exercise
-  modules cannot be imported again there. The expected values are computed in
-  the parent only after the child is gone.
+  space :data:`CHILD_MEMORY_BYTES` above what the fork inherited, CPU seconds, no
+  core files, and :data:`CHILD_PROCESSES` threads;
+* keeps no capability. As root it becomes a throwaway uid that keeps only the
+  right to read files (``CAP_DAC_READ_SEARCH``, so the standard library under
+  ``/root`` still imports): root could raise any hard limit, a throwaway uid cannot;
+* stays one process: a seccomp filter refuses every fork (``clone`` only starts
+  threads), so the address-space limit is one memory ceiling for the whole check,
+  and nothing the function starts can outlive it. When pid 1 exits the kernel
+  kills whatever is left in its namespace anyway.
 
 What the child sends is treated as the student's answer and nothing more, so a
 function that writes its own message into the pipe gains nothing over returning
-it. This is a course kit's box, not a security boundary: a student can always
-read the kit's source, and as an ordinary user a process that calls ``setsid``
-escapes the group kill (the sandbox's namespaces would catch it; a check must
-run notebook functions, which a fresh sandboxed interpreter cannot import).
+it. Where the machine allows less the box is weaker, silently: without
+namespaces (a container without ``CAP_SYS_ADMIN``, user namespaces switched off)
+an ordinary user's function can signal and trace the notebook, the exercise
+files stay readable (only the import is refused) and a process that calls
+``setsid`` escapes the group kill (root kills every process of the throwaway uid);
+without seccomp (other CPUs than x86-64 and arm64) the function may fork up to
+:data:`CHILD_PROCESSES` processes, each with its share of the memory. This is a
+course kit's box, not a security boundary: a student can always read the kit's
+source and its worked solutions, and the library the kit teaches with (e.g.
+``cascadekit.passk``) stays importable.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
+import glob
 import json
 import math
 import os
 import random
 import select
 import signal
+import struct
 import sys
 import threading
 import time
 import types
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 MAX_RESULT_BYTES = 1_000_000  # largest JSON a child may send back
-CHILD_MEMORY_BYTES = 1 << 30  # address space a child may take beyond what it inherited
-CHILD_PROCESSES = 16  # processes and threads the child may run at once (root or an ordinary user)
+CHILD_MEMORY_BYTES = 1 << 30  # address space the whole check may take beyond what the fork inherited
+CHILD_PROCESSES = 16  # threads the job may run at once (processes too, where it may fork: see the docstring)
 REFUSED = "the exercise's own answers cannot be used inside a check"
 _EXERCISE_PACKAGE = "cascadekit.exercises"
 _EXERCISE_PACKAGES = (_EXERCISE_PACKAGE, "cascadekit.course.exercises")
 _THROWAWAY_UIDS = range(2_000_000_000, 2_000_100_000)  # beside the sandbox's pool, never overlapping it
 _CAP_DAC_READ_SEARCH = 2
 _LAST_CAP = 63
+_CLONE_THREAD, _CLONE_NEWNS, _CLONE_NEWIPC = 0x10000, 0x20000, 0x8000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
+# seccomp, per CPU: (audit arch, clone, clone3, syscalls refused outright: fork, vfork, open_by_handle_at)
+_SECCOMP = {"x86_64": (0xC000003E, 56, 435, (57, 58, 304)), "aarch64": (0xC00000B7, 220, 435, (265,))}
+_X32_SYSCALLS = 0x40000000  # x86-64's x32 ABI: the same calls under other numbers
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _ulong(*values: int) -> list[ctypes.c_ulong]:
+    return [ctypes.c_ulong(v) for v in values]
 
 
 def _refusing_code(free: int) -> types.CodeType:
@@ -105,6 +141,18 @@ def _exercise_modules() -> list[str]:
     return names
 
 
+class _RefuseExercises:
+    """A meta-path finder for the child: the exercise modules and package are not imported again,
+    even once their ``sys.modules`` entries are deleted."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = frozenset(names)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name in self.names or name.startswith(_EXERCISE_PACKAGE + "."):
+            raise ImportError(REFUSED)
+
+
 def _disarm_exercises() -> None:
     """In the child: the loaded chapters' references, expected values and case makers refuse to run
     (every function of a module that defines exercises), and neither such a module nor the exercise
@@ -118,8 +166,60 @@ def _disarm_exercises() -> None:
             if isinstance(value, types.FunctionType) and value.__module__ == name:
                 _disarm(value)
     names += [name for name in sys.modules if name in _EXERCISE_PACKAGES or name.startswith(_EXERCISE_PACKAGE + ".")]
+    names += list(_EXERCISE_PACKAGES)
     for name in names:
         sys.modules[name] = None  # type: ignore[assignment]  # "import" now raises ImportError
+    sys.meta_path.insert(0, _RefuseExercises(names))  # type: ignore[arg-type]
+
+
+def _exercise_files() -> list[str]:
+    """The source and cached bytecode files of the loaded exercise modules (hidden in the job's mount namespace)."""
+    files = []
+    for name in _exercise_modules():
+        source = vars(sys.modules[name]).get("__file__")
+        if isinstance(source, str) and os.path.isfile(source):
+            stem = os.path.splitext(os.path.basename(source))[0]
+            files += [source, *glob.glob(os.path.join(os.path.dirname(source), "__pycache__", glob.escape(stem) + ".*"))]
+    return files
+
+
+def _unshare() -> str | None:
+    """In the supervisor, before it forks the job: new pid, mount, network and IPC namespaces for the job.
+
+    "root" when root made them, "user" when they sit in a new user namespace mapping
+    only this uid and gid (an ordinary user), None where the kernel refuses.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    libc, uid, gid = _libc(), os.getuid(), os.getgid()
+    namespaces = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC
+    if os.geteuid() == 0:  # never through a user namespace: the throwaway uid is not mapped there
+        return "root" if libc.unshare(namespaces) == 0 else None
+    if libc.unshare(namespaces | _CLONE_NEWUSER) != 0:
+        return None
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(line)
+    return "user"
+
+
+def _private_view(hidden: list[str]) -> None:
+    """In the job process, pid 1 of its namespaces, while it still holds its capabilities there.
+
+    A ``/proc`` of its own pid namespace replaces the notebook's, which lists the
+    notebook's pid and opens its memory (a read-only empty folder where the kernel
+    refuses a new ``/proc``), and ``/dev/null`` is bound over every file in
+    ``hidden``. The mount namespace is made private first, or nothing is mounted:
+    a mount must never reach the notebook's own view.
+    """
+    libc = _libc()
+    if libc.mount(None, b"/", None, *_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        return
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    if libc.mount(b"proc", b"/proc", b"proc", *_ulong(flags), None) != 0:
+        libc.mount(b"tmpfs", b"/proc", b"tmpfs", *_ulong(flags | _MS_RDONLY), b"size=4k,mode=555")
+    for path in hidden:
+        libc.mount(b"/dev/null", os.fsencode(path), None, *_ulong(_MS_BIND), None)
 
 
 def _hard_limit(resource: Any, which: int, value: int) -> None:
@@ -152,29 +252,81 @@ def _own_tasks() -> int:
     return count
 
 
-def _drop_root(uid: int | None) -> None:
-    """Root only: keep no capability but reading files (none in the bounding set either), as ``uid`` if given."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(8, 1, 0, 0, 0) != 0:  # PR_SET_KEEPCAPS: keep the permitted set across setuid
+def _other_tasks(uid: int | None, namespaces: str | None) -> int:
+    """Tasks ``RLIMIT_NPROC`` counts against the job that are not the job's (read before ``/proc`` is replaced).
+
+    A throwaway uid runs nothing else; in a new user namespace the count is per
+    namespace, and the supervisor is the other task there; otherwise every task of
+    the uid counts.
+    """
+    if uid is not None:
+        return 0
+    return 1 if namespaces == "user" else _own_tasks()
+
+
+def _drop_privileges(uid: int | None, keep: int) -> None:
+    """Keep no capability but the ``keep`` mask (none other in the bounding set either), as ``uid`` if given."""
+    libc = _libc()
+    if libc.prctl(*_ulong(8, 1, 0, 0, 0)) != 0:  # PR_SET_KEEPCAPS: keep the permitted set across setuid
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_KEEPCAPS)")
     for cap in range(_LAST_CAP + 1):
-        if cap != _CAP_DAC_READ_SEARCH:
-            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability
+        if not keep >> cap & 1:
+            libc.prctl(*_ulong(24, cap, 0, 0, 0))  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    keep = 1 << _CAP_DAC_READ_SEARCH
     data = (ctypes.c_uint32 * 6)(keep, keep, 0, 0, 0, 0)  # effective, permitted, inheritable (two words each)
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset")
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: setuid binaries grant nothing
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _seccomp_program() -> bytes | None:
+    """A classic BPF program: ``clone`` only with ``CLONE_THREAD``, no fork, vfork or ``open_by_handle_at``
+    (which ``CAP_DAC_READ_SEARCH`` would let read the hidden files), and nothing under another ABI."""
+    machine = os.uname().machine
+    if machine not in _SECCOMP:
+        return None
+    arch, clone, clone3, refused = _SECCOMP[machine]
+    load, jump_eq, jump_ge, and_, ret = 0x20, 0x15, 0x35, 0x54, 0x06
+
+    def op(code: int, k: int, if_true: int = 0, if_false: int = 0) -> bytes:
+        return struct.pack("=HBBI", code, if_true, if_false, k)
+
+    allow, deny = op(ret, 0x7FFF0000), op(ret, 0x50000 | errno.EPERM)  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
+    program = [op(load, 4), op(jump_eq, arch, 1, 0), deny, op(load, 0)]  # seccomp_data.arch, then .nr
+    if machine == "x86_64":
+        program += [op(jump_ge, _X32_SYSCALLS, 0, 1), deny]
+    for number in refused:
+        program += [op(jump_eq, number, 0, 1), deny]
+    # clone3 passes its flags in memory a filter cannot read: ENOSYS makes the C library fall back to clone.
+    program += [op(jump_eq, clone3, 0, 1), op(ret, 0x50000 | errno.ENOSYS)]
+    program += [op(jump_eq, clone, 0, 3), op(load, 16), op(and_, _CLONE_THREAD),  # 16: the low half of args[0]
+                op(jump_eq, _CLONE_THREAD, 0, 1), allow, deny]
+    return b"".join(program)
+
+
+def _single_process() -> bool:
+    """``no_new_privs`` (setuid programs grant nothing, and seccomp needs it), then the seccomp filter where
+    this CPU has one; whether the filter holds."""
+    libc = _libc()
+    if libc.prctl(*_ulong(38, 1, 0, 0, 0)) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    program = _seccomp_program()
+    if program is None:
+        return False
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _Fprog(len(program) // 8, ctypes.addressof(buffer))
+    return libc.prctl(ctypes.c_ulong(22), ctypes.c_ulong(2), ctypes.byref(fprog), *_ulong(0, 0)) == 0  # SET_SECCOMP
 
 
-def _contain(cpu_s: int, uid: int | None) -> None:
-    """In the child, before any student code: hard limits, and as root the throwaway ``uid``."""
+def _contain(cpu_s: int, uid: int | None, namespaces: str | None, others: int) -> None:
+    """In the job process, before any student code: hard limits, no capability, one process."""
     import resource
 
     _hard_limit(resource, resource.RLIMIT_CORE, 0)
@@ -187,9 +339,13 @@ def _contain(cpu_s: int, uid: int | None) -> None:
         used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     _hard_limit(resource, resource.RLIMIT_AS, used + CHILD_MEMORY_BYTES)
     if os.geteuid() == 0:
-        _drop_root(uid)
-    # A fresh throwaway uid runs nothing else; otherwise the uid's other processes count too.
-    _hard_limit(resource, resource.RLIMIT_NPROC, CHILD_PROCESSES + (0 if uid is not None else _own_tasks()))
+        _drop_privileges(uid, 1 << _CAP_DAC_READ_SEARCH)
+    elif namespaces == "user":
+        _drop_privileges(None, 0)
+    _hard_limit(resource, resource.RLIMIT_NPROC, CHILD_PROCESSES + others)
+    _libc().prctl(*_ulong(1, signal.SIGKILL, 0, 0, 0))  # PR_SET_PDEATHSIG (after the uid change, which clears it)
+    if not _single_process():  # it may fork: each process gets its share of the memory
+        _hard_limit(resource, resource.RLIMIT_AS, used + CHILD_MEMORY_BYTES // CHILD_PROCESSES)
 
 
 def _encoded(job: Callable[[], dict[str, Any]]) -> bytes:
@@ -217,12 +373,15 @@ def _close_inherited(keep: int) -> None:
     os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
 
 
-def _child(job: Callable[[], dict[str, Any]], write: int, cpu_s: int, uid: int | None) -> None:
-    """The forked child: contain, disarm, run, send one length-prefixed message, exit. Never returns."""
+def _job_process(job: Callable[[], dict[str, Any]], write: int, cpu_s: int, uid: int | None,
+                 namespaces: str | None) -> NoReturn:
+    """The job process: contain, disarm, run, send one length-prefixed message, exit."""
     try:
-        os.setsid()
         _close_inherited(write)
-        _contain(cpu_s, uid)
+        others = _other_tasks(uid, namespaces)
+        if namespaces:
+            _private_view(_exercise_files())
+        _contain(cpu_s, uid, namespaces, others)
         _disarm_exercises()
         message = _encoded(job)
         os.write(write, len(message).to_bytes(8, "big"))
@@ -232,6 +391,37 @@ def _child(job: Callable[[], dict[str, Any]], write: int, cpu_s: int, uid: int |
     except BaseException:  # a failed setup or a write to a closed pipe: the parent reports no result
         pass
     os._exit(0)
+
+
+def _exit_code(status: int, cpu_s: float, cpu_limit: int) -> int:
+    """The supervisor's exit code for the job's ``status``: 128 + the signal that ended it, else 0.
+
+    Pid 1 of a namespace ignores ``SIGXCPU``, so the hard CPU limit's ``SIGKILL``
+    ends it: a job killed after using its CPU time counts as stopped by ``SIGXCPU``.
+    """
+    if not os.WIFSIGNALED(status):
+        return 0
+    stop = os.WTERMSIG(status)
+    return 128 + (signal.SIGXCPU if stop == signal.SIGKILL and cpu_s >= cpu_limit else stop)
+
+
+def _supervise(job: Callable[[], dict[str, Any]], write: int, stop: int, cpu_s: int, uid: int | None) -> NoReturn:
+    """The first child: namespaces, the job process, and its end once the parent closes ``stop`` (or is gone)."""
+    code = 1
+    try:
+        os.setsid()
+        namespaces = _unshare()
+        pid = os.fork()
+        if pid == 0:
+            _job_process(job, write, cpu_s, uid, namespaces)
+        os.close(write)
+        os.read(stop, 1)  # b"" once the parent has its result, gave up, or died
+        os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still the job's
+        _, status, usage = os.wait4(pid, 0)
+        code = _exit_code(status, usage.ru_utime + usage.ru_stime, cpu_s)
+    except BaseException:
+        pass
+    os._exit(code)
 
 
 def _read_message(read: int, deadline: float) -> tuple[bytes | None, bool]:
@@ -258,7 +448,8 @@ def _read_message(read: int, deadline: float) -> tuple[bytes | None, bool]:
 def _kill_uid(uid: int) -> None:
     """Root only: SIGKILL every process of the throwaway ``uid``, also those that left the group.
 
-    Few can exist (``RLIMIT_NPROC``), so a few passes catch one forked while the last was killed.
+    Without namespaces and seccomp few can exist (``RLIMIT_NPROC``), so a few passes
+    catch one forked while the last was killed; with them there is none.
     """
     deadline = time.monotonic() + 1.0
     while (pids := _pids_of(uid)) and time.monotonic() < deadline:
@@ -270,10 +461,11 @@ def _kill_uid(uid: int) -> None:
 
 
 def _stopped_by(status: int) -> str | None:
-    """"cpu" or "memory" when the child's exit status says a limit stopped it, else None."""
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+    """"cpu" or "memory" when the supervisor's exit status says a limit stopped the job, else None."""
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+    if code == 128 + signal.SIGXCPU:
         return "cpu"
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
+    if code - 128 in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
         return "memory"  # an allocation past the ceiling that a C extension did not check
     return None
 
@@ -304,12 +496,13 @@ def _throwaway_uid() -> int | None:
 
 
 def _end(pid: int, uid: int | None) -> int:
-    """Kill the child's whole group (and, as root, every process of its uid); its exit status."""
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):  # os.kill: a child that died before its setsid
-        try:
-            kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    """Once the supervisor has ended the job: kill what is left of its process group (and, as root, of the
+    throwaway uid), which only a box without namespaces can hold; the supervisor's exit status."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its group id cannot be reused
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     _, status = os.waitpid(pid, 0)
     if uid is not None:
         _kill_uid(uid)
@@ -319,20 +512,24 @@ def _end(pid: int, uid: int | None) -> int:
 def _in_fork(job: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
     uid = _throwaway_uid()
     read, write = os.pipe()
+    stop_read, stop = os.pipe()
     try:
         pid = os.fork()
     except OSError:
-        os.close(read)
-        os.close(write)
+        for fd in (read, write, stop_read, stop):
+            os.close(fd)
         raise
     if pid == 0:
         os.close(read)
-        _child(job, write, math.ceil(timeout) + 1, uid)
+        os.close(stop)
+        _supervise(job, write, stop_read, math.ceil(timeout) + 1, uid)
     os.close(write)
+    os.close(stop_read)
     try:
         message, timed_out = _read_message(read, time.monotonic() + timeout)
     finally:
         os.close(read)
+        os.close(stop)
         status = _end(pid, uid)
     if timed_out:
         return {"stopped": "time"}

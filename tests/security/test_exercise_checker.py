@@ -1,8 +1,10 @@
-"""The exercise checker against a hostile student: hard limits, a group kill, no reference, no hang.
+"""The exercise checker against a hostile student: hard limits, one process, no reference, no hang.
 
 Each test is an attack on ``check``: it must end with a "not yet" verdict (or, for
 a correct function, "right" with nothing left running), never with the notebook
-hung, a limit raised, a forked process alive, or the kit's own answer scored.
+hung, stopped, traced or killed, a limit raised, a forked process alive, or the
+kit's own answer scored. The attacks of issue 56 (``checker_attacks.py``) run
+here as the suite's user and again as uid 65534 in a subprocess.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any, Callable
 
 import pytest
 
+import checker_attacks as attacks
 from cascadekit.course.exercises import check, get
 from cascadekit.exercises import answers, child
 
@@ -41,12 +44,7 @@ def finishes(call: Callable[[], Any], within: float = 60.0) -> Any:
     return box[0]
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+alive = attacks.alive
 
 
 @pytest.fixture
@@ -132,44 +130,40 @@ def test_root_keeps_only_the_right_to_read(monkeypatch: pytest.MonkeyPatch, thro
     assert got["effective"] == got["bounding"] == 1 << 2  # CAP_DAC_READ_SEARCH only
 
 
-def test_forked_spinning_children_die_with_the_check(pid_file) -> None:
+def test_a_function_that_forks_is_refused_and_leaves_nothing(pid_file) -> None:
     path, collected = pid_file
 
     def forks(n, c, k):
         if (n, c, k) == (1, 0, 1):
             for _ in range(10):
-                if os.fork() == 0:
+                try:
+                    pid = os.fork()
+                except OSError:
+                    break
+                if pid == 0:
                     note_pid(path)
                     while True:
                         pass
-            time.sleep(1.0)  # every child has written its pid
+            time.sleep(1.0)  # every child forked has written its pid
         return pass_at_k(n, c, k)
 
     assert finishes(lambda: check("02.1", forks)).correct is True
     pids = collected()
-    assert len(pids) == 10
     time.sleep(0.2)
     assert [pid for pid in pids if alive(pid)] == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user a process that calls setsid leaves the group")
-def test_a_child_that_leaves_the_group_dies_too(pid_file) -> None:
-    path, collected = pid_file
+def test_a_function_may_use_threads() -> None:
+    def threaded(n, c, k):
+        box = []
+        workers = [threading.Thread(target=lambda: box.append(pass_at_k(n, c, k))) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return box[0]
 
-    def escapes(n, c, k):
-        if (n, c, k) == (1, 0, 1) and os.fork() == 0:
-            os.setsid()
-            note_pid(path)
-            while True:
-                pass
-        if (n, c, k) == (1, 0, 1):
-            time.sleep(1.0)  # the child has left the group and written its pid
-        return pass_at_k(n, c, k)
-
-    assert finishes(lambda: check("02.1", escapes)).correct is True
-    pids = collected()
-    time.sleep(0.2)
-    assert len(pids) == 1 and not alive(pids[0])
+    assert finishes(lambda: check("02.1", threaded)).correct is True
 
 
 def test_the_process_budget_stops_a_fork_bomb(pid_file) -> None:
@@ -231,12 +225,39 @@ def by_reloading(n, c, k):
     return importlib.reload(module)._passk(n, c, k)
 
 
+CHAPTER = "cascadekit.chapters.ch02_judging_a_solution"
+CHAPTER_FILE = sys.modules[get("02.1").answer.reference.__module__].__file__
+
+
+def registry_again(n, c, k):
+    """Issue 56 (e): delete the refused ``sys.modules`` entries and import the registry again."""
+    for name in [name for name, module in sys.modules.items() if module is None]:
+        del sys.modules[name]
+    from cascadekit.course.exercises import get as get_again
+
+    return get_again("02.1").answer.reference(n, c, k)
+
+
+def from_the_chapter_file(n, c, k):
+    """The chapter's source run as a fresh module, past every import hook and refused entry."""
+    import importlib.util
+
+    for name in [name for name, module in sys.modules.items() if module is None]:
+        del sys.modules[name]
+    spec = importlib.util.spec_from_file_location("fresh_ch02", CHAPTER_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._passk(n, c, k)
+
+
 @pytest.mark.parametrize("cheat", [through_the_registry, by_import, through_gc, through_the_callers_frames,
-                                   by_reloading], ids=lambda f: f.__name__)
+                                   by_reloading, registry_again, from_the_chapter_file], ids=lambda f: f.__name__)
 def test_the_kits_own_reference_does_not_score(cheat) -> None:
     verdict = finishes(lambda: check("02.1", cheat))
     assert verdict.correct is False and "Hint:" in verdict.message
     assert check("02.1", pass_at_k).correct is True  # the parent's registry still works afterwards
+    with open(CHAPTER_FILE) as f:  # and nothing the child hid is hidden here
+        assert "def _passk" in f.read()
 
 
 def forged_through_a_pipe(n, c, k):
@@ -301,72 +322,82 @@ def test_an_exercise_id_that_hashes_forever_is_not_an_exercise() -> None:
     assert verdict.correct is None and "no exercise" in verdict.message
 
 
-# the same containment as an ordinary user (uid 65534), as on a student's laptop -------------------
+# 4 · issue 56: the notebook out of the function's reach, as this suite's user and as uid 65534 ---------
 
-AS_NOBODY = r"""
-import json, os, resource, time
-from cascadekit.exercises.child import CHILD_PROCESSES, run_contained
+def test_the_function_cannot_trace_the_notebook() -> None:
+    notebook = os.getpid()
+    got = finishes(lambda: child.run_contained(lambda: attacks.trace(notebook, attach=False), 20))
+    assert got == {"ptrace": got["ptrace"], "mem": got["mem"]} and "allowed" not in got.values(), got
 
-def alive(pid):
+
+def test_the_function_cannot_signal_the_notebook() -> None:
+    notebook, received = os.getpid(), []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-def hog():
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    except (ValueError, OSError):
-        pass
-    return {"touched": len(bytearray(3 << 30))}
-
-import tempfile
-fd, path = tempfile.mkstemp()
-os.close(fd)
-def forks():
-    for _ in range(10):
-        if os.fork() == 0:
-            with open(path, "a") as f:
-                f.write(f"{os.getpid()} ")
-            while True:
-                pass
-    time.sleep(1.0)
-    return {"forked": 10}
-
-out = {"memory": run_contained(hog, 20), "forks": run_contained(forks, 20)}
-with open(path) as f:
-    pids = [int(p) for p in f.read().split()]
-os.unlink(path)
-time.sleep(0.2)
-out["left"] = [pid for pid in pids if alive(pid)]
-out["pids"] = len(pids)
-for pid in out["left"]:
-    os.kill(pid, 9)
-print(json.dumps(out))
-"""
+        got = finishes(lambda: child.run_contained(lambda: attacks.signal_notebook(notebook, signal.SIGUSR1), 20))
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert received == [] and "kill" in got and got["kill"] != "allowed", got
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not (os.path.exists("/usr/bin/setpriv") and os.path.exists("/usr/bin/python3")),
-                    reason="as an ordinary user the tests above are this run; as root it needs setpriv and a system Python")
-def test_the_limits_and_the_group_kill_hold_as_an_ordinary_user() -> None:
+def test_nothing_the_function_starts_outlives_the_check(pid_file) -> None:
+    path, collected = pid_file
+    got = finishes(lambda: attacks.attack("leave_behind", path))
+    collected()  # the fixture kills what a failing checker left
+    assert got["left"] == 0, got
+
+
+def test_one_memory_ceiling_for_the_whole_check(pid_file) -> None:
+    path, _ = pid_file
+    got = finishes(lambda: attacks.attack("fill_memory", path))
+    assert got["touched_mib"] <= child.CHILD_MEMORY_BYTES // attacks.MIB, got
+
+
+NOBODY = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+#: What the notebook side must see after each attack run as uid 65534.
+AS_NOBODY = {
+    "trace": lambda out: "allowed" not in out["job"].values() and not out["stopped"],
+    "kill": lambda out: "kill" in out["job"] and out["job"]["kill"] != "allowed",
+    "leave_behind": lambda out: out["left"] == 0,
+    "fill_memory": lambda out: out["touched_mib"] <= child.CHILD_MEMORY_BYTES // attacks.MIB,
+    "reference": lambda out: attacks.SECRET not in out["job"].values() and "error" not in out["job"],
+    "hog": lambda out: out["job"] == {"stopped": "memory"},
+}
+
+
+@pytest.fixture(scope="module")
+def nobody_home(kit_copy):
+    """The kit, the attacks and a module defining an exercise, where uid 65534 can read and write."""
+    if os.geteuid() != 0 or not (shutil.which("setpriv") and os.path.exists(SYSTEM_PYTHON)):
+        pytest.skip("as an ordinary user the tests above are this run; as root it needs setpriv and a system Python")
+    home = kit_copy(NOBODY)
+    shutil.copy(attacks.__file__, home / "checker_attacks.py")
+    (home / "fake_chapter.py").write_text(attacks.FAKE_CHAPTER)
+    for name in ("checker_attacks.py", "fake_chapter.py"):
+        os.chmod(home / name, 0o644)
+    return home
+
+
+@pytest.mark.parametrize("name", sorted(AS_NOBODY))
+def test_the_attacks_fail_as_an_ordinary_user(nobody_home, name: str) -> None:
+    """Run as uid 65534 with the system Python (the kit's interpreter may sit where that uid cannot read)."""
     import json
     import subprocess
-    from pathlib import Path
 
-    home = Path(tempfile.mkdtemp(prefix="checker-nobody-", dir="/tmp"))
+    notes = tempfile.mkdtemp(prefix="notes-", dir=nobody_home)
+    os.chown(notes, NOBODY, NOBODY)
+    open(os.path.join(notes, "notes"), "w").close()
+    os.chown(os.path.join(notes, "notes"), NOBODY, NOBODY)
     try:
-        os.chmod(home, 0o755)
-        shutil.copytree(Path(child.__file__).parents[1], home / "cascadekit",
-                        ignore=shutil.ignore_patterns("__pycache__"))
         proc = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-             "/usr/bin/python3", "-c", AS_NOBODY],  # the kit's interpreter may sit where uid 65534 cannot read
-            cwd=home, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(home), "HOME": str(home)},
-            capture_output=True, text=True, timeout=120)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+             SYSTEM_PYTHON, "checker_attacks.py", name, os.path.join(notes, "notes")],
+            cwd=nobody_home, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(nobody_home), "HOME": str(nobody_home)},
+            capture_output=True, text=True, timeout=40)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name}: the notebook side never returned from the check (stopped or hung)")
+    assert proc.returncode == 0, f"{name}: the notebook side ended with {proc.returncode}: {proc.stderr[-2000:]}"
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["memory"] == {"stopped": "memory"}
-    assert out["forks"] == {"forked": 10} and out["pids"] == 10 and out["left"] == []
+    assert AS_NOBODY[name](out), out
