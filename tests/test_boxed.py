@@ -33,6 +33,21 @@ def test_answer_part():
     assert answer_part("no think") == "no think"
 
 
+@pytest.mark.parametrize("turn, answer", [
+    ("\n <think>\nr\n</think>\n\na<|im_end|>", "\n\na"),  # the block may follow whitespace; the end is cut
+    ("<think>r</think>a<|im_end|>\n", "a"),
+    ("<think>r</think>s = '</think>'\n", "s = '</think>'\n"),  # the first </think> closes; later ones are content
+    ("<think>r</think>a\n<think>b</think>c", "a\n<think>b</think>c"),
+    ("s = '</think>'\nt = 1\n", "s = '</think>'\nt = 1\n"),  # no think block: all answer
+    ("s = '<think>'\n", "s = '<think>'\n"),  # a <think> that does not open the turn is no block left open
+    ("say '<|im_end|>' now", "say '<|im_end|>' now"),  # the end-of-turn only at the very end
+    ("<|im_end|>x", "<|im_end|>x"),
+    ("pre <think>r</think>a", "pre <think>r</think>a"),  # text before <think>: the chat format's block is not there
+])
+def test_chat_markers_are_structure_only_where_the_chat_format_puts_them(turn, answer):
+    assert answer_part(turn) == answer
+
+
 def test_verdicts():
     ok = verify_boxed("<think>\nmaybe \\boxed{3}\n</think>\n\nThe answer is \\boxed{1,000}.", 1000)
     assert ok.correct and ok.predicted == 1000 and ok.reason == "correct"
@@ -42,6 +57,7 @@ def test_verdicts():
     draft = verify_boxed("<think>\\boxed{5}</think>I think it is five.", 5)
     assert not draft.correct and "only inside the reasoning" in draft.reason
     assert "never closed" in verify_boxed("<think>\\boxed{5}", 5).reason
+    assert verify_boxed("Tags like <think> are markup; \\boxed{5}", 5).correct  # not a block left open
     hedge = verify_boxed("\\boxed{4} or \\boxed{5}", 5)
     assert not hedge.correct and "disagree" in hedge.reason
     assert verify_boxed("\\boxed{5} so \\boxed{5.0}", 5).correct

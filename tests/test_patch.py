@@ -214,3 +214,37 @@ def test_search_replace_garbage_raises_only_patch_error(lines):
     except PatchError:
         pass
     assert 0.0 <= patch_similarity(text, SR_FIX) <= 1.0
+
+
+MARKED = ("--- a/calc.py\n+++ b/calc.py\n@@ -1,3 +1,4 @@\n def add(a, b):\n-    return a - b\n"
+          "+    END = '<|im_end|>'  # </think> <think>\n+    return a + b\n \n")
+
+
+def test_chat_markers_inside_a_diff_are_its_lines():
+    fixed = "def add(a, b):\n    END = '<|im_end|>'  # </think> <think>\n    return a + b\n\n\ndef mul(a, b):\n"
+    for turn in (MARKED, fenced(MARKED), fenced(MARKED) + "<|im_end|>", f"<think>\nhm\n</think>\n{MARKED}<|im_end|>"):
+        assert apply_patch(BUGGY, parse_patch(turn))["calc.py"].startswith(fixed), turn
+        assert patch_similarity(turn, MARKED) == 1.0
+    two = MARKED + "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-calc\n+calc, fixed\n"
+    assert apply_patch(BUGGY, parse_patch(fenced(two)))["README.md"] == "calc, fixed\n"  # both files, not the last
+
+
+def test_a_gold_patch_is_read_bare():
+    example = "Apply it with:\n```diff\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n```\n"
+    docs = make_diff({"README.md": "calc\n"}, {"README.md": "calc\n" + example})
+    assert apply_patch(BUGGY, parse_patch(docs, chat=False))["README.md"] == "calc\n" + example
+    assert apply_patch(BUGGY, parse_patch(fenced(docs)))["README.md"] == "calc\n" + example  # fences at line starts
+    assert patch_similarity(docs, docs) == patch_similarity(MARKED, MARKED) == 1.0
+
+
+def test_equal_patches_score_one_at_any_length():
+    long = make_diff({"big.py": "x\n" * MAX_SIMILARITY_CHARS}, {"big.py": "y\n" * MAX_SIMILARITY_CHARS})
+    assert patch_similarity(long, long) == 1.0
+    assert patch_similarity(long.replace("+y", "+z", 1), long) == 0.0  # unequal and over the cap
+
+
+def test_applicability_is_an_option_of_the_similarity():
+    wrong_place = MARKED.replace(" def add(a, b):", " def add(a, c):")
+    assert 0.9 < patch_similarity(wrong_place, MARKED) < 1.0  # the paper's reward: text only
+    assert patch_similarity(wrong_place, MARKED, files=BUGGY) == 0.0  # does not apply to the files
+    assert patch_similarity(MARKED, MARKED, files=BUGGY) == 1.0

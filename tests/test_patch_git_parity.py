@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cascadekit.verify.patch import PatchError, apply_patch, parse_diff
+from cascadekit.verify.patch import PatchError, apply_patch, parse_diff, patch_similarity
+from cascadekit.verify.released import verify_gold_patch
 
 REPO = Path(__file__).resolve().parents[1]
 #: Commits of the history corpus (each gives three cases); the test wants at least this many.
@@ -143,6 +144,8 @@ def _class_cases() -> list[tuple[str, dict[str, str], str]]:
          head + "@@ -5,2 +5,2 @@\n x\n-y\n+Y\n x\n"),
         ("offset, before an earlier hunk", {"f.py": body},
          head + "@@ -8,2 +8,2 @@\n line 8\n-line 9\n+LINE 9\n line 10\n@@ -2,2 +2,2 @@\n line 2\n-line 3\n+LINE 3\n line 4\n"),
+        ("crowded hunks, all headed at line 2", {"f.py": "x\n" * 12},
+         head + "@@ -2,3 +2,3 @@\n x\n-x\n+y\n x\n" * 3),
         ("hunks overlapping", {"f.py": body},
          head + "@@ -2,3 +2,3 @@\n line 2\n-line 3\n+LINE 3\n line 4\n@@ -3,3 +3,3 @@\n line 3\n-line 4\n+LINE 4\n line 5\n"),
         ("no newline at the end, both sides", {"f.py": "a\nb"},
@@ -208,6 +211,15 @@ def test_the_repository_history_agrees_with_git_apply(git_apply: GitApply) -> No
     assert total >= 3 * CORPUS_COMMITS and not differ, f"{len(differ)} differ from git apply: {differ[:10]}"
     rejected = sum(kit_apply(files, diff) is None for _, files, diff in cases)
     assert CORPUS_COMMITS < rejected < total - CORPUS_COMMITS  # both verdicts well represented (git's, as they agree)
+
+
+def test_every_history_diff_scores_one_against_itself() -> None:
+    """The execution-free reward of a gold patch against itself, chat markers in its lines or not (issue 55 item 1)."""
+    diffs = [diff for name, _, diff in history_corpus(CORPUS_COMMITS) if name.endswith("-before")]
+    marked = [diff for diff in diffs if any(m in diff for m in ("<think>", "</think>", "<|im_end|>"))]
+    assert len(diffs) >= CORPUS_COMMITS and marked
+    low = [diff[:60] for diff in diffs if patch_similarity(diff, diff) != 1.0 or verify_gold_patch(diff, diff).score != 1.0]
+    assert not low, f"{len(low)} of {len(diffs)} ({len(marked)} with chat markers) score below 1: {low[:3]}"
 
 
 if __name__ == "__main__":

@@ -113,8 +113,9 @@ class PatchVerdict:
 
 
 # The info string is read apart from the pattern, which stays linear in hostile text
-# (see cascadekit.verify.code._FENCE).
-_FENCE = re.compile(r"```([^`\n]*)\n(.*?)```", re.DOTALL)
+# (see cascadekit.verify.code._FENCE). Fences open and close at a line's start: a diff's
+# own lines (" ```", "+```diff") never do, so a patch of a Markdown file stays whole.
+_FENCE = re.compile(r"^```([^`\n]*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 _DIFF_LANG = re.compile(r"[ \t]*(diff|patch|udiff)?")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _SEARCH, _DIVIDER, _REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
@@ -320,13 +321,13 @@ class _Work:
     """
 
     def __init__(self, lines: int) -> None:
-        self.left = WORK_PER_LINE * (lines + 100)
+        self.budget = WORK_PER_LINE * (lines + 100)
         self.spent = 0
 
     def spend(self, n: int) -> None:
         self.spent += n
-        if self.spent > self.left:
-            raise PatchError(f"locating its hunks takes over {self.left:,} line comparisons")
+        if self.spent > self.budget:
+            raise PatchError(f"locating its hunks takes over {self.budget:,} line comparisons")
 
 
 class _Fenwick:
@@ -676,8 +677,8 @@ def patch_similarity(completion: str, gold_patch: str, files: dict[str, str] | N
 
     ``difflib.SequenceMatcher(None, predicted, gold, autojunk=False).ratio()`` on
     the two :func:`normalize_patch` texts, as SWE-RL scores a patch. 0 when
-    either has no readable patch, or when one is over :data:`MAX_SIMILARITY_CHARS`.
-    The completion is a model turn (its think block and end-of-turn are not the
+    either has no readable patch, or when they differ and one is over
+    :data:`MAX_SIMILARITY_CHARS`. The completion is a model turn (its think block and end-of-turn are not the
     patch); ``gold_patch`` is a bare patch, every line of it the patch's own.
 
     With ``files`` (the repository's contents, where a row has them) the reward
@@ -692,6 +693,8 @@ def patch_similarity(completion: str, gold_patch: str, files: dict[str, str] | N
             apply_patch(files, parsed)
     except Exception:  # PatchError, or whatever else hostile text provokes: no readable (or applicable) patch
         return 0.0
+    if predicted == gold:  # the ratio of equal texts, at any length
+        return 1.0
     if max(len(predicted), len(gold)) > MAX_SIMILARITY_CHARS:
         return 0.0
     return difflib.SequenceMatcher(None, predicted, gold, autojunk=False).ratio()
