@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cascadekit.verify.code import FunctionTests
+from cascadekit.verify.released import verify_gold_patch
 from cascadekit.verify.patch import (
     MAX_SIMILARITY_CHARS, Edit, PatchError, apply_patch, extract_diff, make_diff, normalize_patch, parse_diff,
     parse_patch, parse_search_replace, patch_similarity, verify_patch,
@@ -248,3 +249,12 @@ def test_applicability_is_an_option_of_the_similarity():
     assert 0.9 < patch_similarity(wrong_place, MARKED) < 1.0  # the paper's reward: text only
     assert patch_similarity(wrong_place, MARKED, files=BUGGY) == 0.0  # does not apply to the files
     assert patch_similarity(MARKED, MARKED, files=BUGGY) == 1.0
+
+
+def test_verify_gold_patch_can_ask_applicability():
+    wrong_place = MARKED.replace(" def add(a, b):", " def add(a, c):")
+    assert verify_gold_patch(wrong_place, MARKED).score > 0.9  # the paper's reward, the default
+    refused = verify_gold_patch(wrong_place, MARKED, files=BUGGY)
+    assert refused.score == 0.0 and refused.reason.startswith("the patch does not apply: hunk 1 of calc.py")
+    assert verify_gold_patch(MARKED, MARKED, files=BUGGY).score == 1.0
+    assert verify_gold_patch(MARKED, MARKED, files={"calc.py": None}).score == 0.0  # type: ignore[dict-item]

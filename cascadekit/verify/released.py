@@ -42,7 +42,7 @@ from cascadekit.verify.code import IOTests, verify_code
 from cascadekit.verify.ifeval import MAX_ANSWER_CHARS, Check, ifeval_check
 from cascadekit.verify.instructions import MAX_RESPONSE_CHARS
 from cascadekit.verify.math_workers import MathVerifyPool, shared_pool
-from cascadekit.verify.patch import patch_similarity
+from cascadekit.verify.patch import PatchError, apply_patch, parse_patch, patch_similarity
 
 __all__ = ["Verdict", "ifeval_checks", "verify_gold_patch", "verify_ifeval",
            "MathVerifyMissing", "require_math_verify", "verify_math", "verify_math_batch", "verify_stdio"]
@@ -301,10 +301,21 @@ def verify_ifeval(text: str, ids: Sequence[Any], kwargs: Sequence[Any]) -> Verdi
 # SWE
 # ---------------------------------------------------------------------------
 
-def verify_gold_patch(text: str, gold_patch: str) -> Verdict:
-    """The execution-free lexical reward: the answer's patch's similarity to ``gold_patch``; never raises."""
+def verify_gold_patch(text: str, gold_patch: str, files: Mapping[str, str] | None = None) -> Verdict:
+    """The execution-free lexical reward: the answer's patch's similarity to ``gold_patch``; never raises.
+
+    ``text`` is a model turn, ``gold_patch`` a bare patch (chat markers in its lines are its own). The
+    paper's reward by default; with ``files`` (the repository's contents, where a row has them) a patch
+    that does not apply to them (as ``git apply`` judges) scores 0.
+    """
     if not isinstance(text, str) or not isinstance(gold_patch, str):
         return Verdict(0.0, "no text or no gold patch")
+    if files is not None:
+        try:
+            apply_patch(dict(files), parse_patch(text))
+        except Exception as e:  # PatchError, or a malformed row's contents
+            return Verdict(0.0, f"the patch does not apply: {e}" if isinstance(e, PatchError) else
+                           f"the patch does not apply: {type(e).__name__}")
     score = patch_similarity(text, gold_patch)
     return Verdict(score, f"similarity {score:.2f} to the gold patch" if score else
                    "no readable patch (or an unreadable gold patch)")
