@@ -48,6 +48,16 @@ def test_only_selects_chapters(course: Path, tmp_path: Path) -> None:
         select(sorted(course.glob("*.ipynb")), ["99"])
 
 
+def test_a_number_names_one_chapter_not_every_chapter_it_starts() -> None:
+    """``--only 1`` once ran chapters 01 and 10-15, ``--only 0`` 01-09 (issue 58)."""
+    course = [Path(f"{n:02d}_chapter.ipynb") for n in range(1, 16)]
+    assert [p.name[:2] for p in select(course, ["1"])] == ["01"]
+    assert [p.name[:2] for p in select(course, ["01", "12"])] == ["01", "12"]
+    assert [p.name[:2] for p in select(course, ["12_chap"])] == ["12"]
+    with pytest.raises(ValueError, match="'0'"):
+        select(course, ["0"])
+
+
 def test_stops_at_first_failure_with_traceback(course: Path, tmp_path: Path) -> None:
     _notebook(course / "01_first.ipynb", "raise ZeroDivisionError('planted failure')")
     with pytest.raises(ChapterFailed, match="planted failure"):

@@ -58,19 +58,24 @@ def chapters(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
 
 
 def select(all_chapters: list[Path], only: Iterable[str] | None) -> list[Path]:
-    """Keep chapters whose number or name matches one of ``only`` ("01", "3", "02_judging")."""
+    """Keep chapters whose number or name matches one of ``only`` ("01", "3", "02_judging").
+
+    A number names one chapter ("1" is chapter 01, not 01 and 10-15); other text is
+    a chapter's name or the start of it.
+    """
     if not only:
         return all_chapters
     wanted = [w.strip() for w in only if w.strip()]
-    picked = []
-    for path in all_chapters:
-        number = path.name[:2]
-        if any(w == path.stem or w.zfill(2) == number or path.stem.startswith(w) for w in wanted):
-            picked.append(path)
-    unknown = [w for w in wanted if not any(w == p.stem or w.zfill(2) == p.name[:2] or p.stem.startswith(w) for p in all_chapters)]
+    unknown = [w for w in wanted if not any(_names(w, p) for p in all_chapters)]
     if unknown:
         raise ValueError(f"unknown chapter(s) {unknown}; available: {[p.stem for p in all_chapters]}")
-    return picked
+    return [p for p in all_chapters if any(_names(w, p) for w in wanted)]
+
+
+def _names(wanted: str, chapter: Path) -> bool:
+    if wanted.isdigit():
+        return int(wanted) == int(chapter.name[:2])
+    return chapter.stem.startswith(wanted)
 
 
 def _load_summary(out: Path) -> dict[str, dict]:
