@@ -36,7 +36,10 @@ def test_runs_in_order_then_resumes(course: Path, tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert [c["status"] for c in summary["chapters"]] == ["ok", "ok"]
     assert summary["produced_by"]["command"] == "cascadekit run --scale smoke --out $OUT"  # no machine path
-    assert "| 01_first | ok |" in (out / "summary.md").read_text()
+    markdown = (out / "summary.md").read_text()
+    assert "| 01_first | ok |" in markdown
+    total = sum(c["wall_s"] for c in summary["chapters"])  # a total, and a commit a reader can check out (issue 58)
+    assert f"| **total** | 2 chapters | {total:.1f} |" in markdown and "git commit " in markdown.splitlines()[0]
     again = run_course("smoke", out, notebook_dir=course)
     assert [r.status for r in again] == ["skipped", "skipped"]
 

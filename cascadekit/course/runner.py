@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 from filelock import FileLock, Timeout
 
 from cascadekit.atomic import atomic_write_text, same_file
-from cascadekit.codeversion import REPO_DIR, code_version
+from cascadekit.codeversion import REPO_DIR, code_version, git_commit
 from cascadekit.profiles import load_profile
 from cascadekit.course.widgets import HEADLESS_ENV
 from cascadekit.results import write_result
@@ -96,7 +96,9 @@ def _write_summary(out: Path, results: dict[str, dict], scale: str, command: str
     write_result(out / "summary.json", {"scale": scale, "chapters": ordered}, command)
     rows = ["| chapter | status | wall time (s) |", "|---|---|---|"]
     rows += [f"| {r['chapter']} | {r['status']} | {r['wall_s']:.1f} |" for r in ordered]
-    atomic_write_text(out / "summary.md", f"# Course run at scale `{scale}` (code {code_version()})\n\n" + "\n".join(rows) + "\n")
+    rows.append(f"| **total** | {len(ordered)} chapters | {sum(r['wall_s'] for r in ordered):.1f} |")
+    head = f"# Course run at scale `{scale}` (code {code_version()}, git commit {git_commit()})"
+    atomic_write_text(out / "summary.md", head + "\n\n" + "\n".join(rows) + "\n")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
