@@ -188,13 +188,15 @@ def test_a_reverse_problem_draws_with_its_unknown_highlighted(paper_problems):
 
     matplotlib.use("Agg")
     from cascadekit.world.draw import draw_graph
+    from cascadekit.world.paper import asked_node
 
     reverse = next(p for p in paper_problems if p.solution_text.startswith("The question") and p.op >= 6)
     figure = draw_graph(reverse)
     highlighted = [t.get_text() for t in figure.axes[0].texts if t.get_bbox_patch()
                    and t.get_bbox_patch().get_facecolor()[:3] == matplotlib.colors.to_rgb("#ffd8a8")]
-    assert highlighted == [f"{reverse.nodes[0].name[:29]}…\n= {reverse.answer}" if len(reverse.nodes[0].name) > 30
-                           else f"{reverse.nodes[0].name}\n= {reverse.answer}"]
+    unknown = reverse.nodes[asked_node(reverse)].name
+    label = f"{unknown[:29]}…" if len(unknown) > 30 else unknown
+    assert highlighted == [f"{label}\n= {reverse.answer}"]
 
 
 def test_a_wrong_expression_in_x_for_the_given_quantity_is_rejected(paper_problems):
