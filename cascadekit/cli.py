@@ -182,10 +182,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _needs_a_gpu_it_has(scale: str) -> None:
+    """One line, before any work, when ``scale`` trains on a CUDA GPU and this machine has none."""
+    import torch
+
+    from cascadekit.profiles import load_profile
+
+    profile = load_profile(scale)
+    if profile.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"scale {scale!r} trains on a CUDA GPU ({profile.description.rstrip('.')}) and "
+                         f"this machine has none: use --scale toy (CPU, from the shipped checkpoints) or smoke")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from cascadekit.profiles import parse_overrides
     from cascadekit.course.runner import ChapterFailed, run_course
 
+    _needs_a_gpu_it_has(args.scale)
     try:
         results = run_course(args.scale, Path(args.out), only=args.only.split(",") if args.only else None,
                              seed=args.seed, overrides=parse_overrides(args.set), command=_command(args))
@@ -210,6 +223,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from cascadekit.profiles import CHAPTER_PREFIX, load_profile, set_threads, with_world
     from cascadekit.results import ResultsWriter
 
+    _needs_a_gpu_it_has(args.scale)
     seeds = _train_seeds_of(args)
     overrides = _with_train_seed(_overrides(args), seeds)
     # before anything imports trl, transformers or peft (resolving the chapter imports its module, and so them);
@@ -304,6 +318,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     from cascadekit.course.replicates import seed_folder
     from cascadekit.profiles import set_threads
 
+    _needs_a_gpu_it_has(args.scale)
     seeds = _train_seeds_of(args, one_seed_jobs=2)
     overrides = _with_train_seed(_overrides(args), seeds)
     out, work = Path(args.out), Path(args.work)

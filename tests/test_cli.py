@@ -199,3 +199,14 @@ def test_python_dash_m_runs_the_command(module: str) -> None:
     assert bad.returncode == 2 and "error" in bad.stderr.lower(), (bad.returncode, bad.stderr[-500:])
     listed = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0 and "experiment" in listed.stdout
+
+
+@pytest.mark.parametrize("verb", [["run", "--out", "unused"], ["experiment", "11"], ["cascade"]])
+def test_a_gpu_scale_on_a_cpu_machine_is_one_line_before_any_work(verb: list[str], capsys, monkeypatch) -> None:
+    """``--scale small`` on a CPU once failed deep inside the run with two tracebacks (issue 58)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main([*verb, "--scale", "small"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "CUDA GPU" in err and "--scale toy" in err, err
