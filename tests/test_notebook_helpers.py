@@ -169,3 +169,17 @@ def test_every_chapter_with_a_committed_run_shows_it_at_a_glance(tmp_path) -> No
         glance, committed = ch.at_a_glance().data, (RESULTS_DIR / ch.config.spec.folder / "paper_vs_run.md").read_text()
         assert glance.splitlines()[-1] == committed.strip().splitlines()[-1]  # the committed run's provenance
         assert next(line for line in committed.splitlines() if line.startswith("|")) in glance  # its claims table
+
+
+def test_show_source_displays_wherever_it_stands_in_a_cell() -> None:
+    """Three chapters called it before a cell's last line, where a returned value shows nothing (issue 58)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shown = []
+    shell.display_pub.publish = lambda data, **kw: shown.append(data)
+    try:
+        shell.run_cell("from cascadekit.course.notebook import lookup, show_source\nshow_source(lookup)\nx = 1\n")
+    finally:
+        InteractiveShell.clear_instance()
+    assert len(shown) == 1 and "def lookup(" in shown[0]["text/markdown"]

@@ -240,13 +240,17 @@ def without_scratch(text: str) -> str:
     return _SCRATCH.sub(lambda m: m.group(0).replace(m.group(1), "DIR"), text)
 
 
-def show_source(obj: Callable | type) -> Any:
-    """Display the source of a library function or class as a highlighted code block."""
-    from IPython.display import Markdown
+def show_source(obj: Callable | type) -> None:
+    """Display the source of a library function or class as a highlighted code block.
+
+    It displays the block itself, wherever it stands in a cell: returned as a value,
+    it showed only as a cell's last expression, and three chapters' calls showed nothing.
+    """
+    from IPython.display import Markdown, display
 
     module = inspect.getmodule(obj)
     where = f"{module.__name__}.{obj.__qualname__}" if module else obj.__qualname__
-    return Markdown(f"`{where}`\n\n```python\n{inspect.getsource(obj)}```")
+    display(Markdown(f"`{where}`\n\n```python\n{inspect.getsource(obj)}```"))
 
 
 _STEP = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
