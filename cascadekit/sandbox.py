@@ -446,13 +446,15 @@ def run_cell(request, zygote, fds):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         enter_root(cfg["root"])
         write_files("/tmp")
-        line = wait_program(start_program("/tmp", cgroups))
+        program = start_program("/tmp", cgroups)
+        for fd in (0, 1, 2):  # the run's streams end with the program's processes, not with ours
+            os.close(fd)
+        line = wait_program(program)
         reap_namespace()
         report(line)
         os._exit(0)
-    for fd in cgroups:
+    for fd in cgroups + [status, 0, 1, 2]:
         os.close(fd)
-    os.close(status)
     signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGKILL))  # the caller's stop
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
     os.waitpid(init, 0)  # returns once init is gone, and with it every process of the namespace
@@ -849,14 +851,21 @@ def _stdin_file(data: bytes) -> int:
 
 
 class _Streams:
-    """Bounded readers for stdout and stderr; the run's pidfd wakes the wait when the run ends."""
+    """Bounded readers for stdout and stderr, and the supervisor's status lines.
 
-    def __init__(self, stdout: int, stderr: int, wake: int, cap: int) -> None:
+    The run is ``finished`` at end of file on the status pipe: init (or the
+    one-shot supervisor) reports after the last process of the program is
+    reaped, then exits; the caller need not wait for the namespaces' teardown.
+    The run's pidfd wakes the wait if its first process dies without reporting.
+    """
+
+    def __init__(self, stdout: int, stderr: int, status: int, wake: int, cap: int) -> None:
         self.cap = cap
         self.out = {stdout: bytearray(), stderr: bytearray()}
         self.names = {stdout: "stdout", stderr: "stderr"}
+        self.status_fd, self.status, self.finished = status, bytearray(), False
         self.sel = selectors.DefaultSelector()
-        for fd in self.out:
+        for fd in (stdout, stderr, status):
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ)
         self.sel.register(wake, selectors.EVENT_READ)
@@ -869,7 +878,7 @@ class _Streams:
     def pump(self, timeout: float) -> None:
         for key, _ in self.sel.select(max(0.0, timeout)):
             fd = key.fd
-            if fd not in self.out:  # the run ended: the caller sees it, and the pidfd stays readable
+            if fd not in self.out and fd != self.status_fd:  # the pidfd: it stays readable once the run ended
                 self.sel.unregister(fd)
                 continue
             try:
@@ -878,6 +887,10 @@ class _Streams:
                 continue
             if not chunk:
                 self.sel.unregister(fd)
+                self.finished |= fd == self.status_fd
+                continue
+            if fd == self.status_fd:
+                self.status += chunk[: max(0, 65536 - len(self.status))]
                 continue
             buf = self.out[fd]
             room = self.cap - len(buf)
@@ -1074,16 +1087,17 @@ def _kill_leftovers(uid: int | None, group: _RunCgroup | None, iso: Isolation) -
                        extra_groups=[], env={}, capture_output=True, timeout=10)
 
 
-def _stop(cell: _Cell, namespaces: bool) -> None:
+def _stop(cell: _Cell, namespaces: bool, finished: bool) -> None:
     """End the run and wait until none of its processes is left.
 
-    With namespaces the cell kills the pid namespace's init on SIGTERM and exits
-    once the kernel has killed everything in it; the cell is killed (and init
-    with it) only if it does not answer within 5 s. Without namespaces the
-    process group is killed.
+    A finished run (its status pipe closed) has none left: init reaped them all.
+    Otherwise, with namespaces the cell kills the pid namespace's init on SIGTERM
+    and exits once the kernel has killed everything in it; the cell is killed
+    (and init with it) only if it does not answer within 5 s. Without namespaces
+    the process group is killed.
     """
     if namespaces:
-        if not cell.wait():
+        if not finished and not cell.wait():
             cell.signal(signal.SIGTERM)
             if not cell.wait(5):
                 cell.signal(signal.SIGKILL)
@@ -1093,15 +1107,15 @@ def _stop(cell: _Cell, namespaces: bool) -> None:
     cell.close()
 
 
-def _read_status(fd: int) -> tuple[str | None, dict | None]:
+def _read_status(fd: int, data: bytes, finished: bool) -> tuple[str | None, dict | None]:
     """(setup error, exit status) from the supervisor's lines on a pipe the program never holds.
 
     The lines are ``setup <message>`` or ``status <signalled> <code> <cpu s> <max rss KB>``.
-    Read until end of file, waiting at most a second for the last holders of the
-    write end (processes the pid namespace is still tearing down) to go.
+    ``data`` is what was read during the run; unless the pipe was already at its
+    end, read until end of file, waiting at most a second for the last holders of
+    the write end (processes the pid namespace is still tearing down) to go.
     """
-    data = b""
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + (0 if finished else 1.0)
     os.set_blocking(fd, False)
     try:
         with selectors.DefaultSelector() as sel:
@@ -1245,14 +1259,14 @@ def _run(config: dict, stdin: str, limits: Limits, iso: Isolation,
     finally:
         for fd in theirs:
             os.close(fd)
-    streams = _Streams(out_r, err_r, cell.pidfd, limits.output_bytes)
+    streams = _Streams(out_r, err_r, status_r, cell.pidfd, limits.output_bytes)
     deadline = start + limits.wall_s
     drain_until: float | None = None
     timed_out = False
     try:
         while not streams.overflow:
             now = time.monotonic()
-            exited = cell.wait()
+            exited = streams.finished or cell.wait()
             if exited and drain_until is None:
                 # The supervisor is done: kill leftovers (none with a pid namespace), then drain.
                 if not iso.namespaces:
@@ -1265,10 +1279,10 @@ def _run(config: dict, stdin: str, limits: Limits, iso: Isolation,
                 break
             streams.pump(min(0.05, deadline - now))
     finally:
-        _stop(cell, iso.namespaces)
+        _stop(cell, iso.namespaces, streams.finished)
         streams.close()
     stderr = streams.text("stderr")
-    setup, status = _read_status(status_r)
+    setup, status = _read_status(status_r, bytes(streams.status), streams.finished)
     if setup is not None and setup.startswith("privileges: "):
         raise SandboxUnavailable(f"the sandbox could not drop its privileges: {setup[12:]}")
     returncode, reason = _verdict(status, stderr, timed_out, streams.overflow,
