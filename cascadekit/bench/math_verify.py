@@ -1,6 +1,6 @@
 """What bounding math-verify costs: verdicts per second through the kit's workers against calling it directly.
 
-``cascadekit bench math-verify [-n 240] [--repeats 3] [--workers N]``
+``cascadekit bench math-verify [-n 120] [--repeats 5] [--workers N]``
 
 The released math reward judges every answer with math-verify in worker
 processes (:mod:`cascadekit.verify.math_workers`: a deadline and a memory limit
@@ -19,16 +19,20 @@ The pairs are drawn from the forms released math answers take (integers,
 fractions and decimals, radicals, polynomials, intervals, multiples of π,
 units), half of them equal. Runs alternate (direct, bounded, bounded, direct,
 ...) so that a shared machine's load drifts onto both alike; each rate is the
-median over ``--repeats``. The script checks that every path gives the direct
-verdicts.
+median over ``--repeats``, each ratio the median of the runs' ratios to the
+direct run of the same round. The script checks that every path gives the direct
+verdicts. Each path is also counted in CPU seconds (this process's and its
+workers'), which a shared machine's load does not skew as it skews wall time.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 from cascadekit.verify.math_workers import MathVerifyPool
@@ -61,19 +65,28 @@ def direct(batch: Pairs) -> list[bool]:
             for answer, gold in batch]
 
 
-def rate(judge: Callable[[Pairs], list], batch: Pairs) -> tuple[float, list]:
-    """Verdicts per second of ``judge`` on ``batch``, and its verdicts."""
-    start = time.perf_counter()
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU seconds used so far by this process (all its threads) and by the processes ``pids`` (Linux's /proc)."""
+    ticks = 0
+    for pid in pids:
+        ticks += sum(int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+    return time.process_time() + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rate(judge: Callable[[Pairs], list], batch: Pairs, pids: Sequence[int]) -> tuple[float, float, list]:
+    """Verdicts per second and per CPU-second (this process and the workers ``pids``) of ``judge`` on ``batch``,
+    and its verdicts."""
+    wall, cpu = time.perf_counter(), cpu_seconds(pids)
     verdicts = judge(batch)
-    return len(batch) / (time.perf_counter() - start), verdicts
+    return len(batch) / (time.perf_counter() - wall), len(batch) / (cpu_seconds(pids) - cpu), verdicts
 
 
 def main(argv: Sequence[str] | None = None,
          parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
     """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
     parser = parser_class(prog="cascadekit bench math-verify", description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=240, help="pairs per measurement")
-    parser.add_argument("--repeats", type=int, default=3, help="measurements of each path (the median counts)")
+    parser.add_argument("-n", type=int, default=120, help="pairs per measurement")
+    parser.add_argument("--repeats", type=int, default=5, help="measurements of each path (the medians count)")
     parser.add_argument("--workers", type=int, default=MATH_VERIFY_WORKERS,
                         help=f"worker processes of the batched pool (default the kit's, {MATH_VERIFY_WORKERS} here)")
     args = parser.parse_args(argv)
@@ -92,21 +105,26 @@ def main(argv: Sequence[str] | None = None,
         expected = direct(batch)
         for judge in paths.values():  # warm-up: workers started, sympy's lazy imports done, in every process
             judge(batch[:8])
-        rates: dict[str, list[float]] = {name: [] for name in paths}
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
         agree = True
         for rep in range(args.repeats):
             for name in (paths if rep % 2 == 0 else reversed(paths)):
-                per_second, verdicts = rate(paths[name], batch)
-                rates[name].append(per_second)
+                per_second, per_cpu_second, verdicts = rate(paths[name], batch, one.pids() + many.pids())
+                runs[name].append((per_second, per_cpu_second))
                 agree = agree and verdicts == expected
     finally:
         one.close()
         many.close()
-    median = {name: statistics.median(r) for name, r in rates.items()}
-    print(f"{args.n} answer/gold pairs ({sum(expected)} equal by math-verify), median of {args.repeats} "
-          f"runs each, deadline {MATH_VERIFY_TIMEOUT_S} s and {MATH_VERIFY_MEMORY_BYTES >> 20} MiB per worker")
-    for name, value in median.items():
-        print(f"  {name:<30} {value:8.1f} verdicts/s   {value / median['direct']:.2f}x direct")
-    print(f"bounded/direct verdicts per second: {median['batched, 1 worker'] / median['direct']:.2f}× "
-          f"(batched, 1 worker; target ≥ 0.8×)")
+    print(f"{args.n} answer/gold pairs ({sum(expected)} equal by math-verify), {args.repeats} runs of each path, "
+          f"deadline {MATH_VERIFY_TIMEOUT_S} s and {MATH_VERIFY_MEMORY_BYTES >> 20} MiB per worker")
+    print(f"  {'median of runs:':<30} {'verdicts/s':>10} {'x direct':>9} {'per CPU-s':>10} {'x direct':>9}")
+    ratio = {}
+    for name, measured in runs.items():
+        wall, cpu = (statistics.median(r[i] for r in measured) for i in (0, 1))
+        ratio[name] = [statistics.median(r[i] / d[i] for r, d in zip(measured, runs["direct"])) for i in (0, 1)]
+        print(f"  {name:<30} {wall:10.1f} {ratio[name][0]:9.2f} {cpu:10.1f} {ratio[name][1]:9.2f}")
+    print(f"bounded/direct verdicts per second: {ratio['batched, 1 worker'][0]:.2f}× (batched, 1 worker; "
+          "target ≥ 0.8×)")
+    print(f"bounded/direct verdicts per CPU-second: {ratio['batched, 1 worker'][1]:.2f}× (the same in CPU time, "
+          "which a shared machine's load skews less)")
     print(f"same verdicts on every path: {agree}")

@@ -161,9 +161,10 @@ class MathVerifyPool:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers!r}")
         self.workers, self.memory_bytes = workers, memory_bytes
+        self._all = [_Worker(memory_bytes) for _ in range(workers)]
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        for _ in range(workers):
-            self._idle.put(_Worker(memory_bytes))
+        for worker in self._all:
+            self._idle.put(worker)
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="math-verify")
 
     def _on_a_worker(self, pairs: Sequence[tuple[str, str]], deadline_s: float) -> list[Answer]:
@@ -182,6 +183,10 @@ class MathVerifyPool:
         chunks = [pairs[i:i + size] for i in range(0, len(pairs), size)]
         done = self._threads.map(lambda chunk: self._on_a_worker(chunk, deadline_s), chunks)
         return [answer for answers in done for answer in answers]
+
+    def pids(self) -> list[int]:
+        """The process ids of the workers running now (to measure their CPU time or read their limits)."""
+        return [proc.pid for proc in (w.proc for w in self._all) if proc is not None]
 
     def close(self) -> None:
         """Stop every worker (a later call starts them again)."""

@@ -164,7 +164,11 @@ def _by_the_kit(predicted: str, gold: str) -> bool:
     are and their units are too (or one has none: ``5\\text{ cm}`` is 5; math-verify
     drops units altogether, so ``5\\text{ m}`` is ``5\\text{ cm}`` there, not here).
     Anything else is the same only when its LaTeX is, up to spacing
-    (:func:`_latex_key`). Tested against math-verify itself on equal and unequal pairs.
+    (:func:`_latex_key`). Against math-verify itself on 191 pairs
+    (``tests/test_released_math.py``): no "same" where it says "not equivalent",
+    and 91 of its 112 "equivalent" (the check before this one: 53, and 13 false
+    "same", ``4 2`` for 42 and ``1\\,000`` for 1000 among them). What it leaves
+    to math-verify: radicals, algebra, percentages, mixed numbers, equations (``x=5``).
     """
     want, got = _number(gold), _number(predicted)
     if want is not None and got is not None:
