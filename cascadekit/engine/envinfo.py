@@ -11,15 +11,20 @@ import platform
 import shutil
 import warnings
 from dataclasses import dataclass, field
+from importlib import resources
 
-from packaging.version import Version
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from cascadekit.sandbox import isolation
 
 from cascadekit.engine import runtime
 
 STACK = ("torch", "transformers", "trl", "peft", "datasets", "tokenizers", "accelerate", "papermill", "matplotlib")
-GPU_STACK = ("vllm", "deepspeed", "bitsandbytes", "unsloth")
+GPU_STACK = ("vllm", "deepspeed", "bitsandbytes", "unsloth", "unsloth_zoo")
+#: The GPU profiles' known-good sets (pip constraint files inside the package) and the extras each installs.
+KNOWN_GOOD = {"small": ("constraints/small.txt", "gpu,unsloth"), "full": ("constraints/full.txt", "gpu")}
 
 
 def package_version(name: str) -> str | None:
@@ -100,21 +105,85 @@ def choose_device() -> tuple[str, str, str]:
     return placement.device, placement.dtype, placement.reason
 
 
-def _at_least(version: str | None, floor: str) -> bool:
-    return version is not None and Version(version) >= Version(floor)
+def installed_requirements(names: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each installed distribution's own ``Requires-Dist`` lines (its supported windows), by name."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+    return out
 
 
-def known_problems(versions: dict[str, str | None], device: str) -> list[str]:
-    """Warnings for combinations known to break the kit."""
+def _applies(requirement: Requirement) -> bool:
+    """Whether a requirement binds here: unconditional, or under the extra named after the package it requires
+    (TRL's ``vllm<=0.31.0; extra == "vllm"`` binds wherever vllm is installed beside TRL)."""
+    if requirement.marker is None:
+        return True
+    return any(requirement.marker.evaluate({"extra": extra}) for extra in ("", requirement.name))
+
+
+def window_problems(versions: dict[str, str | None], requirements: dict[str, list[str]]) -> list[str]:
+    """Where the installed set leaves a library's own supported window, one line a breach.
+
+    ``requirements`` is each library's ``Requires-Dist`` (:func:`installed_requirements`):
+    the windows are the libraries' own, read from what is installed, so a new release's
+    window is checked without the kit being told of it.
+    """
+    installed = {canonicalize_name(k): v for k, v in versions.items() if v}
+    out = []
+    for library, lines in requirements.items():
+        if canonicalize_name(library) not in installed:
+            continue
+        for line in lines:
+            try:
+                requirement = Requirement(line)
+                have = installed.get(canonicalize_name(requirement.name))
+                inside = have is None or requirement.specifier.contains(Version(have), prereleases=True)
+            except (InvalidRequirement, InvalidVersion):
+                continue
+            if not inside and _applies(requirement):
+                out.append(f"{library} {installed[canonicalize_name(library)]} supports {requirement.name}"
+                           f"{requirement.specifier}, but {requirement.name} {have} is installed")
+    return out
+
+
+def known_good_sets() -> dict[str, dict[str, str]]:
+    """The GPU profiles' known-good sets (:data:`KNOWN_GOOD`): package name to pinned version."""
+    sets = {}
+    for profile, (path, _) in KNOWN_GOOD.items():
+        text = resources.files("cascadekit").joinpath(path).read_text()
+        pins = (line.split("#", 1)[0].strip() for line in text.splitlines())
+        sets[profile] = dict(pin.split("==", 1) for pin in pins if pin)
+    return sets
+
+
+def known_good_advice() -> str:
+    """Which sets are known good and how to install one (every version in it inside every library's window)."""
+    sets = known_good_sets()
+    return "known-good GPU sets: " + "; ".join(
+        f"{profile}: pip install -c cascadekit/{KNOWN_GOOD[profile][0]} -e '.[{KNOWN_GOOD[profile][1]}]' ("
+        + ", ".join(f"{name} {version}" for name, version in pins.items()) + ")"
+        for profile, pins in sets.items())
+
+
+def known_problems(versions: dict[str, str | None], device: str,
+                   requirements: dict[str, list[str]] | None = None) -> list[str]:
+    """Warnings for combinations known to break the kit.
+
+    ``requirements`` are the libraries' own windows (default: the installed ones'
+    metadata, :func:`installed_requirements`); a set that leaves one is named with the
+    sets known to go together (:func:`known_good_advice`).
+    """
     out = []
     if versions.get("vllm") and device == "cpu":
         out.append("vllm is installed but there is no GPU: evaluation uses the transformers backend")
     if versions.get("trl") and (problem := runtime.cpu_trl_problem(versions["trl"], device == "cuda")):
         out.append(problem)
-    if versions.get("unsloth") and _at_least(versions.get("trl"), "1.16"):
-        out.append("unsloth 2026.10 caps trl at 1.15; its GRPO path needs trl<=1.15 and a GPU")
-    if versions.get("vllm") and _at_least(versions.get("transformers"), "5.21"):
-        out.append("vllm 0.33 needs transformers<5.21")
+    breaches = window_problems(versions, installed_requirements(STACK + GPU_STACK) if requirements is None
+                               else requirements)
+    out += breaches + ([known_good_advice()] if breaches else [])
     if os.cpu_count() and os.cpu_count() < 2:
         out.append("a single CPU core: toy-scale chapters will take twice as long as listed")
     return out
