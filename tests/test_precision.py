@@ -74,3 +74,63 @@ def test_the_bf16_autocast_loss_curve_stays_within_tolerance_of_fp32_short(tmp_p
 @pytest.mark.slow
 def test_the_bf16_autocast_loss_curve_stays_within_tolerance_of_fp32_for_the_toy_model(tmp_path):
     _assert_within_tolerance(_curves("toy", {"pretrain.seq_len": 128, "pretrain.batch_size": 8}, 300, tmp_path))
+
+
+def fake_card(monkeypatch, name: str, capability: tuple[int, int]) -> None:
+    """CUDA with one card of ``capability`` whose torch bf16 check says True, as torch's emulation does on a T4."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+
+
+def test_a_pre_ampere_card_gets_fp16_though_torch_says_bf16(monkeypatch):
+    """Issue 59.3: a T4 (7.5) trains in fp16; an A100 (8.0) and an H100 (9.0) in bf16."""
+    from cascadekit.engine.runtime import choose_device
+
+    fake_card(monkeypatch, "Tesla T4", (7, 5))
+    t4 = choose_device(load_profile("small"))
+    assert (t4.device, t4.dtype) == ("cuda", "float16") and "Tesla T4 lacks" in t4.reason
+    assert t4.trainer_arguments() == {"use_cpu": False, "bf16": False, "fp16": True}
+    assert choose_device().dtype == "float16"  # the automatic choice too
+    for name, capability in (("NVIDIA A100-SXM4-80GB", (8, 0)), ("NVIDIA H100 80GB HBM3", (9, 0))):
+        fake_card(monkeypatch, name, capability)
+        assert choose_device(load_profile("small")).dtype == "bfloat16"
+
+
+def test_the_decided_dtype_reaches_every_engine(monkeypatch, tmp_path):
+    """Issue 59.3: the trainer, the evaluation's vLLM engine and Unsloth's loader get the one decided dtype."""
+    import sys
+    import types
+
+    from cascadekit.engine import generation, runtime, trainable
+
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Tesla T4", False))
+    small = load_profile("small")
+    placement = runtime.choose_device(small)
+    assert placement.dtype == "float16"
+    engines, loads = [], []
+
+    class LLM:
+        def __init__(self, model: str, **kwargs):
+            engines.append(kwargs)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=dict))
+    monkeypatch.setattr(generation, "stop_token_ids", lambda tokenizer: [0])
+    with generation.greedy_generator(tmp_path, None, small):
+        pass
+    assert engines[0]["dtype"] == "float16"
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(**kwargs):
+            loads.append(kwargs)
+            return object(), None
+
+        @staticmethod
+        def get_peft_model(model, **kwargs):
+            return model
+
+    monkeypatch.setitem(sys.modules, "unsloth", types.SimpleNamespace(FastLanguageModel=FastLanguageModel))
+    trainable._unsloth(str(tmp_path), placement, True, 16, 32, 1024, False)
+    assert loads[0]["dtype"] == torch.float16

@@ -146,7 +146,7 @@ def greedy_generator(folder: str | Path, tokenizer: Any, profile: Profile) -> It
     """Greedy vLLM completions of rendered chat prompts, cut at the chat's stop ids, as transformers gives them."""
     vllm = require("vllm", "gpu", "vLLM generation")
     stops = stop_token_ids(tokenizer)
-    with offline_engine(folder, profile.engine, dtype="bfloat16", seed=0) as llm_generate:
+    with offline_engine(folder, profile.engine, dtype=choose_device(profile).dtype, seed=0) as llm_generate:
         def generate(prompts: Sequence[str], max_new_tokens: int, batch_size: int) -> list[tuple[str, int]]:
             params = vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=stops,
                                          skip_special_tokens=False)

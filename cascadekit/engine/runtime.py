@@ -59,7 +59,7 @@ from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.profiles import Profile
 
 __all__ = [
-    "CPU", "CPU_TRL", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement",
+    "BF16_CAPABILITY", "CPU", "CPU_TRL", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement",
     "UnsupportedStack", "base_model_source", "checkpoint_folder", "choose_device", "cpu_trl_problem", "cuda_device",
     "download_allowed", "four_bit_config", "hub_cache_dir", "load_chat_tokenizer",
     "load_classifier", "load_model", "load_tokenizer", "lora_config", "refuse_cpu_trl", "require", "save_checkpoint", "with_lora",
@@ -124,11 +124,22 @@ CPU = Placement("cpu", "float32", "the CPU in float32, the kit's default for loa
 _CPU_REASON = "no CUDA device; fp32 is the safe and, for small models, the fast choice on CPU"
 
 
+#: The first CUDA compute capability that computes bf16 in hardware (Ampere, sm_80): vLLM refuses bf16 below it.
+BF16_CAPABILITY = (8, 0)
+
+
 def cuda_device() -> tuple[str, bool] | None:
-    """``(name, supports bf16)`` of the first CUDA device, or None without one (tests replace this)."""
+    """``(name, supports bf16)`` of the first CUDA device, or None without one (tests replace this).
+
+    bf16 is decided by the compute capability (:data:`BF16_CAPABILITY`), not by
+    ``torch.cuda.is_bf16_supported()``, which says True on a T4 (7.5) because torch
+    emulates bf16 there: vLLM then refuses ``dtype="bfloat16"`` on that card and
+    Unsloth switches the model to fp16 while the trainer is told bf16. So a
+    pre-Ampere card runs every engine in fp16.
+    """
     if not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported()
+    return torch.cuda.get_device_name(0), tuple(torch.cuda.get_device_capability(0)) >= BF16_CAPABILITY
 
 
 def choose_device(profile: Any = None) -> Placement:

@@ -90,6 +90,11 @@ VLLM_PORT = 8000
 MAIN_PORT = 29500
 #: The server's environment: vLLM's dev-mode endpoints (weight transfer, world size), which TRL's client calls.
 SERVER_ENVIRONMENT = {"VLLM_SERVER_DEV_MODE": "1"}
+#: ``accelerate launch --mixed_precision`` of a profile's ``dtype`` (:data:`cascadekit.profiles.DTYPES`): the launch
+#: and the vLLM server (``--dtype``) take the profile's, since the cards behind a launch are not this machine's; each
+#: node's trainer decides by its own card (:func:`cascadekit.engine.runtime.choose_device`), and its fp16 on a
+#: pre-Ampere card replaces accelerate's value.
+MIXED_PRECISION = {"bfloat16": "bf16", "float32": "no"}
 #: The server's readiness check, the path TRL's ``VLLMClient.check_server`` polls.
 HEALTH_PATH = "/health"
 
@@ -239,7 +244,7 @@ def _server_command(profile: Profile, gpus: int) -> list[str]:
                               f"--max-model-len: set engine.rope_scaling=yarn or a shorter model.max_positions")
         extra = ["--hf-overrides", json.dumps(yarn_overrides(length, engine.native_positions, model.rope_theta))]
     options = {"model": model.pretrained, "tensor_parallel_size": gpus, "data_parallel_size": 1,
-               "host": "0.0.0.0", "port": VLLM_PORT, "dtype": "bfloat16", "max_model_len": length}
+               "host": "0.0.0.0", "port": VLLM_PORT, "dtype": profile.dtype, "max_model_len": length}
     try:  # TRL's own parser: a field it lacks or a value of the wrong type is an error here
         (arguments,) = make_parser().parse_dict(options)
     except (ValueError, TypeError) as err:
@@ -346,7 +351,7 @@ def plan(profile: Profile, stage: str, *, main_address: str = "$MAIN_ADDR", serv
             launch += ["--multi_gpu"]
         launch += ["--num_machines", str(engine.nodes), "--num_processes", str(processes),
                    "--machine_rank", str(rank), "--main_process_ip", main_address,
-                   "--main_process_port", str(MAIN_PORT), "--mixed_precision", "bf16"]
+                   "--main_process_port", str(MAIN_PORT), "--mixed_precision", MIXED_PRECISION[profile.dtype]]
         if server and engine.nodes == 1:  # training on the GPUs the server leaves
             launch += ["--gpu_ids", ",".join(str(g) for g in range(engine.vllm_gpus, engine.gpus_per_node))]
         commands.append(launch + experiment)
