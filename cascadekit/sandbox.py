@@ -426,6 +426,7 @@ def run_cell(request, zygote, fds):
     # init: the cell exits only once the namespace is empty.
     global status
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
     request.close()
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the run dies with the zygote
     if os.getppid() != zygote:
@@ -478,6 +479,7 @@ def serve(request):
             os._exit(0)
         if len(fds) != 5:
             os._exit(0)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # not reaped before its pidfd is open
         cell = os.fork()
         if cell == 0:
             run_cell(request, zygote, fds)  # leaves only by os._exit, or as the program, by its own exit
@@ -485,6 +487,7 @@ def serve(request):
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(cell)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         socket.send_fds(request, [b"cell"], [pidfd])
         os.close(pidfd)
 os.umask(0o022)
@@ -971,15 +974,19 @@ class _Zygote:
             theirs.close()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.sock.fileno() != -1 and self.proc.poll() is None
 
     def start(self, config: dict, fds: Sequence[int]) -> int:
         """Hand over one run (its config, stdin, stdout, stderr and status); return a pidfd of its cell."""
         data = _memfd(marshal.dumps(config))
         try:
             with self.lock:
-                socket.send_fds(self.sock, [b"run"], [data, *fds])
-                _, got, _, _ = socket.recv_fds(self.sock, 16, 1)
+                try:
+                    socket.send_fds(self.sock, [b"run"], [data, *fds])
+                    _, got, _, _ = socket.recv_fds(self.sock, 16, 1)
+                except BaseException:  # interrupted between request and answer: never pair them wrongly
+                    self.sock.close()
+                    raise
         finally:
             os.close(data)
         if not got:
