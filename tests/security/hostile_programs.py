@@ -311,6 +311,18 @@ def kill_the_supervisor_through_the_process_group() -> tuple[bool, str]:
     return (r.returncode == -9 and r.killed_reason == "signal SIGKILL"), f"{r.returncode}: {r.killed_reason}"
 
 
+@case
+def the_next_run_is_unharmed() -> tuple[bool, str]:
+    """Runs share one zygote (issue 57): a program that signals all it can, to the last, harms no later run."""
+    code = ("import os, signal\nfor target in (-1, 0, 1, os.getppid()):\n    for sig in (signal.SIGSTOP, signal.SIGKILL):\n"
+            "        try:\n            os.kill(target, sig) if target > 0 else os.killpg(0, sig) if target == 0 "
+            "else os.kill(-1, sig)\n        except OSError:\n            pass\n")
+    hostile = run_python(code, limits=Limits(wall_s=3))
+    after = [run_python(f"print({i})", limits=Limits(wall_s=5)) for i in range(3)]
+    good = [r.ok and r.stdout == f"{i}\n" and not r.timed_out for i, r in enumerate(after)]
+    return all(good), f"hostile run: {hostile.killed_reason}; later runs ok: {good}"
+
+
 def _undo_mounts_code(marker: str, token: str) -> str:
     """The unprivileged escape of issue 30: unmount what the sandbox mounted, then reach the host."""
     return ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
