@@ -3,6 +3,11 @@ accepting what math-verify rejects. Both are checked against math-verify itself,
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -155,3 +160,38 @@ def test_the_kits_check_never_raises_on_long_or_odd_answers():
         assert checks._by_the_kit(predicted, gold) in (True, False)
 
     never_raises()
+
+
+def test_a_killed_trainer_leaves_no_worker_computing(tmp_path):
+    """The parent dies mid-verdict (os._exit, as SIGKILL would): its worker, deep in a power tower, dies with it."""
+    script = tmp_path / "trainer.py"
+    script.write_text(
+        "import os, threading\n"
+        "from cascadekit.verify import released\n"
+        "from cascadekit.verify.released import _math_verify, verify_math\n"
+        "released.MATH_VERIFY_WORKERS = 1\n"
+        "pool = _math_verify()\n"
+        "assert verify_math('\\\\boxed{1}', '1').score == 1\n"  # a worker is up and ready
+        "threading.Thread(target=verify_math, args=('\\\\boxed{9^{9^{9^{9^{9}}}}}', '1'), daemon=True).start()\n"
+        "threading.Event().wait(1)\n"  # the pair is sent: the worker is inside the verdict, which never ends
+        "print(*pool.pids(), flush=True)\n"
+        "os._exit(0)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    pids = [int(p) for p in done.stdout.split()]
+    assert pids, done.stderr
+
+    def running(pid: int) -> bool:
+        try:
+            return "\tZ" not in Path(f"/proc/{pid}/status").read_text().split("State:")[1].splitlines()[0]
+        except (OSError, IndexError):
+            return False
+
+    try:
+        for _ in range(600):  # SIGKILL is immediate; the loop only spares a slow machine a false failure
+            if not any(running(pid) for pid in pids):
+                break
+            time.sleep(0.1)
+        assert not any(running(pid) for pid in pids)
+    finally:
+        for pid in filter(running, pids):
+            os.kill(pid, signal.SIGKILL)

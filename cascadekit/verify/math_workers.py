@@ -50,11 +50,25 @@ _READY = "ready"
 Answer = tuple[bool | None, str]
 
 
-def serve(memory_bytes: int) -> None:
-    """A worker's loop (run in its own interpreter): judge each batch read from stdin, one answer line per pair."""
+def serve(memory_bytes: int, parent: int) -> None:
+    """A worker's loop (run in its own interpreter): judge each batch read from stdin, one answer line per pair.
+
+    It dies with the thread that started it (Linux's parent-death signal: a pool's
+    own threads start its workers and live as long as it), so a killed trainer
+    leaves no worker computing a power tower; elsewhere it ends when its stdin
+    closes, between verdicts.
+    """
+    import ctypes
     import logging
     import resource
+    import signal
 
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        return
     import math_verify
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every call made without its timeouts
@@ -79,6 +93,15 @@ def _judge(module, predicted: str, gold: str) -> Answer:  # noqa: ANN001 - the m
         return None, f"it raised {type(err).__name__}"
 
 
+def _answer(line: str) -> Answer:
+    """A worker's answer line as ``(verdict, note)``; anything else is no verdict."""
+    try:
+        verdict, note = json.loads(line)
+    except (ValueError, TypeError):
+        return None, "its worker's answer was unreadable"
+    return (verdict if isinstance(verdict, bool) else None), str(note)
+
+
 class _Worker:
     """One worker process and the unread bytes of its answers."""
 
@@ -91,9 +114,12 @@ class _Worker:
             return None
         root = str(Path(__file__).resolve().parents[2])
         code = (f"import sys; sys.path.append({root!r}); from cascadekit.verify.math_workers import serve; "
-                f"serve({self.memory_bytes})")
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+                f"serve({self.memory_bytes}, {os.getpid()})")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL)
+        except OSError as err:  # no process to be had (a process limit, no memory): no verdict, never a crash
+            return f"its worker did not start ({err.strerror or type(err).__name__})"
         self.buffer = b""
         if self.read_line(START_TIMEOUT_S) != _READY:
             self.stop()
@@ -129,8 +155,9 @@ class _Worker:
         answers: list[Answer] = []
         while len(answers) < len(pairs):
             failed = self.start()
-            if failed is None:
-                failed = self._send(pairs[len(answers):])
+            if failed is not None:  # no worker to be had: none of the rest gets a verdict
+                return answers + [(None, failed)] * (len(pairs) - len(answers))
+            failed = self._send(pairs[len(answers):])
             while failed is None and len(answers) < len(pairs):
                 line = self.read_line(deadline_s)
                 if line is None:
@@ -138,8 +165,7 @@ class _Worker:
                     failed = (f"its worker died (exit status {self.proc.returncode})" if died else
                               f"none within {deadline_s:g} s: its worker was stopped")
                 else:
-                    verdict, note = json.loads(line)
-                    answers.append((verdict, note))
+                    answers.append(_answer(line))
             if failed is not None:
                 self.stop()
                 answers.append((None, failed))
