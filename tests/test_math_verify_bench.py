@@ -17,6 +17,7 @@ def test_the_bench_prints_the_ratio_and_that_every_path_agrees(capsys):
     out = capsys.readouterr().out
     assert "bounded/direct verdicts per second: " in out and "× (batched, 1 worker; target ≥ 0.8×)" in out
     assert out.rstrip().endswith("same verdicts on every path: True")
+    assert "equal ones accepted, 0 unequal ones accepted (never more than 0)" in out
 
 
 def test_bad_arguments_are_one_line(capsys):

@@ -21,7 +21,8 @@ units), half of them equal. Runs alternate (direct, bounded, bounded, direct,
 ...) so that a shared machine's load drifts onto both alike; each rate is the
 median over ``--repeats``, each ratio the median of the runs' ratios to the
 direct run of the same round. The script checks that every path gives the direct
-verdicts. Each path is also counted in CPU seconds (this process's and its
+verdicts, and how many of the pairs the kit's own check (the fallback where
+math-verify gives no verdict) accepts. Each path is also counted in CPU seconds (this process's and its
 workers'), which a shared machine's load does not skew as it skews wall time.
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cascadekit.verify.math_workers import MathVerifyPool
-from cascadekit.verify.released import MATH_VERIFY_MEMORY_BYTES, MATH_VERIFY_TIMEOUT_S, MATH_VERIFY_WORKERS
+from cascadekit.verify.released import MATH_VERIFY_MEMORY_BYTES, MATH_VERIFY_TIMEOUT_S, MATH_VERIFY_WORKERS, _by_the_kit
 
 Pairs = list[tuple[str, str]]
 
@@ -127,4 +128,8 @@ def main(argv: Sequence[str] | None = None,
           "target ≥ 0.8×)")
     print(f"bounded/direct verdicts per CPU-second: {ratio['batched, 1 worker'][1]:.2f}× (the same in CPU time, "
           "which a shared machine's load skews less)")
+    kit = [_by_the_kit(answer, gold) for answer, gold in batch]
+    print(f"the kit's own check (where math-verify gives no verdict) on the same pairs: "
+          f"{sum(k and e for k, e in zip(kit, expected))} of {sum(expected)} equal ones accepted, "
+          f"{sum(k and not e for k, e in zip(kit, expected))} unequal ones accepted (never more than 0)")
     print(f"same verdicts on every path: {agree}")
