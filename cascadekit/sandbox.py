@@ -21,31 +21,33 @@ code) with:
 
 How strong the box is depends on the machine; :func:`isolation` probes it once:
 
-* **As root (CI here)** the program runs under a throwaway uid of its own (one
-  per concurrent run: ``RLIMIT_NPROC`` binds, runs cannot signal each other or the
-  caller); if it cannot drop root, the sandbox refuses (:class:`SandboxUnavailable`)
-  rather than run model code as uid 0. It runs inside new network, mount, pid,
-  IPC and UTS namespaces, made anew for each run: no network; its root is a
-  fresh tmpfs (``pivot_root``) holding read-only binds of only what the interpreter needs
-  (``/usr`` and the interpreter's prefix, see :func:`_view`), a few devices, its
-  own ``/proc`` and a private size-limited ``/tmp`` (also ``/var/tmp`` and
-  ``/dev/shm``), so the repository, ``$HOME``, ``/etc``, ``/run`` and the data are
-  out of sight; SysV shared memory dies with the run. The run's cell (below) stays
-  outside the pid namespace; its first child is pid 1 there and reaps every
-  process of the namespace (setsid daemons included), and the cell exits only
-  once the namespace is empty, so no run is ever reaped by uid. Where the
-  user namespace maps few uids (rootless containers map 65,536), the spare uids
-  above 32768 are used; with none, every run uses uid 65534 and the runs take
-  turns, and the result's ``isolation`` and ``cascadekit env`` say so.
-* **As an ordinary user** (a laptop) the same namespaces and the same private
-  root come from a user namespace of the run's own where the kernel allows one
-  (so runs' process counts stay apart). The program is root of that namespace but holds no capability, so it
-  cannot undo a mount, and the sandbox's own processes are not dumpable, so it
-  cannot ptrace them either; it runs under your uid (no separate one) and there
-  is no cgroup. Without user namespaces only the limits, the scratch folder, the
-  clean environment and the process-group kill are left. A warning (and
-  ``cascadekit env``) names exactly what is missing. This is a course kit's box,
-  not a security boundary: use a container or VM for code you would not run.
+* **As root (CI here)** the program runs under a throwaway uid of its own (one per
+  concurrent run: ``RLIMIT_NPROC`` binds, runs cannot signal each other or the
+  caller); if it cannot drop root, the sandbox refuses
+  (:class:`SandboxUnavailable`) rather than run model code as uid 0. It runs
+  inside new network, mount, pid, IPC and UTS namespaces, made anew for each run:
+  no network; its root is a fresh tmpfs (``pivot_root``) holding read-only binds
+  of only what the interpreter needs (``/usr`` and the interpreter's prefix, see
+  :func:`_view`), a few devices, its own ``/proc`` and a private size-limited
+  ``/tmp`` (also ``/var/tmp`` and ``/dev/shm``), so the repository, ``$HOME``,
+  ``/etc``, ``/run`` and the data are out of sight; SysV shared memory dies with
+  the run. The run's cell (below) stays outside the pid namespace; its first child
+  is pid 1 there and reaps every process of the namespace (setsid daemons
+  included), and the cell exits only once the namespace is empty, so no run is
+  ever reaped by uid. Where the user namespace maps few uids (rootless containers
+  map 65,536), the spare uids above 32768 are used; with none, every run uses uid
+  65534 and the runs take turns, and the result's ``isolation`` and
+  ``cascadekit env`` say so.
+* **As an ordinary user** (a laptop) the same namespaces and the same private root
+  come from a user namespace of the run's own where the kernel allows one (so
+  runs' process counts stay apart). The program is root of that namespace but
+  holds no capability, so it cannot undo a mount, and the sandbox's own processes
+  are not dumpable, so it cannot ptrace them either; it runs under your uid (no
+  separate one) and there is no cgroup. Without user namespaces only the limits,
+  the scratch folder, the clean environment and the process-group kill are left. A
+  warning (and ``cascadekit env``) names exactly what is missing. This is a course
+  kit's box, not a security boundary: use a container or VM for code you would not
+  run.
 
 The program is started by a small supervisor (``_SUPERVISOR`` below). It starts
 from ``/`` with no relative entry on ``sys.path`` (``-P`` where Python has it), so

@@ -63,6 +63,8 @@ ALLOWED = {
         "writes a number into a cgroup control file (a kernel interface, never created: no O_CREAT)",
     ("sandbox.py", "_stdin_file", "os.open"):
         "reopens the run's sealed in-memory stdin read-only (O_RDONLY): no file on disk is written",
+    ("exercises/child.py", "_unshare", "open"):
+        "writes the checker's user namespace maps under /proc/self (a kernel interface, not a file on disk)",
     ("training/pretrain.py", "cached_tokenizer.build", "build_tokenizer(profile).save_pretrained"):
         "a cache builder: writes into get_or_build's temporary folder",
     ("training/reward_model.py", "policy_samples.build", "(folder / SAMPLES_FILE).write_text"):
