@@ -11,12 +11,18 @@ The check forks twice. The first child (the supervisor) leaves the notebook's
 session and enters new pid, mount, network and IPC namespaces (root makes them;
 an ordinary user makes them inside a new user namespace that maps only its own
 uid and gid, as :mod:`cascadekit.sandbox` does). It forks the job process, pid 1
-of the new pid namespace, ends it when the parent says the check is over (or is
-gone), and exits with its status. Before the student's code runs, the job process
+of the new pid namespace, kills its process group once the parent closes a pipe
+(the check is over, or the notebook is gone) and exits with its status. Being
+pid 1, the job ignores signals it sends itself that it has no handler for, and
+the CPU limit ends it with the hard limit's ``SIGKILL`` (reported as the CPU
+limit). Before the student's code runs, the job process
 
 * mounts a ``/proc`` of its own: it cannot name the notebook or any process
   outside, so it can neither signal nor ``ptrace`` them nor open their
-  ``/proc/<pid>/mem``, and it has no network (a kernel's TCP ports are out of reach);
+  ``/proc/<pid>/mem``, and it has no network (a kernel's TCP ports are out of
+  reach). It reads files as the notebook does but writes none: every mount is
+  read-only there but a private ``/tmp`` (:data:`CHILD_TMP_BYTES`), so it cannot
+  change the committed results that expected values are computed from;
 * finds the files of the exercise modules empty (``/dev/null`` is bound over each
   chapter module's source and bytecode in its mount namespace) and their loaded
   functions disarmed: every reference function, expected value and test-case
@@ -39,10 +45,10 @@ What the child sends is treated as the student's answer and nothing more, so a
 function that writes its own message into the pipe gains nothing over returning
 it. Where the machine allows less the box is weaker, silently: without
 namespaces (a container without ``CAP_SYS_ADMIN``, user namespaces switched off)
-an ordinary user's function can signal and trace the notebook, the exercise
-files stay readable (only the import is refused) and a process that calls
-``setsid`` escapes the group kill (root kills every process of the throwaway uid);
-without seccomp (other CPUs than x86-64 and arm64) the function may fork up to
+an ordinary user's function can signal and trace the notebook and write the
+user's files, the exercise files stay readable (only the import is refused), and
+a process that calls ``setsid`` escapes the group kill (root kills every process
+of the throwaway uid after each check); without seccomp (other CPUs than x86-64 and arm64) the function may fork up to
 :data:`CHILD_PROCESSES` processes, each with its share of the memory. This is a
 course kit's box, not a security boundary: a student can always read the kit's
 source and its worked solutions, and the library the kit teaches with (e.g.
@@ -69,6 +75,7 @@ from typing import Any, Callable, NoReturn
 MAX_RESULT_BYTES = 1_000_000  # largest JSON a child may send back
 CHILD_MEMORY_BYTES = 1 << 30  # address space the whole check may take beyond what the fork inherited
 CHILD_PROCESSES = 16  # threads the job may run at once (processes too, where it may fork: see the docstring)
+CHILD_TMP_BYTES = 64 << 20  # the job's private /tmp (held in memory, beside the address-space ceiling)
 REFUSED = "the exercise's own answers cannot be used inside a check"
 _EXERCISE_PACKAGE = "cascadekit.exercises"
 _EXERCISE_PACKAGES = (_EXERCISE_PACKAGE, "cascadekit.course.exercises")
@@ -81,6 +88,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 
 # seccomp, per CPU: (audit arch, clone, clone3, syscalls refused outright: fork, vfork, open_by_handle_at)
 _SECCOMP = {"x86_64": (0xC000003E, 56, 435, (57, 58, 304)), "aarch64": (0xC00000B7, 220, 435, (265,))}
 _X32_SYSCALLS = 0x40000000  # x86-64's x32 ABI: the same calls under other numbers
+_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1  # one number on every CPU
 
 
 def _libc() -> Any:
@@ -203,14 +211,22 @@ def _unshare() -> str | None:
     return "user"
 
 
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
 def _private_view(hidden: list[str]) -> None:
     """In the job process, pid 1 of its namespaces, while it still holds its capabilities there.
 
     A ``/proc`` of its own pid namespace replaces the notebook's, which lists the
     notebook's pid and opens its memory (a read-only empty folder where the kernel
-    refuses a new ``/proc``), and ``/dev/null`` is bound over every file in
-    ``hidden``. The mount namespace is made private first, or nothing is mounted:
-    a mount must never reach the notebook's own view.
+    refuses a new ``/proc``); ``/dev/null`` is bound over every file in ``hidden``;
+    every mount becomes read-only (``mount_setattr``, Linux 5.12; older kernels keep
+    the files writable), so the job cannot change the committed results the parent
+    computes expected values from, nor the kit; and ``/tmp`` is a private tmpfs of
+    :data:`CHILD_TMP_BYTES`. The mount namespace is made private first, or nothing
+    is mounted: a mount must never reach the notebook's own view.
     """
     libc = _libc()
     if libc.mount(None, b"/", None, *_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
@@ -220,6 +236,11 @@ def _private_view(hidden: list[str]) -> None:
         libc.mount(b"tmpfs", b"/proc", b"tmpfs", *_ulong(flags | _MS_RDONLY), b"size=4k,mode=555")
     for path in hidden:
         libc.mount(b"/dev/null", os.fsencode(path), None, *_ulong(_MS_BIND), None)
+    read_only = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    libc.syscall(ctypes.c_long(_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), b"/", ctypes.c_uint(_AT_RECURSIVE),
+                 ctypes.byref(read_only), ctypes.c_size_t(ctypes.sizeof(read_only)))
+    libc.mount(b"tmpfs", b"/tmp", b"tmpfs", *_ulong(_MS_NOSUID | _MS_NODEV),
+               f"size={CHILD_TMP_BYTES},mode=1777".encode())
 
 
 def _hard_limit(resource: Any, which: int, value: int) -> None:
@@ -259,7 +280,7 @@ def _other_tasks(uid: int | None, namespaces: str | None) -> int:
     namespace, and the supervisor is the other task there; otherwise every task of
     the uid counts.
     """
-    if uid is not None:
+    if uid is not None or not sys.platform.startswith("linux"):  # off Linux no process limit is set
         return 0
     return 1 if namespaces == "user" else _own_tasks()
 
@@ -377,6 +398,7 @@ def _job_process(job: Callable[[], dict[str, Any]], write: int, cpu_s: int, uid:
                  namespaces: str | None) -> NoReturn:
     """The job process: contain, disarm, run, send one length-prefixed message, exit."""
     try:
+        os.setpgid(0, 0)  # a group of its own, which the supervisor kills with it
         _close_inherited(write)
         others = _other_tasks(uid, namespaces)
         if namespaces:
@@ -416,7 +438,11 @@ def _supervise(job: Callable[[], dict[str, Any]], write: int, stop: int, cpu_s: 
             _job_process(job, write, cpu_s, uid, namespaces)
         os.close(write)
         os.read(stop, 1)  # b"" once the parent has its result, gave up, or died
-        os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still the job's
+        for kill, target in ((os.killpg, pid), (os.kill, pid)):  # os.kill: a job that died before its setpgid
+            try:  # not reaped yet, so the pid and group are still the job's
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         _, status, usage = os.wait4(pid, 0)
         code = _exit_code(status, usage.ru_utime + usage.ru_stime, cpu_s)
     except BaseException:
@@ -448,8 +474,8 @@ def _read_message(read: int, deadline: float) -> tuple[bytes | None, bool]:
 def _kill_uid(uid: int) -> None:
     """Root only: SIGKILL every process of the throwaway ``uid``, also those that left the group.
 
-    Without namespaces and seccomp few can exist (``RLIMIT_NPROC``), so a few passes
-    catch one forked while the last was killed; with them there is none.
+    Only a job that may fork and has no pid namespace can leave one, and few can
+    exist (``RLIMIT_NPROC``), so a few passes catch one forked while the last was killed.
     """
     deadline = time.monotonic() + 1.0
     while (pids := _pids_of(uid)) and time.monotonic() < deadline:
@@ -496,13 +522,8 @@ def _throwaway_uid() -> int | None:
 
 
 def _end(pid: int, uid: int | None) -> int:
-    """Once the supervisor has ended the job: kill what is left of its process group (and, as root, of the
-    throwaway uid), which only a box without namespaces can hold; the supervisor's exit status."""
-    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its group id cannot be reused
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """The supervisor's exit status, once it has ended the job's process group; as root, then kill every
+    process of the throwaway uid (only a box without namespaces can have one left)."""
     _, status = os.waitpid(pid, 0)
     if uid is not None:
         _kill_uid(uid)

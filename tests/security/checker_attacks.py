@@ -49,17 +49,35 @@ def stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
 
 
-def note(path: str, text: str) -> None:
-    with open(path, "a") as f:
-        f.write(text + " ")
+def name_this_process(tag: str) -> None:
+    """Set this process's name (``/proc/<pid>/comm``), which the notebook side can find from outside any
+    namespace the checker made: pids and files the job writes need not mean anything there."""
+    ctypes.CDLL(None).prctl(15, tag.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
-def notes(path: str) -> list[str]:
-    with open(path) as f:
-        return f.read().split()
+def named(tag: str) -> list[int]:
+    """The live processes named ``tag``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if entry.isdigit() and f.read().strip() == tag[:15] and alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_named(tag: str) -> int:
+    """SIGKILL what a failing checker left running; how many there were."""
+    left = named(tag)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return len(left)
 
 
 def _errno_of(call: Any) -> str:
+    """"allowed" when ``call`` succeeds (returns None or 0), else why not."""
     try:
         return "allowed" if call() in (None, 0) else os.strerror(ctypes.get_errno())
     except OSError as error:
@@ -83,26 +101,28 @@ def signal_notebook(notebook: int, signum: int) -> dict[str, str]:
     return {"kill": _errno_of(lambda: os.kill(notebook, signum))}
 
 
-def leave_behind(path: str, count: int = 7) -> dict[str, Any]:
-    """Fork ``count`` spinning processes that leave the session (``setsid``) and note their pids."""
-    forked = []
-    for _ in range(count):
+def leave_behind(tag: str, count: int = 7) -> dict[str, Any]:
+    """Fork ``count`` spinning processes named ``tag`` that leave the session (``setsid``)."""
+    for forked in range(count):
         try:
             pid = os.fork()
         except OSError as error:
-            return {"forked": len(forked), "refused": error.strerror}
+            return {"forked": forked, "refused": error.strerror}
         if pid == 0:
             os.setsid()
-            note(path, str(os.getpid()))
+            name_this_process(tag)
             while True:
                 pass
-        forked.append(pid)
-    time.sleep(1.0)  # every one has noted its pid
-    return {"forked": len(forked)}
+    time.sleep(1.0)  # every one has named itself
+    return {"forked": count}
 
 
-def fill_memory(path: str, processes: int = 4, mib: int = 400) -> dict[str, Any]:
-    """Touch ``mib`` MiB in this process and in ``processes - 1`` forks at once; each notes "pid:MiB"."""
+def fill_memory(tag: str, processes: int = 4, mib: int = 400) -> dict[str, Any]:
+    """Touch ``mib`` MiB in this process and in ``processes - 1`` forks (named ``tag``) at once.
+
+    The forks report through a pipe of the job's own, so the count needs no file.
+    """
+    read, write = os.pipe()
     forked = 0
     for _ in range(processes - 1):
         try:
@@ -111,19 +131,26 @@ def fill_memory(path: str, processes: int = 4, mib: int = 400) -> dict[str, Any]
             break
         if pid == 0:
             try:
+                name_this_process(tag)
                 block = b"\x01" * (mib * MIB)  # written, so resident
-                note(path, f"{os.getpid()}:{len(block) // MIB}")
+                os.write(write, f"{len(block) // MIB} ".encode())
                 time.sleep(60)
             finally:
                 os._exit(0)
         forked += 1
-    try:
-        block = b"\x01" * (mib * MIB)
-        note(path, f"{os.getpid()}:{len(block) // MIB}")
-    except MemoryError:
-        pass
-    time.sleep(1.0)  # the forks have touched theirs
-    return {"forked": forked}
+    os.close(write)
+    touched = len(b"\x01" * (mib * MIB)) // MIB
+    reports = b""
+    while chunk := os.read(read, 1024):  # until every fork has reported (or died)
+        reports += chunk
+        if len(reports.split()) == forked:
+            break
+    return {"forked": forked, "touched_mib": touched + sum(int(r) for r in reports.split())}
+
+
+def tamper(path: str) -> dict[str, str]:
+    """Rewrite a file the notebook side reads (committed results, the kit's own source)."""
+    return {"write": _errno_of(lambda: open(path, "w").write("tampered") and None)}
 
 
 def hog() -> dict[str, int]:
@@ -135,10 +162,6 @@ def hog() -> dict[str, int]:
     except (ValueError, OSError):
         pass
     return {"touched": len(b"\x01" * (3 << 30))}
-
-
-def touched_mib(path: str) -> int:
-    return sum(int(entry.split(":")[1]) for entry in notes(path))
 
 
 def reimport(name: str, path: str, *call: Any) -> dict[str, Any]:
@@ -164,23 +187,24 @@ def reimport(name: str, path: str, *call: Any) -> dict[str, Any]:
     return got
 
 
-def attack(name: str, notes_path: str) -> dict[str, Any]:
-    """Run one attack through ``run_contained`` from this process (the notebook); what both sides saw."""
+def attack(name: str, arg: str) -> dict[str, Any]:
+    """Run one attack through ``run_contained`` from this process (the notebook); what both sides saw.
+
+    ``arg`` is the name the attack's processes take, or the file it tampers with.
+    """
     notebook = os.getpid()
     if name == "trace":
         return {"job": run_contained(lambda: trace(notebook, attach=True), 20), "stopped": stopped(notebook)}
     if name == "kill":
         return {"job": run_contained(lambda: signal_notebook(notebook, signal.SIGKILL), 20)}
-    if name == "leave_behind":
-        job = run_contained(lambda: leave_behind(notes_path), 20)
+    if name in ("leave_behind", "fill_memory"):
+        job = run_contained(lambda: (leave_behind if name == "leave_behind" else fill_memory)(arg), 20)
         time.sleep(1.5)
-        pids = [int(pid) for pid in notes(notes_path)]
-        left = [pid for pid in pids if alive(pid)]
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-        return {"job": job, "noted": len(pids), "left": len(left)}
-    if name == "fill_memory":
-        return {"job": run_contained(lambda: fill_memory(notes_path), 20), "touched_mib": touched_mib(notes_path)}
+        return {"job": job, "left": kill_named(arg)}
+    if name == "tamper":
+        job = run_contained(lambda: tamper(arg), 20)
+        with open(arg) as f:
+            return {"job": job, "content": f.read()}
     if name == "hog":
         return {"job": run_contained(hog, 20)}
     if name == "reference":

@@ -341,17 +341,41 @@ def test_the_function_cannot_signal_the_notebook() -> None:
     assert received == [] and "kill" in got and got["kill"] != "allowed", got
 
 
-def test_nothing_the_function_starts_outlives_the_check(pid_file) -> None:
-    path, collected = pid_file
-    got = finishes(lambda: attacks.attack("leave_behind", path))
-    collected()  # the fixture kills what a failing checker left
+def tag(test: str) -> str:
+    """A process name of at most 15 characters, unique to this test run."""
+    return f"ck{os.getpid() % 100_000}{test}"[:15]
+
+
+def test_nothing_the_function_starts_outlives_the_check() -> None:
+    got = finishes(lambda: attacks.attack("leave_behind", tag("left")))
     assert got["left"] == 0, got
 
 
-def test_one_memory_ceiling_for_the_whole_check(pid_file) -> None:
-    path, _ = pid_file
-    got = finishes(lambda: attacks.attack("fill_memory", path))
-    assert got["touched_mib"] <= child.CHILD_MEMORY_BYTES // attacks.MIB, got
+def test_one_memory_ceiling_for_the_whole_check() -> None:
+    got = finishes(lambda: attacks.attack("fill_memory", tag("mem")))
+    assert within_one_ceiling(got["job"]) and got["left"] == 0, got
+
+
+def within_one_ceiling(job: dict) -> bool:
+    return job == {"stopped": "memory"} or job["touched_mib"] <= child.CHILD_MEMORY_BYTES // attacks.MIB
+
+
+#: Outside /tmp, which the job sees as a private folder of its own: the files here are the ones it shares.
+SHARED = "/var/tmp" if os.path.isdir("/var/tmp") else None
+
+
+def test_the_function_cannot_change_the_files_the_check_reads() -> None:
+    folder = tempfile.mkdtemp(prefix="checker-results-", dir=SHARED)
+    try:
+        os.chmod(folder, 0o755)
+        path = os.path.join(folder, "metrics.json")
+        with open(path, "w") as f:
+            f.write("{}")
+        os.chmod(path, 0o666)  # the throwaway uid of a root check could write it
+        got = finishes(lambda: attacks.attack("tamper", path))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert got["content"] == "{}" and got["job"]["write"] != "allowed", got
 
 
 NOBODY = 65534
@@ -361,23 +385,28 @@ AS_NOBODY = {
     "trace": lambda out: "allowed" not in out["job"].values() and not out["stopped"],
     "kill": lambda out: "kill" in out["job"] and out["job"]["kill"] != "allowed",
     "leave_behind": lambda out: out["left"] == 0,
-    "fill_memory": lambda out: out["touched_mib"] <= child.CHILD_MEMORY_BYTES // attacks.MIB,
+    "fill_memory": lambda out: within_one_ceiling(out["job"]) and out["left"] == 0,
+    "tamper": lambda out: out["content"] == "{}" and out["job"]["write"] != "allowed",
     "reference": lambda out: attacks.SECRET not in out["job"].values() and "error" not in out["job"],
     "hog": lambda out: out["job"] == {"stopped": "memory"},
 }
 
 
 @pytest.fixture(scope="module")
-def nobody_home(kit_copy):
-    """The kit, the attacks and a module defining an exercise, where uid 65534 can read and write."""
+def nobody_home():
+    """The kit, the attacks and a module defining an exercise, owned by uid 65534, outside /tmp (see SHARED)."""
+    from pathlib import Path
+
     if os.geteuid() != 0 or not (shutil.which("setpriv") and os.path.exists(SYSTEM_PYTHON)):
         pytest.skip("as an ordinary user the tests above are this run; as root it needs setpriv and a system Python")
-    home = kit_copy(NOBODY)
+    home = Path(tempfile.mkdtemp(prefix="checker-nobody-", dir=SHARED))
+    shutil.copytree(Path(child.__file__).parents[1], home / "cascadekit", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(attacks.__file__, home / "checker_attacks.py")
     (home / "fake_chapter.py").write_text(attacks.FAKE_CHAPTER)
-    for name in ("checker_attacks.py", "fake_chapter.py"):
-        os.chmod(home / name, 0o644)
-    return home
+    for path in [home, *home.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.mark.parametrize("name", sorted(AS_NOBODY))
@@ -386,18 +415,22 @@ def test_the_attacks_fail_as_an_ordinary_user(nobody_home, name: str) -> None:
     import json
     import subprocess
 
-    notes = tempfile.mkdtemp(prefix="notes-", dir=nobody_home)
-    os.chown(notes, NOBODY, NOBODY)
-    open(os.path.join(notes, "notes"), "w").close()
-    os.chown(os.path.join(notes, "notes"), NOBODY, NOBODY)
+    arg = tag(name[:4])
+    if name == "tamper":  # a file of the user's own, as the committed results are
+        arg = str(nobody_home / "metrics.json")
+        with open(arg, "w") as f:
+            f.write("{}")
+        os.chown(arg, NOBODY, NOBODY)
     try:
         proc = subprocess.run(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-             SYSTEM_PYTHON, "checker_attacks.py", name, os.path.join(notes, "notes")],
+             SYSTEM_PYTHON, "checker_attacks.py", name, arg],
             cwd=nobody_home, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(nobody_home), "HOME": str(nobody_home)},
             capture_output=True, text=True, timeout=40)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name}: the notebook side never returned from the check (stopped or hung)")
+    finally:
+        attacks.kill_named(arg)
     assert proc.returncode == 0, f"{name}: the notebook side ended with {proc.returncode}: {proc.stderr[-2000:]}"
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert AS_NOBODY[name](out), out
