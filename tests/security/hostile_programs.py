@@ -323,6 +323,18 @@ def the_next_run_is_unharmed() -> tuple[bool, str]:
     return all(good), f"hostile run: {hostile.killed_reason}; later runs ok: {good}"
 
 
+@case
+def stdin_is_a_sealed_file() -> tuple[bool, str]:
+    """Issue 55.5: stdin is a regular file read whole in the judges' idiom, and the program cannot change it."""
+    data = "7 " * 400_000  # 800 kB: more than a pipe holds
+    code = ("import os\ntotal = sum(map(int, os.read(0, os.fstat(0).st_size).split()))\nfor how in ('fd', 'reopen'):\n"
+            "    try:\n        fd = 0 if how == 'fd' else os.open('/proc/self/fd/0', os.O_RDWR)\n"
+            "        os.write(fd, b'9')\n        print('wrote', how)\n    except OSError:\n        pass\n"
+            "try:\n    os.truncate(0, 1)\n    print('truncated')\nexcept OSError:\n    pass\nprint(total)\n")
+    r = run_python(code, stdin=data)
+    return (r.ok and r.stdout.split() == [str(7 * 400_000)]), r.stdout.strip()[:200] or r.stderr[-200:]
+
+
 def _undo_mounts_code(marker: str, token: str) -> str:
     """The unprivileged escape of issue 30: unmount what the sandbox mounted, then reach the host."""
     return ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
