@@ -44,39 +44,9 @@ def finishes(call: Callable[[], Any], within: float = 60.0) -> Any:
     return box[0]
 
 
-alive = attacks.alive
-
-
-@pytest.fixture
-def pid_file():
-    """A file the student's processes append their pids to; every pid read is killed afterwards.
-
-    A file, not an inherited pipe: the checker's child closes every descriptor it
-    inherits but its result pipe. The throwaway uid a root check runs as may write it.
-    """
-    folder = tempfile.mkdtemp(prefix="checker-pids-", dir="/tmp")
-    os.chmod(folder, 0o755)
-    path = os.path.join(folder, "pids")
-    with open(path, "w"):
-        pass
-    os.chmod(path, 0o666)
-    pids: list[int] = []
-
-    def collected() -> list[int]:
-        with open(path) as f:
-            pids[:] = [int(p) for p in f.read().split()]
-        return list(pids)
-
-    yield path, collected
-    for pid in pids:  # on a checker that leaks them, this test's own processes must not outlive it
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def note_pid(path: str) -> None:
-    with open(path, "a") as f:
-        f.write(f"{os.getpid()} ")
+def tag(test: str) -> str:
+    """A process name of at most 15 characters, unique to this test run (what a forked process is found by)."""
+    return f"ck{os.getpid() % 100_000}{test}"[:15]
 
 
 @pytest.fixture
@@ -130,8 +100,8 @@ def test_root_keeps_only_the_right_to_read(monkeypatch: pytest.MonkeyPatch, thro
     assert got["effective"] == got["bounding"] == 1 << 2  # CAP_DAC_READ_SEARCH only
 
 
-def test_a_function_that_forks_is_refused_and_leaves_nothing(pid_file) -> None:
-    path, collected = pid_file
+def test_a_function_that_forks_is_refused_and_leaves_nothing() -> None:
+    name = tag("forks")
 
     def forks(n, c, k):
         if (n, c, k) == (1, 0, 1):
@@ -141,16 +111,15 @@ def test_a_function_that_forks_is_refused_and_leaves_nothing(pid_file) -> None:
                 except OSError:
                     break
                 if pid == 0:
-                    note_pid(path)
+                    attacks.name_this_process(name)
                     while True:
                         pass
-            time.sleep(1.0)  # every child forked has written its pid
+            time.sleep(1.0)  # every child forked has named itself
         return pass_at_k(n, c, k)
 
     assert finishes(lambda: check("02.1", forks)).correct is True
-    pids = collected()
     time.sleep(0.2)
-    assert [pid for pid in pids if alive(pid)] == []
+    assert attacks.kill_named(name) == 0
 
 
 def test_a_function_may_use_threads() -> None:
@@ -166,26 +135,24 @@ def test_a_function_may_use_threads() -> None:
     assert finishes(lambda: check("02.1", threaded)).correct is True
 
 
-def test_the_process_budget_stops_a_fork_bomb(pid_file) -> None:
-    path, collected = pid_file
+def test_the_process_budget_stops_a_fork_bomb() -> None:
+    name = tag("bomb")
 
-    def bomb(n, c, k):
-        for _ in range(200):
+    def bomb() -> dict:
+        for forked in range(200):
             try:
                 pid = os.fork()
             except OSError:
-                break
+                return {"forked": forked}
             if pid == 0:
-                note_pid(path)
+                attacks.name_this_process(name)
                 time.sleep(60)
                 os._exit(0)
-        return pass_at_k(n, c, k)
+        return {"forked": 200}
 
-    finishes(lambda: check("02.1", bomb))
-    pids = collected()
-    assert len(pids) <= child.CHILD_PROCESSES
+    got = finishes(lambda: child.run_contained(bomb, 20))
     time.sleep(0.2)
-    assert [pid for pid in pids if alive(pid)] == []
+    assert attacks.kill_named(name) == 0 and got["forked"] <= child.CHILD_PROCESSES, got
 
 
 # 2 · the expected values and the reference are out of reach ----------------------------------
@@ -339,11 +306,6 @@ def test_the_function_cannot_signal_the_notebook() -> None:
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert received == [] and "kill" in got and got["kill"] != "allowed", got
-
-
-def tag(test: str) -> str:
-    """A process name of at most 15 characters, unique to this test run."""
-    return f"ck{os.getpid() % 100_000}{test}"[:15]
 
 
 def test_nothing_the_function_starts_outlives_the_check() -> None:
