@@ -13,6 +13,7 @@ Run as a script to print the agreement counts that ``cascadekit/verify/patch.py`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -126,6 +127,16 @@ def _class_cases() -> list[tuple[str, dict[str, str], str]]:
          "diff --git a/e.py b/e.py\nnew file mode 100644\nindex 0000000..e69de29\n"),
         ("empty file deleted", {"e.py": ""}, "diff --git a/e.py b/e.py\ndeleted file mode 100644\n"),
         ("non-empty file deleted without hunks", {"e.py": "x\n"}, "diff --git a/e.py b/e.py\ndeleted file mode 100644\n"),
+        ("new file with lines, git header", {},
+         "diff --git a/n.py b/n.py\nnew file mode 100644\n--- /dev/null\n+++ b/n.py\n@@ -0,0 +1,2 @@\n+x\n+y\n"),
+        ("deleted file with lines, git header", {"d.py": "x\ny\n"},
+         "diff --git a/d.py b/d.py\ndeleted file mode 100644\n--- a/d.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-x\n-y\n"),
+        ("copy with a hunk", {"a.py": "x = 1\ny = 2\n"},
+         "diff --git a/a.py b/c.py\nsimilarity index 50%\ncopy from a.py\ncopy to c.py\n"
+         "--- a/a.py\n+++ b/c.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\n"),
+        ("counts left out, timestamps after names", {"f.py": "a\nb\n"},
+         "--- a/f.py\t2024-01-01 00:00:00\n+++ b/f.py\t2024-01-02 00:00:00\n@@ -1 +1 @@\n-a\n+A\n"),
+        ("git header that changes nothing", {"m.py": "x\n"}, "diff --git a/m.py b/m.py\nindex 123..456 100644\n"),
         ("mode change only", {"m.py": "x\n"}, "diff --git a/m.py b/m.py\nold mode 100644\nnew mode 100755\n"),
         ("form feed in a line", {"f.py": "a\n\x0cb\nc\n"}, head + "@@ -1,3 +1,3 @@\n a\n-\x0cb\n+b\n c\n"),
         ("U+2028 in a line", {"f.py": "a\nb\u2028c\nd\n"}, head + "@@ -1,3 +1,3 @@\n a\n-b\u2028c\n+bc\n d\n"),
@@ -222,6 +233,31 @@ def test_every_history_diff_scores_one_against_itself() -> None:
     assert not low, f"{len(low)} of {len(diffs)} ({len(marked)} with chat markers) score below 1: {low[:3]}"
 
 
+def _variants(cases: list[tuple[str, dict[str, str], str]]) -> dict[str, list[tuple[dict[str, str], str, str]]]:
+    """(files, answer, gold) per kind of answer, for :func:`applicability_effect`: each commit's own diff and three
+    near misses a model makes (a context line misremembered, line numbers off by 5, the next commit's patch)."""
+    before = [(files, diff) for name, files, diff in cases if name.endswith("-before")]
+    shifted = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)", re.MULTILINE)
+    kinds: dict[str, list[tuple[dict[str, str], str, str]]] = {k: [] for k in ("gold", "context", "lines", "other")}
+    for k, (files, gold) in enumerate(before):
+        kinds["gold"].append((files, gold, gold))
+        kinds["context"].append((files, re.sub(r"^ (.+)$", r" \1  # x", gold, count=1, flags=re.MULTILINE), gold))
+        kinds["lines"].append((files, shifted.sub(lambda m: f"@@ -{int(m[1]) + 5}{m[2] or ''} +{int(m[3]) + 5}", gold), gold))
+        kinds["other"].append((files, before[k - 1][1], gold))
+    return kinds
+
+
+def applicability_effect(cases: list[tuple[str, dict[str, str], str]]) -> None:
+    """Print how often asking applicability changes the execution-free reward, per kind of answer."""
+    for kind, rows in _variants(cases).items():
+        plain = [patch_similarity(answer, gold) for _, answer, gold in rows]
+        applied = [patch_similarity(answer, gold, files=files) for files, answer, gold in rows]
+        changed = [p for p, a in zip(plain, applied) if p != a]
+        print(f"applicability, {kind}: changes the reward on {len(changed)}/{len(rows)} answers "
+              f"(mean reward {sum(plain) / len(rows):.3f} -> {sum(applied) / len(rows):.3f}; "
+              f"mean similarity of the changed {sum(changed) / max(len(changed), 1):.3f})")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as scratch:
         runner = GitApply(Path(scratch))
@@ -230,3 +266,4 @@ if __name__ == "__main__":
             accepted = sum(kit_apply(f, d) is not None for _, f, d in cases)
             print(f"{label}: {agree}/{total} accept/reject agree with git apply, bytes equal on {equal}/{accepted} "
                   f"the kit accepts; differ: {differ[:10]}")
+        applicability_effect(history_corpus(CORPUS_COMMITS))

@@ -16,11 +16,35 @@ The SWE stage asks the model for a fix of files in an in-memory repository
 
   Each block edits an existing file; its SEARCH lines must occur exactly once
   there (whole lines, no fuzz), and blocks apply in order.
-* unified diffs (a fenced ``diff``/``patch`` block, else text from ``--- ``/``diff --git``),
-  with ``@@ -a,b +c,d @@`` hunks whose line counts must add up, applied strictly:
-  every context and removed line must match the file exactly; a hunk may sit at
-  another line than its header says (an "offset", as GNU patch allows) only
-  where its lines match exactly and at one place; no fuzz.
+* unified and git diffs (fenced ``diff``/``patch`` blocks, else the text from the
+  first ``--- ``/``diff --git`` line), read and applied as ``git apply`` (no
+  options) does, the harness SWE-bench applies patches with: ``-p1`` names; git's
+  extended headers (renames, copies, new and deleted files without hunks, mode
+  changes); files split on ``\n`` only; a hunk's counts decide where it ends;
+  every context and removed line must match byte for byte (no fuzz, no whitespace
+  leniency); a hunk that starts at line 0 or 1 must sit at the file's start, one
+  with no context after its last change at the file's end; any other hunk is
+  searched for outwards from its header's line (one after, one before, two
+  after...) and lands at the first exact match, never on lines an earlier hunk
+  wrote; all files apply or none.
+
+  Parity, measured by ``tests/test_patch_git_parity.py`` (which runs ``git apply``
+  itself; ``python tests/test_patch_git_parity.py`` prints the counts): on this
+  repository's history, 300 commits' ``.py`` diffs each applied to the files
+  before, after and at HEAD, 900/900 accept/reject agree with ``git apply`` and the
+  bytes are equal on all 307 the kit accepts (at commit 17dd7ae); on the 38 class
+  cases (pure renames, empty new files, form feed, U+2028 and lone CR inside a
+  line, CRLF, hunks anchored at the start or end and applied twice, a line past a
+  hunk's counts, offsets, overlaps, missing final newlines, ...) 38/38 agree, bytes
+  equal on 23/23. The applier before this one agreed on 891/900 and 20/37.
+
+  Where the kit departs from ``git apply``, on purpose: it spends at most
+  :data:`WORK_PER_LINE` line comparisons per line of the patch and of the files
+  it reads, so its work is linear in the patch (git's outward search costs hunks x
+  file lines on hostile input), and a patch needing more is rejected; paths in
+  C-style quotes and binary patches are rejected; a diff whose last line lacks its
+  newline is read (git calls it corrupt: a model's answer often ends its last
+  line with the end of its turn).
 
 Two rewards come from a patch:
 
@@ -29,7 +53,15 @@ Two rewards come from a patch:
 * execution-free (:func:`patch_similarity`): the paper's SWE RL reward, after
   SWE-RL, a sequence similarity between the generated and the gold patch
   (``difflib.SequenceMatcher(..., autojunk=False).ratio()``), on patch text
-  normalised to SEARCH/REPLACE blocks; 0 when no patch can be read.
+  normalised to SEARCH/REPLACE blocks; 0 when no patch can be read. With the
+  repository's files known, ``files=`` also asks applicability (0 unless the
+  patch applies); the paper's reward is the default.
+
+Chat markers (``<think>``, ``</think>``, ``<|im_end|>``) are structure only where
+the chat format puts them (:func:`cascadekit.verify.boxed.answer_part`): a diff
+or a SEARCH/REPLACE block may hold them in its lines. A gold patch is read bare
+(``chat=False``): every line is the patch's own, so a real diff scores 1.0
+against itself (all 300 diffs of the history corpus do; 65 scored 0 before).
 
 Departure from the paper: its SWE reward is execution-free only; executing the
 tests is the stricter judge the kit can afford at toy scale, and both are here so
@@ -229,7 +261,7 @@ def _parse_hunk(lines: list[str], i: int) -> tuple[Hunk, int]:
     return Hunk(old_start, old_len, tuple(body), new_start), i
 
 
-_GIT_SKIPPED = ("old mode ", "new mode ", "similarity index ", "dissimilarity index ", "index ")
+_GIT_SKIPPED = ("similarity index ", "dissimilarity index ", "index ")
 
 
 def _git_header(lines: list[str], i: int) -> tuple[str | None, str | None, bool, int]:
@@ -239,7 +271,7 @@ def _git_header(lines: list[str], i: int) -> tuple[str | None, str | None, bool,
     modes and index), then the ``---``/``+++`` names if present.
     """
     old = new = _git_name(lines[i][len("diff --git "):])
-    created = deleted = copy = False
+    created = deleted = copy = moded = False
     i += 1
     while i < len(lines):
         line = lines[i]
@@ -247,6 +279,8 @@ def _git_header(lines: list[str], i: int) -> tuple[str | None, str | None, bool,
             created = True
         elif line.startswith("deleted file mode "):
             deleted = True
+        elif line.startswith(("old mode ", "new mode ")):
+            moded = True
         elif line.startswith(("rename from ", "copy from ")):
             old, copy = _path("a/" + line.split(" from ", 1)[1]), line.startswith("copy")
         elif line.startswith(("rename to ", "copy to ")):
@@ -261,6 +295,8 @@ def _git_header(lines: list[str], i: int) -> tuple[str | None, str | None, bool,
         i += 1
     if old is None and new is None:
         raise PatchError("malformed diff: a 'diff --git' header without its file names")
+    if not (created or deleted or moded or old != new) and not (i < len(lines) and lines[i].startswith("@@ -")):
+        raise PatchError(f"malformed diff: the 'diff --git' section of {new} changes nothing")
     return (None if created else old), (None if deleted else new), copy, i
 
 
