@@ -795,6 +795,62 @@ def _times_arguments(parser: argparse.ArgumentParser) -> None:
                                           "data/results/timings/ when --readme is the repository's README, else none)")
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    """One prompt asked of every shipped Part II stage of a training seed, or the index of shipped checkpoints."""
+    from cascadekit.course.chat import (
+        INDEX, ask, chat_text, drawn_record, index_table, read_index, typed_record, write_index,
+    )
+
+    if args.write_index:
+        print(f"wrote {_shown(write_index())}: every shipped Part II checkpoint by stage and training seed")
+        return 0
+    if args.list:
+        print(index_table(read_index()))
+        print(f"(from {_shown(INDEX)}; chat with one seed's stages: cascadekit chat --domain math --draw --seed N)")
+        return 0
+    if args.draw is not None and args.prompt is not None:
+        raise ValueError("give a PROMPT or --domain D --draw, not both")
+    if args.draw is not None or args.domain:
+        if not (args.draw is not None and args.domain):
+            raise ValueError("--domain D and --draw [N] go together: draw prompt N of domain D's evaluation split")
+        record = drawn_record(args.domain, args.draw, args.think)
+    elif args.prompt is None:
+        raise ValueError("give a PROMPT, or draw one with --domain D --draw (or --list the shipped checkpoints)")
+    else:
+        record = typed_record(args.prompt, args.think)
+    print(chat_text(ask(record, args.seed, args.temperature, args.sample_seed)))
+    return 0
+
+
+def _temperature(text: str) -> float:
+    from cascadekit.course.chat import MAX_TEMPERATURE
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= MAX_TEMPERATURE:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a temperature from 0 (greedy) to {MAX_TEMPERATURE:g}")
+    return value
+
+
+def _chat_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", nargs="?", default=None, help="free text (the toy model only knows its world: "
+                        "drawn prompts are judged by their domain's verifier)")
+    parser.add_argument("--domain", default="", help="the domain to draw a prompt from (math, code, tools, swe, "
+                        "instructions, general)")
+    parser.add_argument("--draw", type=_bounded_int(0, 9999), nargs="?", const=0, default=None, metavar="N",
+                        help="ask prompt N (default 0) of --domain's evaluation split, with its gold")
+    parser.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0, help="the training seed's checkpoints")
+    parser.add_argument("--think", action=argparse.BooleanOptionalAction, default=True,
+                        help="end the prompt with /think (default) or /no_think")
+    parser.add_argument("--temperature", type=_temperature, default=0.0, help="0: greedy; above: sampled, top-p 0.95")
+    parser.add_argument("--sample-seed", type=_bounded_int(0, MAX_SEED), default=0, help="the sampling seed")
+    parser.add_argument("--list", action="store_true", help="print every shipped checkpoint: stage, seed, folder")
+    parser.add_argument("--write-index", action="store_true",
+                        help="rewrite data/checkpoints/stages.json from the stage graph (nothing is trained)")
+
+
 def _ship_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stage", help="the cache stage, e.g. chat-base")
     parser.add_argument("key", help="the entry's key (the folder name under the stage)")
@@ -843,6 +899,8 @@ COMMANDS: dict[str, Command] = {
     "experiment": Command(cmd_experiment, "run one chapter's experiment and write its results", _experiment_arguments),
     "cascade": Command(cmd_cascade, "run the whole cascade from the shipped stages, the stage table after each",
                        _cascade_arguments),
+    "chat": Command(cmd_chat, "ask one prompt of every shipped Part II stage (base, SFT, RLHF, ... SWE RL) side "
+                    "by side, with verdicts; --list names every shipped checkpoint", _chat_arguments),
     "probe": Command(cmd_probe, "run one of chapter 04's probes and write its JSON and text table", _probe_arguments),
     "evaluate-checkpoints": Command(cmd_evaluate_checkpoints, "the stage table of a list of checkpoints (folders or "
                                     "hub names), e.g. released ones", _evaluate_checkpoints_arguments),

@@ -134,10 +134,11 @@ def _folder(output: StageOutput) -> str:
 def seed_index(seed: int) -> list[Shipped]:
     """Every shipped checkpoint of training seed ``seed``'s cascade, resolved through the stage graph.
 
-    In the cascade's order: SFT's stage 1, SFT, the reward model and SWE judge the
-    RL stages score with (the largest of ``reward_model.layers``, the one RLHF uses), then each RL stage, its earlier runs first (Math RL's length
-    stages, SWE RL's context stages) named ``<stage> run i of n``. Stops at the first
-    stage that is not shipped (the ones after it start from it); MOPD is resolved too.
+    In the cascade's order: SFT's stage 1, SFT, the reward model RLHF scores with (the
+    largest of ``reward_model.layers``) and SWE RL's judge, then each RL stage, its
+    earlier runs first (Math RL's length stages, SWE RL's context stages) named
+    ``<stage> run i of n``. Stops at the first stage that is not shipped (the ones
+    after it start from it); MOPD is resolved too.
     """
     from cascadekit.chapters import cascade
     from cascadekit.training.chat_base import chat_base
