@@ -263,3 +263,23 @@ def test_released_math_rl_streams_its_rewards_while_the_batch_generates(monkeypa
         calls.clear()
         math_rl.length_extension("start", records, profile, tmp_path, filtering=False)
         assert calls and {c["workers"] for c in calls} == {workers}
+
+
+def test_streamed_released_math_rewards_equal_the_batched_ones_and_a_hostile_answer_scores_0(monkeypatch):
+    """Streamed rewards judge each rollout on a reward thread: math-verify's bound holds there (1 s here: the
+    hostile answer never finishes; a right answer over it would still score 1 by the kit's check)."""
+    from cascadekit.training.async_rewards import StreamingRewards
+
+    class Chars:  # a tokenizer whose ids are the characters
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(map(chr, ids))
+
+    monkeypatch.setattr(checks, "MATH_VERIFY_TIMEOUT_S", 1)
+    reward = released_math_reward(0.5)
+    texts = ["<think>half</think>\\boxed{0.5}", "\\boxed{2^{2^{64}}}", "\\boxed{3}",
+             "\\boxed{\\frac{1}{2}}\n```python\nprint(1)\n```"]
+    columns = {"domain": ["math"] * 4, "gold": [json.dumps({"answer": "\\frac{1}{2}"})] * 4}
+    blocking = reward(["p"] * 4, texts, **columns)
+    with StreamingRewards(reward, Chars(), workers=2) as streamed:
+        got = streamed(["p"] * 4, texts, completion_ids=[[ord(c) for c in t + "<|im_end|>"] for t in texts], **columns)
+    assert got == blocking == [1.0, 0.0, 0.0, 0.5]
