@@ -179,7 +179,8 @@ def test_normalize_patch_renders_both_formats_alike():
 
 
 files = st.dictionaries(st.sampled_from(["a.py", "b/c.py", "d.txt"]),
-                        st.lists(st.sampled_from(["x = 1", "y = 2", "", "def f():", "    pass"]),
+                        st.lists(st.sampled_from(["x = 1", "y = 2", "", "def f():", "    pass", "a\rb", "\x0c",
+                                                  "s = '\u2028'", "z = 3\r"]),
                                  min_size=1, max_size=12).map(lambda ls: "\n".join(ls) + ("\n" if ls else "")),
                         max_size=3)
 
@@ -258,3 +259,23 @@ def test_verify_gold_patch_can_ask_applicability():
     assert refused.score == 0.0 and refused.reason.startswith("the patch does not apply: hunk 1 of calc.py")
     assert verify_gold_patch(MARKED, MARKED, files=BUGGY).score == 1.0
     assert verify_gold_patch(MARKED, MARKED, files={"calc.py": None}).score == 0.0  # type: ignore[dict-item]
+
+
+diff_lines = st.lists(st.sampled_from([
+    "diff --git a/calc.py b/calc.py", "diff --git a/calc.py b/x.py", "diff --git a/ b/", "diff --git ", "--- a/calc.py",
+    "+++ b/calc.py", "--- /dev/null", "+++ /dev/null", '--- "a/q.py"', "new file mode 100644", "deleted file mode 100644",
+    "rename from calc.py", "rename to x.py", "copy from calc.py", "copy to calc.py", "old mode 1", "index 1..2",
+    "@@ -1,2 +1,2 @@", "@@ -0,0 +1 @@", "@@ -3 +3,0 @@", "@@ -9,1 +2,1 @@", " def add(a, b):", "-    return a - b",
+    "+    return a + b", " ", "", "\\ No newline at end of file", "GIT binary patch", "prose",
+]), max_size=16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(diff_lines, st.booleans())
+def test_diff_fragments_raise_only_patch_error(lines, newline):
+    text = "\n".join(lines) + ("\n" if newline else "")
+    try:
+        apply_patch(BUGGY, parse_diff(text))
+    except PatchError:
+        pass
+    assert 0.0 <= patch_similarity(text, text) <= 1.0

@@ -668,7 +668,7 @@ def make_diff(old: dict[str, str], new: dict[str, str], context: int = 3) -> str
         if a == b:
             continue
         diff = difflib.unified_diff(
-            (a or "").splitlines(keepends=True), (b or "").splitlines(keepends=True),
+            _split_lines(a or ""), _split_lines(b or ""),
             fromfile=f"a/{path}" if a is not None else "/dev/null",
             tofile=f"b/{path}" if b is not None else "/dev/null", n=context)
         for line in diff:
