@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from pathlib import Path
 
 import math_verify  # the reference (the [test] extra installs it)
@@ -65,6 +67,7 @@ PAIRS = [
     ("+-5", "5"), ("--5", "5"), ("5.5.5", "5.5"), ("1,0000", "10000"), ("10,00", "1000"), ("1,000.5", "1000.5"),
     ("1.000,5", "1000.5"), ("1,000", "1"), ("1,000", "1.000"), ("10^{400}", "10^{400}"), ("10^{401}", "10^{401}"),
     ("10^{401}", "10^{400}"), ("0^{-1}", "0"),
+    ("\\text{50}", "50.0"), ("\\mathbf{2750}", "2750.0"), ("\\text{1024}", "2^{10}"), ("\\text{-47}", "-47"),
 ]
 
 
@@ -195,3 +198,32 @@ def test_a_killed_trainer_leaves_no_worker_computing(tmp_path):
     finally:
         for pid in filter(running, pids):
             os.kill(pid, signal.SIGKILL)
+
+
+def written(value: Fraction) -> list[str]:
+    """Ways an answer of ``value`` is written: plain, grouped, signed, as a fraction, decimal, power, wrapped, with units."""
+    a, b, sign = abs(value.numerator), value.denominator, "-" if value < 0 else ""
+    forms = [f"{sign}\\frac{{{a}}}{{{b}}}", f"{sign}\\dfrac{{{2 * a}}}{{{2 * b}}}", f"{sign}{a}/{b}",
+             f"\\frac{{{value.numerator}}}{{{b}}}"]
+    if b == 1:
+        n = value.numerator
+        forms += [str(n), f"{n:,}", f"{n}.0", f"{n}.00", f"+{n}", f"\\text{{{n}}}", f"\\mathbf{{{n}}}", f"{n}\\text{{ cm}}",
+                  f"{n}^\\circ", f"{n}\\,\\mathrm{{kg}}", f"{n}\\%", f"\\${n}", f"{n // 1000}\\times10^{{3}}" if n % 1000 == 0
+                  else f"{n}\\times10^{{0}}"]
+    if Fraction(repr(float(value))) == value:
+        forms += [repr(float(value)), repr(float(value)).replace("0.", ".", 1), f"{float(value)}\\text{{ m}}"]
+    return forms
+
+
+def test_the_kits_check_never_accepts_what_math_verify_rejects_on_generated_answers():
+    rng = random.Random(0)
+    said = []
+    for _ in range(30):
+        value = Fraction(rng.randint(-60, 60) * rng.choice([1, 1, 1000]), rng.choice([1, 1, 2, 3, 4, 5, 8]))
+        near = value + rng.choice([Fraction(1), Fraction(1, 10), Fraction(-1, 2), Fraction(1000)])
+        for _ in range(5):
+            predicted, gold = rng.choice(written(value)), rng.choice(written(value) + written(near))
+            said.append((predicted, gold, reference(predicted, gold), checks._by_the_kit(predicted, gold)))
+    assert [(p, g) for p, g, ref, kit in said if kit and not ref] == []
+    equal = [kit for _, _, ref, kit in said if ref]
+    assert len(equal) >= 50 and sum(equal) / len(equal) >= 0.6, f"the kit accepts {sum(equal)} of {len(equal)}"
