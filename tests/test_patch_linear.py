@@ -2,7 +2,7 @@
 
 The applier spends its comparisons through ``cascadekit.verify.patch._Work``; these
 tests count them on patches three times as large and ask for about three times
-the work, where the old search (one pass over the file per hunk) took nine.
+the work; the old search (one pass over the file per hunk) grew with the square.
 """
 from __future__ import annotations
 

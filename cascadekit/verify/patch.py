@@ -32,11 +32,11 @@ The SWE stage asks the model for a fix of files in an in-memory repository
   itself; ``python tests/test_patch_git_parity.py`` prints the counts): on this
   repository's history, 300 commits' ``.py`` diffs each applied to the files
   before, after and at HEAD, 900/900 accept/reject agree with ``git apply`` and the
-  bytes are equal on all 307 the kit accepts (at commit 17dd7ae); on the 38 class
-  cases (pure renames, empty new files, form feed, U+2028 and lone CR inside a
-  line, CRLF, hunks anchored at the start or end and applied twice, a line past a
-  hunk's counts, offsets, overlaps, missing final newlines, ...) 38/38 agree, bytes
-  equal on 23/23. The applier before this one agreed on 891/900 and 20/37.
+  bytes are equal on all 308 the kit accepts (history up to 2aa9d75); on the 43
+  class cases (pure renames, copies, empty new files, form feed, U+2028 and lone CR
+  inside a line, CRLF, hunks anchored at the start or end and applied twice, a
+  line past a hunk's counts, offsets, overlaps, missing final newlines, ...) 43/43
+  agree, bytes equal on 26/26. The applier before this one agreed on 892/900 and 24/43.
 
   Where the kit departs from ``git apply``, on purpose: it spends at most
   :data:`WORK_PER_LINE` line comparisons per line of the patch and of the files
@@ -55,7 +55,11 @@ Two rewards come from a patch:
   (``difflib.SequenceMatcher(..., autojunk=False).ratio()``), on patch text
   normalised to SEARCH/REPLACE blocks; 0 when no patch can be read. With the
   repository's files known, ``files=`` also asks applicability (0 unless the
-  patch applies); the paper's reward is the default.
+  patch applies); the paper's reward is the default. On the history corpus
+  (``python tests/test_patch_git_parity.py``) applicability changes the reward of
+  0/300 gold patches, 0/300 with line numbers off by 5, 237/300 with one context
+  line misremembered (mean 0.815 -> 0.027: the text is 0.998 alike, git refuses
+  it) and 189/300 answers that are another commit's patch (mean 0.086 -> 0.004).
 
 Chat markers (``<think>``, ``</think>``, ``<|im_end|>``) are structure only where
 the chat format puts them (:func:`cascadekit.verify.boxed.answer_part`): a diff
