@@ -32,11 +32,11 @@ The SWE stage asks the model for a fix of files in an in-memory repository
   itself; ``python tests/test_patch_git_parity.py`` prints the counts): on this
   repository's history, 300 commits' ``.py`` diffs each applied to the files
   before, after and at HEAD, 900/900 accept/reject agree with ``git apply`` and the
-  bytes are equal on all 308 the kit accepts (history up to 2aa9d75); on the 43
+  bytes are equal on all 308 the kit accepts (history up to 2aa9d75); on the 45
   class cases (pure renames, copies, empty new files, form feed, U+2028 and lone CR
   inside a line, CRLF, hunks anchored at the start or end and applied twice, a
-  line past a hunk's counts, offsets, overlaps, missing final newlines, ...) 43/43
-  agree, bytes equal on 26/26. The applier before this one agreed on 892/900 and 24/43.
+  line past a hunk's counts, offsets, overlaps, missing final newlines, ...) 45/45
+  agree, bytes equal on 29/29. The applier before this one agreed on 892/900 and 25/45.
 
   Where the kit departs from ``git apply``, on purpose: it spends at most
   :data:`WORK_PER_LINE` line comparisons per line of the patch and of the files
