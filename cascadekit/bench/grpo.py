@@ -1,6 +1,7 @@
 """How fast is the kit's GRPO step, where does its time go, and how near the machine does it run?
 
 ``cascadekit bench grpo [--profile toy] [--steps 8] [--repeats 3] [--threads 1] [--rollouts kit]``
+``cascadekit bench grpo --prompts 8,32,64 [--steps 3] [--repeats 3]``: the batch-shape mode, below.
 
 Three measurements in one process, on the same model shape, data and settings:
 
@@ -34,6 +35,15 @@ Three measurements in one process, on the same model shape, data and settings:
    embedding, plus the output head when tied), counting the useful tokens
    (the masks) and leaving attention out (small at toy length).
 
+**Batch shape** (``--prompts``, issue 57): the kit's step alone (no bare run) at each
+number of prompts per step, ``group_size`` rollouts each, in alternating order (8, 32, 64,
+64, 32, 8, ...) so that load drift hits every shape alike. For each: the median CPU
+seconds of a step (each run's first step left out), rollouts per CPU-second, the phases
+above, and the share of the run's matmul peak that the whole step reaches (``2 N`` FLOP a
+generated token, ``6 N`` a trained one, over the step's CPU seconds). The first value is
+the baseline: each shape's per-rollout cost is printed as a ratio against it
+(``baseline/shape``: above 1 when a rollout costs less in the bigger batch).
+
 The model is the profile's shape over a one-character-per-token vocabulary and
 the reward is a cheap partial-credit answer check, so the reward phase is a lower
 bound on what the verifiers cost; generation length is capped by
@@ -57,9 +67,10 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM, TrainerCallback
 from trl import GRPOTrainer
 
-from cascadekit.profiles import Profile, load_profile
+from cascadekit.profiles import Profile, apply_overrides, load_profile
 from cascadekit.training.grpo import build_grpo_config, phase_shares, train_grpo
 from cascadekit.training.rollouts import choose_rollouts
+from cascadekit.training.trimmed import trim_padding
 
 _CHARS = list("0123456789+-=*/ ")
 
@@ -226,6 +237,8 @@ def _bare(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, PhaseC
         args=config, train_dataset=_prompts(steps * profile.rl.prompts_per_step), callbacks=[clock],
         rollout_func=choose_rollouts(profile, profile.rl),  # the kit's rollout path too under --rollouts kit
     )
+    if trainer.rollout_func is not None:  # the kit's CPU path trains without the batch's padding, as train_grpo does
+        trim_padding(trainer)
     phases.attach(trainer)
     trainer.train()
     return clock, phases, [e["reward"] for e in trainer.state.log_history if "reward" in e]
@@ -280,6 +293,44 @@ def run(profile: Profile, steps: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def scaling(profile: Profile, prompts: Sequence[int], steps: int, repeats: int) -> dict[int, dict[str, float]]:
+    """The kit's step at each number of ``prompts`` per step: medians, rollouts per CPU-second, shares of the peak."""
+    rows: dict[int, list[dict[str, float]]] = {n: [] for n in prompts}
+    peaks = [matmul_peak()]
+    with tempfile.TemporaryDirectory() as workdir:
+        for rep in range(repeats):
+            for n in prompts if rep % 2 == 0 else prompts[::-1]:
+                shaped = apply_overrides(profile, {"rl.prompts_per_step": n})
+                with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs
+                    _, phases, _, _ = _kit(shaped, steps, workdir)
+                rows[n] += phases.rows[1:]
+            peaks.append(matmul_peak())
+    flops, peak = matmul_flops_per_token(_model(profile, len(_tokenizer()))), max(peaks) * 1e9
+    out = {}
+    for n, measured in rows.items():
+        table = pd.DataFrame(measured)
+        step = float(table["step_s"].median())
+        work = (table["generated"].sum() + 3 * table["trained"].sum()) * flops
+        out[n] = {"step_s": step, "rollouts_per_cpu_s": n * profile.rl.group_size / step,
+                  "step_peak": float(work / (table["step_s"].sum() * peak)), "peak_gflops": peak / 1e9,
+                  **{f"{p}_s": float(table[f"{p}_s"].median()) for p in PHASES}}
+    return out
+
+
+def _print_scaling(out: dict[int, dict[str, float]], group: int) -> None:
+    base = next(iter(out))
+    print(f"one-thread fp32 matmul peak in this run: {out[base]['peak_gflops']:.1f} GFLOP/s")
+    print("prompts  rollouts  step CPU s  rollouts/CPU-s  share of peak  per-rollout cost "
+          f"{base}/n   " + "  ".join(f"{p:>9}" for p in PHASES))
+    for n, row in out.items():
+        ratio = out[base]["step_s"] / (base * group) / (row["step_s"] / (n * group))
+        print(f"{n:7d}  {n * group:8d}  {row['step_s']:10.3f}  {row['rollouts_per_cpu_s']:14.1f}  "
+              f"{row['step_peak']:13.1%}  {ratio:21.2f}x   " + "  ".join(f"{row[f'{p}_s']:9.3f}" for p in PHASES))
+    last = list(out)[-1]
+    print(f"per-rollout cost {base} vs {last} prompts a step: "
+          f"{out[base]['step_s'] / base / (out[last]['step_s'] / last):.2f}x (target: >= 1.5x)")
+
+
 def main(argv: Sequence[str] | None = None,
          parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> None:
     """Run the benchmark; ``parser_class`` is the command line's own (one-line errors) under ``cascadekit bench``."""
@@ -292,14 +343,30 @@ def main(argv: Sequence[str] | None = None,
     parser.add_argument("--rollouts", choices=("generate", "kit"), default="generate",
                         help="engine.rollouts of both runs: TRL's generate, or the kit's decode loop "
                              "(cascadekit.training.rollouts) given to the bare GRPOTrainer as well")
+    parser.add_argument("--prompts", default="",
+                        help="comma-separated prompts per step (e.g. 8,32,64): the batch-shape mode, the first the "
+                             "baseline, rollouts by the kit's loop")
     args = parser.parse_args(argv)
+    try:
+        prompts = [int(n) for n in args.prompts.split(",")] if args.prompts else []
+    except ValueError:
+        parser.error(f"--prompts is a comma-separated list of whole numbers, got {args.prompts!r}")
+    if any(n < 1 for n in prompts):
+        parser.error("--prompts must all be at least 1")
     if args.steps < 2 or args.repeats < 1 or args.max_completion_length < 1 or args.threads < 0:
         parser.error("--steps must be at least 2, --repeats and --max-completion-length at least 1, --threads >= 0")
     if args.threads:
         torch.set_num_threads(args.threads)
     profile = load_profile(args.profile, {"rl.max_completion_length": args.max_completion_length,
-                                          "engine.rollouts": args.rollouts})
+                                          "engine.rollouts": "kit" if prompts else args.rollouts})
     rl = profile.rl
+    if prompts:
+        print(f"profile {profile.name}: {profile.model.layers} layers x {profile.model.hidden} hidden, "
+              f"{rl.group_size} rollouts a prompt, up to {rl.max_completion_length} tokens each, "
+              f"{torch.get_num_threads()} threads, the kit's step and decode loop; CPU seconds, medians of "
+              f"{args.repeats} x {args.steps - 1} steps")
+        _print_scaling(scaling(profile, prompts, args.steps, args.repeats), rl.group_size)
+        return
     print(f"profile {profile.name}: {profile.model.layers} layers x {profile.model.hidden} hidden, "
           f"{rl.prompts_per_step} prompts x {rl.group_size} rollouts per step, up to {rl.max_completion_length} "
           f"tokens each, {torch.get_num_threads()} threads, rollouts by {args.rollouts}")

@@ -47,6 +47,7 @@ from cascadekit.engine.runtime import (
     choose_device, lora_config, refuse_cpu_trl, save_checkpoint, training_precision,
 )
 from cascadekit.training.rollouts import RolloutFunc, choose_rollouts
+from cascadekit.training.trimmed import trim_padding
 
 #: TRL's constant in the advantage denominator, ``(r - mean) / (std + 1e-4)``.
 ADVANTAGE_EPS = 1e-4
@@ -450,6 +451,8 @@ def make_grpo_trainer(
         callbacks=list(callbacks),
         rollout_func=rollout_func,  # None: TRL's own generate (or vLLM); engine.rollouts=kit: cascadekit.training.rollouts
     )
+    if rollout_func is not None:  # the kit's CPU path: the training forward skips the batch's padding too
+        trim_padding(trainer)
     if not config.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(RewardProgress)
