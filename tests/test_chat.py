@@ -223,4 +223,4 @@ def test_tool_call_blocks_match_the_lazy_regex_and_stay_linear():
         assert _tool_call_blocks(text) == (lazy.findall(text), lazy.sub("", text))
     start = time.perf_counter()
     _tool_call_blocks("<tool_call>" * 200_000)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 30  # a hang guard (quadratic would take hours), not a speed claim

@@ -35,7 +35,7 @@ def test_extraction_stays_linear_in_hostile_text():
     for text in ("`" * 10**6, "```" + "a" * 10**6, "```python\n" + "x" * 10**6, "``` ```\n" * 10**5):
         start = time.perf_counter()
         extract_code(text)
-        assert time.perf_counter() - start < 5.0
+        assert time.perf_counter() - start < 60  # a hang guard (quadratic would take hours), not a speed claim
 
 
 def test_correct_solution_passes_all():

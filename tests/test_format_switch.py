@@ -51,7 +51,7 @@ def test_hostile_completions_score_without_raising_or_stalling() -> None:
     hostile = [None, 42, "", "\\boxed{" * 200_000, "<think>" + "x" * 1_000_000, "```" * 100_000,
                [{"role": "assistant", "content": THINK + "\\boxed{14}"}]]
     scores = reward(["p"] * len(hostile), hostile, gold=[GOLD] * len(hostile))
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 60  # a hang guard, not a speed claim
     assert scores[-1] == 1.0 and all(s <= 0.0 for s in scores[:-1])
     assert reward(["p"], [THINK + "\\boxed{14}"], gold=[json.dumps({"answer": "x"})]) == [0.0]
 

@@ -137,7 +137,7 @@ def test_verify_trajectory_accepts_the_gold_conversation():
 def test_verify_trajectory_rejects_with_a_reason(text, reason):
     start = time.perf_counter()
     verdict = verify_trajectory(text, 33, [11, 33])
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 30  # a hang guard (quadratic would take hours), not a speed claim
     assert not verdict.correct and verdict.reason.startswith(reason), verdict
 
 

@@ -24,7 +24,7 @@ def almost_matching(n: int) -> str:
 def test_an_almost_matching_hunk_in_a_30000_line_file_gets_a_verdict() -> None:
     start = time.perf_counter()
     verdict = verify_patch(almost_matching(30_000), {}, TESTS)
-    assert time.perf_counter() - start < 5.0  # a hang guard only, not a speed claim
+    assert time.perf_counter() - start < 60  # a hang guard only, not a speed claim
     assert not verdict.applied and "hunk 1 of big.py does not apply" in verdict.reason
 
 
