@@ -54,7 +54,7 @@ def short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(answers, "FUNCTION_TIMEOUT_S", 2.0)
 
 
-# 1 · hard limits and the group kill ------------------------------------------------------------
+# 1 · hard limits and one process ---------------------------------------------------------------
 
 def test_a_function_cannot_raise_its_memory_ceiling_and_touch_3_gb() -> None:
     def hog(n, c, k):
@@ -294,7 +294,7 @@ def test_an_exercise_id_that_hashes_forever_is_not_an_exercise() -> None:
 def test_the_function_cannot_trace_the_notebook() -> None:
     notebook = os.getpid()
     got = finishes(lambda: child.run_contained(lambda: attacks.trace(notebook, attach=False), 20))
-    assert got == {"ptrace": got["ptrace"], "mem": got["mem"]} and "allowed" not in got.values(), got
+    assert set(got) == {"ptrace", "mem"} and "allowed" not in got.values(), got
 
 
 def test_the_function_cannot_signal_the_notebook() -> None:
