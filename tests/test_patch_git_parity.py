@@ -12,7 +12,10 @@ Run as a script to print the agreement counts that ``cascadekit/verify/patch.py`
 """
 from __future__ import annotations
 
+import difflib
+import functools
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -83,13 +86,15 @@ def _blobs(specs: list[str]) -> list[str | None]:
     return blobs
 
 
+@functools.cache
 def history_corpus(commits: int) -> list[tuple[str, dict[str, str], str]]:
     """(name, files, diff) per case: each commit's ``.py`` diff on the files before, after, and at HEAD."""
-    hashes = _git("log", "--no-merges", "--format=%H", "-n", str(commits), "--", "*.py").split()
+    log = ("log", "--no-merges", "--no-color", "--no-ext-diff", "-M", "--format=%x00%H", "-n", str(commits))
+    statuses = [c.split("\n", 1) for c in _git(*log, "--name-status", "--", "*.py").split("\0")[1:]]
+    diffs = [c.split("\n", 1)[1].lstrip("\n") for c in _git(*log, "-p", "--", "*.py").split("\0")[1:]]
     cases, specs, plans = [], [], []
-    for commit in hashes:
-        names = _git("diff", "--name-status", "-M", f"{commit}^", commit, "--", "*.py").splitlines()
-        diff = _git("diff", "--no-color", "--no-ext-diff", "-M", f"{commit}^", commit, "--", "*.py")
+    for (commit, status), diff in zip(statuses, diffs):
+        names = status.strip().splitlines()
         old_paths = [f.split("\t")[1] for f in names if f[:1] != "A"]
         new_paths = [f.split("\t")[-1] for f in names if f[:1] != "D"]
         plan = []
@@ -193,6 +198,29 @@ def _class_cases() -> list[tuple[str, dict[str, str], str]]:
 CLASSES = _class_cases()
 
 
+def drifted_cases(n: int, seed: int = 0) -> list[tuple[str, dict[str, str], str]]:
+    """``n`` small diffs over a three-line alphabet (context 0 to 3), their headers moved, applied to a drifted file.
+
+    Lines repeat, so hunks match at several places: where git's outward search lands
+    them, what its anchors at the start and end refuse, what overlaps it forbids.
+    """
+    rng = random.Random(seed)
+    cases = []
+    for k in range(n):
+        old = [rng.choice("abc") + "\n" for _ in range(rng.randint(0, 14))]
+        new = [line for line in old if rng.random() > 0.2]
+        for _ in range(rng.randint(1, 3)):
+            new.insert(rng.randint(0, len(new)), rng.choice("abcd") + "\n")
+        diff = "".join(difflib.unified_diff(old, new, "a/f.py", "b/f.py", n=rng.randint(0, 3)))
+        diff = re.sub(r"^@@ -(\d+)", lambda m: f"@@ -{max(int(m[1]) + rng.randint(-3, 3), 0)}", diff, flags=re.M)
+        drifted = list(old)
+        for _ in range(rng.randint(0, 3)):
+            drifted.insert(rng.randint(0, len(drifted)), rng.choice("abc") + "\n")
+        if diff:
+            cases.append((f"drifted-{k}", {"f.py": "".join(drifted)}, diff))
+    return cases
+
+
 @pytest.fixture(scope="module")
 def git_apply(tmp_path_factory: pytest.TempPathFactory) -> GitApply:
     if shutil.which("git") is None:
@@ -203,6 +231,12 @@ def git_apply(tmp_path_factory: pytest.TempPathFactory) -> GitApply:
 @pytest.mark.parametrize("name, files, diff", CLASSES, ids=[c[0] for c in CLASSES])
 def test_every_class_agrees_with_git_apply(git_apply: GitApply, name: str, files: dict[str, str], diff: str) -> None:
     assert kit_apply(files, diff) == git_apply(files, diff)
+
+
+def test_drifted_diffs_agree_with_git_apply(git_apply: GitApply) -> None:
+    cases = drifted_cases(300)
+    total, agree, equal, differ = agreement(cases, git_apply)
+    assert not differ, f"{len(differ)} of {total} differ from git apply: {differ[:10]}"
 
 
 def agreement(cases: list[tuple[str, dict[str, str], str]], git_apply: GitApply) -> tuple[int, int, int, list[str]]:
@@ -265,7 +299,8 @@ def applicability_effect(cases: list[tuple[str, dict[str, str], str]]) -> None:
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as scratch:
         runner = GitApply(Path(scratch))
-        for label, cases in (("history", history_corpus(CORPUS_COMMITS)), ("classes", CLASSES)):
+        for label, cases in (("history", history_corpus(CORPUS_COMMITS)), ("classes", CLASSES),
+                             ("drifted", drifted_cases(300))):
             total, agree, equal, differ = agreement(cases, runner)
             accepted = sum(kit_apply(f, d) is not None for _, f, d in cases)
             print(f"{label}: {agree}/{total} accept/reject agree with git apply, bytes equal on {equal}/{accepted} "
