@@ -166,13 +166,15 @@ def hog() -> dict[str, int]:
 
 def reimport(name: str, path: str, *call: Any) -> dict[str, Any]:
     """Reach an exercise module's reference again: delete the refused ``sys.modules`` entries and import it,
-    then run its file as a fresh module. Each is the reference's value on ``call`` or the error it met."""
+    then run its file as a fresh module. Each is the reference's value on ``call`` or the error it met;
+    ``source_chars`` is how much of the module's source the job could read."""
     import importlib
     import importlib.util
 
     for module in [module for module, value in sys.modules.items() if value is None]:
         del sys.modules[module]
-    got: dict[str, Any] = {}
+    with open(path) as f:
+        got: dict[str, Any] = {"source_chars": len(f.read())}
     try:
         got["import"] = importlib.import_module(name)._reference(*call)
     except BaseException as error:

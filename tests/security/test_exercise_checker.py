@@ -227,6 +227,23 @@ def test_the_kits_own_reference_does_not_score(cheat) -> None:
         assert "def _passk" in f.read()
 
 
+def test_the_chapter_files_read_empty_in_the_child() -> None:
+    import importlib.util
+
+    cached = importlib.util.cache_from_source(CHAPTER_FILE)
+    files = [CHAPTER_FILE] + ([cached] if os.path.exists(cached) else [])
+
+    def sizes() -> dict:
+        found = {}
+        for path in files:
+            with open(path, "rb") as f:
+                found[path] = len(f.read())
+        return found
+
+    got = finishes(lambda: child.run_contained(sizes, 20))
+    assert got == {path: 0 for path in files}, got
+
+
 def forged_through_a_pipe(n, c, k):
     """Sends an empty result list through any pipe it finds (caller frames, then every open fd), and exits."""
     forged = b'{"results": []}'
@@ -349,7 +366,7 @@ AS_NOBODY = {
     "leave_behind": lambda out: out["left"] == 0,
     "fill_memory": lambda out: within_one_ceiling(out["job"]) and out["left"] == 0,
     "tamper": lambda out: out["content"] == "{}" and out["job"]["write"] != "allowed",
-    "reference": lambda out: attacks.SECRET not in out["job"].values() and "error" not in out["job"],
+    "reference": lambda out: attacks.SECRET not in out["job"].values() and out["job"]["source_chars"] == 0,
     "hog": lambda out: out["job"] == {"stopped": "memory"},
 }
 
