@@ -82,9 +82,9 @@ def _installed() -> bool:
 def require_math_verify() -> None:
     """Refuse a released Math RL or evaluation run up front, in one line, when math-verify is missing.
 
-    The kit's own check (:func:`_by_the_kit`) never accepts a wrong answer but
-    rejects many right ones (``\\sqrt{8}`` for ``2\\sqrt{2}``): a run on it would
-    train on, or report, a stricter reward than the benchmark's.
+    The kit's own check (:func:`_by_the_kit`) is stricter than math-verify: it
+    rejects many right answers (``\\sqrt{8}`` for ``2\\sqrt{2}``), so a run on it
+    would train on, or report, another reward than the benchmark's.
     """
     if not _installed():
         raise MathVerifyMissing(_MISSING)
