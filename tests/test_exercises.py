@@ -194,7 +194,7 @@ def test_an_endless_function_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
     start = time.perf_counter()
     verdict = check("02.1", spins)
     assert verdict.correct is False and "longer than 1 s" in verdict.message
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 60  # a hang guard (the check stops it after 1 s), not a speed claim
 
 
 def test_answers_follow_the_committed_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
