@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from cascadekit.artifacts import shipped_folder, shipped_root, verify
 from cascadekit.atomic import atomic_write_json
@@ -317,12 +318,25 @@ class Chat:
     note: str | None  # the one line on typed text outside the toy world
 
 
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' "Loading weights" bars off inside: in a notebook each is a widget of its own above the table."""
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 @lru_cache(maxsize=16)
 def _loaded(folder: str) -> tuple[Any, Any]:
     """A shipped checkpoint's model and tokenizer, checked against its manifest first (kept for the next ask)."""
     path = shipped_root() / folder
     verify(path, *folder.split("/"))
-    return load_model(path), load_tokenizer(path)
+    with _no_progress_bars():
+        return load_model(path), load_tokenizer(path)
 
 
 def _answer(shipped: Shipped, record: dict[str, Any], temperature: float, sample_seed: int,
