@@ -212,6 +212,10 @@ def test_the_widgets_callbacks_update_the_table(index):
     assert typed.domain is None and "only knows its world" in panel.table.value and "no gold" in panel.table.value
     panel.prompt.value = "  "
     assert panel.ask() is None and panel.table.value.count("error:") == 1 and "the prompt is empty" in panel.table.value
+    unshipped = talk.ChatPanel(domain="math", seed=5)  # a seed with only the base shipped still builds and answers
+    unshipped.draw()
+    assert [a.stage for a in unshipped.ask().answers] == ["base"] and "not shipped for training seed 5" in \
+        unshipped.table.value
 
 
 def test_the_widget_is_a_static_table_when_headless(monkeypatch):

@@ -24,10 +24,11 @@ Sampling: greedy at temperature 0, else seeded sampling at that temperature with
 top-p 0.95 (the paper's evaluation top-p), on one CPU thread: the toy models are
 ~1M parameters, and a second thread costs more in hand-offs than it gains (measured
 0.23 s against 7 s for one 66-token answer on a loaded two-core machine). The reward
-shown is the domain verifier's score, the reward of the IF-RL, Code RL and SWE
-(execution) surfaces; where the kit departs: RLHF trained on a reward model's
-prediction of the general domain's hidden quality (shown here is the quality
-itself), and Math RL subtracts a format-switch penalty the verdict leaves out.
+shown is the domain verifier's score, which IF-RL and Code RL train on. Where it departs
+from what the other stages trained on: RLHF's reward model predicts the general
+domain's hidden quality (shown here is the quality itself), Math RL subtracts a
+format-switch penalty the verdict leaves out, and SWE RL trained on the execution-free
+reward (a learned judge) where the verdict here runs the hidden tests.
 """
 from __future__ import annotations
 
@@ -441,7 +442,7 @@ class ChatPanel:
         self.think = w.ToggleButton(value=think, description="/think")
         self.temperature = w.FloatSlider(value=temperature, min=0.0, max=MAX_TEMPERATURE, step=0.1,
                                          description="temperature")
-        self.seed = w.Dropdown(options=shipped_seeds() or [seed], value=seed, description="train seed")
+        self.seed = w.Dropdown(options=sorted({*shipped_seeds(), seed}), value=seed, description="train seed")
         self.sample_seed = w.IntText(value=0, description="sample seed")
         self.ask_button = w.Button(description="ask every stage", button_style="primary")
         self.table = w.HTML()
