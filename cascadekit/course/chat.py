@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import itertools
 import json
 import os
 import re
@@ -173,7 +174,7 @@ def graph_index(seeds: Sequence[int] | None = None) -> list[Shipped]:
 
     with shipped_only():
         index = [Shipped("base", None, _folder(chat_base(profile_for(0))))]
-    for seed in range(1 << 30) if seeds is None else seeds:
+    for seed in itertools.count() if seeds is None else seeds:
         found = seed_index(seed)
         if seeds is None and not found:
             break
