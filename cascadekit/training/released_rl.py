@@ -32,7 +32,8 @@ from cascadekit.training.released_data import available_pools, released_sets, st
 from cascadekit.training.swe_rl import swe_rl_settings
 from cascadekit.verify.format_switch import format_switches
 from cascadekit.verify.released import (
-    MATH_VERIFY_WORKERS, Verdict, require_math_verify, verify_gold_patch, verify_ifeval, verify_math, verify_math_batch, verify_stdio,
+    MATH_VERIFY_WORKERS, Verdict, require_math_verify, verify_gold_patch, verify_ifeval, verify_math, verify_math_batch,
+    verify_stdio,
 )
 
 __all__ = ["RL_SETS", "ReleasedDataMissing", "available_pools", "is_released", "released_math_reward",
