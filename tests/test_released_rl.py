@@ -241,7 +241,7 @@ def test_a_released_math_run_refuses_to_start_without_math_verify(no_math_verify
                   lambda: cascade.math_records(profile), lambda: cascade.domain_pools(profile)):
         with pytest.raises(checks.MathVerifyMissing) as refused:
             start()
-        assert str(refused.value) == line
+        assert str(refused.value) == line and isinstance(refused.value, ValueError)  # the CLI's one-line errors
     assert verify_math("\\boxed{7}", "7").reason.startswith("math-verify not installed")  # a lone verdict still judges
 
 

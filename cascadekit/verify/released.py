@@ -70,8 +70,10 @@ MATH_VERIFY_WORKERS = min(4, os.cpu_count() or 1)
 _MISSING = "released math needs math-verify, which is not installed: pip install 'cascadekit[released]'"
 
 
-class MathVerifyMissing(RuntimeError):
-    """A released math run was asked for without math-verify (the ``released`` extra)."""
+class MathVerifyMissing(ValueError):
+    """A released math run was asked for without math-verify (the ``released`` extra): a ValueError, as a
+    profile the machine cannot run is, so the command line prints it as its one line (never a FileNotFoundError,
+    which a joint run would take for a missing data file and skip)."""
 
 
 def _installed() -> bool:
