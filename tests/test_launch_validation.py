@@ -5,7 +5,7 @@ The training nodes' commands are parsed by ``accelerate launch``'s own parser
 (``launch_command_parser``) and merged with the accelerate config file as
 ``accelerate launch`` does (``_validate_launch_command``). The vLLM server's
 command is checked by vLLM's ``vllm serve`` parser where vLLM is installed; where it
-is not (CPU CI), against the flags recorded from vLLM 0.33.0's own parser
+is not (CPU CI), against the flags recorded from vLLM 0.31.0's own parser
 (``cascadekit/launch/vllm_serve_flags.json``; :func:`cascadekit.launch.server_flags`). Each node's
 experiment command is parsed by the kit's own command-line parser.
 """
@@ -44,7 +44,7 @@ def launch_overrides(scale: str, nodes: int, stage: str) -> dict:
 
 def check_server(profile, command: list[str]) -> None:
     assert command[:3] == ["vllm", "serve", profile.model.pretrained]
-    source, known = server_flags()  # vLLM's own parser, or vLLM 0.33.0's recorded flags: never TRL's own output
+    source, known = server_flags()  # vLLM's own parser, or vLLM 0.31.0's recorded flags: never TRL's own output
     assert source.startswith("vLLM ")
     unknown = sorted({t for t in command if t.startswith("--")} - known)
     assert not unknown, unknown
@@ -190,15 +190,15 @@ def test_only_a_stage_that_generates_asks_for_a_server(capsys):
     assert os.environ.get("VLLM_SERVER_DEV_MODE") is None
 
 
-def test_the_recorded_vllm_flags_refuse_what_vllm_033_does_not_know(monkeypatch):
-    """Case 3/5: without vllm the server's flags meet vLLM 0.33.0's recorded parser; a flag it lacks is refused."""
-    monkeypatch.setitem(sys.modules, "vllm.entrypoints.common.cli_args", None)  # as on a machine without vllm
+def test_the_recorded_vllm_flags_refuse_what_vllm_031_does_not_know(monkeypatch):
+    """Case 3/5: without vllm the server's flags meet vLLM 0.31.0's recorded parser; a flag it lacks is refused."""
+    monkeypatch.setitem(sys.modules, "vllm.entrypoints.launchers.cli_args", None)  # as on a machine without vllm
     source, known = server_flags()
-    assert source == "vLLM 0.33.0's recorded flags" and len(known) > 300
+    assert source == "vLLM 0.31.0's recorded flags" and len(known) > 300
     assert {"--tensor-parallel-size", "--max-model-len", "--hf-overrides", "--weight-transfer-config"} <= known
     server = plan(load_profile("full", {"engine.nodes": 4}), "if-rl").server
     check_server_flags(server)
-    with pytest.raises(LaunchError, match="--num-gpus that vLLM 0.33.0's recorded flags does not know"):
+    with pytest.raises(LaunchError, match="--num-gpus that vLLM 0.31.0's recorded flags does not know"):
         check_server_flags([*server, "--num-gpus", "8"])
     monkeypatch.setattr(launch, "_server_command", lambda profile, gpus: [*server, "--max-model-length", "1"])
     with pytest.raises(LaunchError, match="--max-model-length"):
@@ -215,7 +215,7 @@ def test_a_node_command_the_kit_cannot_parse_is_refused():
 
 
 def vllm_derived_length(config) -> int:
-    """The longest context vLLM 0.33 accepts for a model config: its position keys as they are, no YaRN factor.
+    """The longest context vLLM 0.31 (and 0.33) accepts for a model config: its position keys as they are, no YaRN factor.
 
     (``vllm.config.model._get_and_verify_max_len``: the smallest of the keys the config has; the rope's factor
     no longer multiplies it, so ``--max-model-len`` above ``max_position_embeddings`` is refused.)

@@ -40,7 +40,7 @@ arguments (accelerate would ignore a misspelt one); the vLLM server's options
 through TRL's ``vllm-serve`` arguments (whose translation to ``vllm serve`` flags
 the command is), then every flag of the finished command against vLLM's own
 ``vllm serve`` parser where vllm is installed, else against the recorded flags of
-vLLM 0.33.0 (``vllm_serve_flags.json`` beside this file, :func:`server_flags`);
+vLLM 0.31.0 (``vllm_serve_flags.json`` beside this file, :func:`server_flags`);
 and the stage's batch against the training processes and
 accumulation steps (strict on-policy GRPO needs ``prompts_per_step x group_size``
 completions to split evenly over them).
@@ -203,7 +203,7 @@ def validate_config(path: str | Path) -> dict[str, Any]:
 def yarn_overrides(length: int, native: int, rope_theta: float) -> dict[str, Any]:
     """The model-config overrides that serve ``length`` positions of a model trained on ``native`` through YaRN.
 
-    ``max_position_embeddings`` is stretched with the RoPE: vLLM (0.33) derives the
+    ``max_position_embeddings`` is stretched with the RoPE: vLLM (0.31 and 0.33) derives the
     longest context it accepts from ``max_position_embeddings`` alone, no longer scaled
     by the YaRN factor, and refuses a ``--max-model-len`` above it ("User-specified
     max_model_len ... is greater than the derived max_model_len"); transformers checks
@@ -254,15 +254,15 @@ def _server_command(profile: Profile, gpus: int) -> list[str]:
     return ["vllm", *command[command.index("serve"):]]  # the command TRL itself prints as the direct equivalent
 
 
-#: The recorded option strings of vLLM 0.33.0's ``vllm serve`` (the ``gpu`` extra's vLLM), for machines without vllm.
+#: The recorded option strings of vLLM 0.31.0's ``vllm serve`` (the ``gpu`` extra's vLLM), for machines without vllm.
 SERVER_FLAGS_FILE = "vllm_serve_flags.json"
 
 
 def server_flags() -> tuple[str, set[str]]:
     """Where the known ``vllm serve`` flags come from, and the flags: vLLM's own parser where vllm is installed,
-    else the flags recorded from vLLM 0.33.0's parser (:data:`SERVER_FLAGS_FILE`)."""
+    else the flags recorded from vLLM 0.31.0's parser (:data:`SERVER_FLAGS_FILE`)."""
     try:
-        from vllm.entrypoints.common.cli_args import make_arg_parser
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser  # vLLM 0.31's place (0.33: common)
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         recorded = json.loads(resources.files("cascadekit.launch").joinpath(SERVER_FLAGS_FILE).read_text())
