@@ -10,6 +10,7 @@ from cascadekit.profiles import load_profile
 
 def test_bad_bench_arguments_are_one_line_and_exit_2(capsys):
     for argv in (["bench"], ["bench", "nope"], ["bench", "grpo", "--bogus"], ["bench", "grpo", "--steps", "1"],
+                 ["bench", "grpo", "--prompts", "8,x"], ["bench", "grpo", "--prompts", "8,0"],
                  ["bench", "rewards", "--repeats", "0"],
                  ["bench", "train", "--steps", "x"]):
         with pytest.raises(SystemExit) as exit_:
@@ -46,6 +47,20 @@ def test_the_grpo_bench_gives_bare_trl_the_kit_rollout_path_under_rollouts_kit(m
     out = run(load_profile("smoke", {"rl.max_completion_length": 16, "engine.rollouts": "kit"}), steps=3, repeats=1)
     assert out["same_rewards"] and out["bare_phases"]["generate"] > 0 and out["kit_phases"]["generate"] > 0
     assert len(calls) == 2 * 3  # every step of both runs rolled out by the kit's loop
+
+
+def test_the_batch_shape_bench_times_each_shape_with_trls_padded_forward_and_the_kits_trimmed_one(monkeypatch):
+    from cascadekit.bench import grpo as bench
+    padded = []
+    kit = bench._kit
+    monkeypatch.setattr(bench, "_kit", lambda *a, **k: padded.append(k["padded"]) or kit(*a, **k))
+    out = bench.scaling(load_profile("smoke", {"rl.max_completion_length": 16, "engine.rollouts": "kit"}), [1, 3],
+                        steps=2, repeats=2)
+    assert list(out) == [(1, "padded"), (1, "trimmed"), (3, "padded"), (3, "trimmed")]
+    assert padded == [True, False, True, False, False, True, False, True]  # alternating order, both forwards
+    for row in out.values():
+        assert row["rollout_s"] > 0 and 0 < row["step_peak"] < 1 and row["generate_s"] > 0
+        assert row["forward_backward_s"] > 0 and row["step_s"] >= row["generate_s"] + row["forward_backward_s"]
 
 
 def test_phase_clock_refuses_a_trainer_it_cannot_time():

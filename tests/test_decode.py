@@ -111,6 +111,17 @@ def test_a_group_is_its_prompt_repeated_greedy_and_sampled():
     assert len({len(row) for row in grouped}) > 3  # rows of one group stopped apart: the grid lost rows
 
 
+def test_greedy_tokens_alone_are_the_tokens_inside_a_large_batch():
+    """A GRPO step at 64 prompts x 8 decodes each prompt beside 511 other rows: greedy, that changes no token."""
+    model = tiny(seed=1)  # its rows stop at many lengths
+    crowd = random_prompts(64, 24, seed=11)
+    alone = [decode(model, [prompt], 40, [STOP]) for prompt in crowd[::9]]
+    assert decode(model, crowd, 40, [STOP])[::9] == [rows[0] for rows in alone]
+    grouped = decode(model, crowd, 40, [STOP], group=8)
+    assert [grouped[8 * p:8 * p + 8] for p in range(0, 64, 9)] == [rows * 8 for rows in alone]
+    assert len({len(rows[0]) for rows in alone}) > 2  # rows stopped apart, so the batch compacted around them
+
+
 def test_a_trainers_policy_stays_in_training_mode():
     model = tiny().train()
     decode(model, [[2, 3]], 4, [STOP])

@@ -35,14 +35,17 @@ Three measurements in one process, on the same model shape, data and settings:
    embedding, plus the output head when tied), counting the useful tokens
    (the masks) and leaving attention out (small at toy length).
 
-**Batch shape** (``--prompts``, issue 57): the kit's step alone (no bare run) at each
-number of prompts per step, ``group_size`` rollouts each, in alternating order (8, 32, 64,
-64, 32, 8, ...) so that load drift hits every shape alike. For each: the median CPU
-seconds of a step (each run's first step left out), rollouts per CPU-second, the phases
+**Batch shape** (``--prompts``, issue 57): the kit's step alone (no bare run, rollouts by
+the kit's loop) at each number of prompts per step, ``group_size`` rollouts each, twice:
+with the kit's training forward (:mod:`cascadekit.training.trimmed`: length-sorted chunks
+without the batch's padding) and with TRL's own over the padded batch, all in alternating
+order (8, 32, 64, then back) so that load drift hits every run alike. For each: the median
+CPU seconds of a step (each run's first step left out), rollouts per CPU-second, the phases
 above, and the share of the run's matmul peak that the whole step reaches (``2 N`` FLOP a
-generated token, ``6 N`` a trained one, over the step's CPU seconds). The first value is
-the baseline: each shape's per-rollout cost is printed as a ratio against it
-(``baseline/shape``: above 1 when a rollout costs less in the bigger batch).
+generated token, ``6 N`` a trained one, over the step's CPU seconds). The baseline is the
+first shape with the padded forward: every row's per-rollout cost is printed as a ratio
+against it (above 1 when a rollout costs less), and the per-rollout cost of the last shape
+against the first for each forward.
 
 The model is the profile's shape over a one-character-per-token vocabulary and
 the reward is a cheap partial-credit answer check, so the reward phase is a lower
@@ -244,12 +247,15 @@ def _bare(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, PhaseC
     return clock, phases, [e["reward"] for e in trainer.state.log_history if "reward" in e]
 
 
-def _kit(profile: Profile, steps: int, workdir: str) -> tuple[StepClock, PhaseClock, list[float], pd.DataFrame]:
+def _kit(profile: Profile, steps: int, workdir: str, padded: bool = False,
+         ) -> tuple[StepClock, PhaseClock, list[float], pd.DataFrame]:
+    """The kit's run; ``padded``: with TRL's own training forward over the padded batch (the batch-shape baseline)."""
     tokenizer = _tokenizer()
     clock, phases = StepClock(), PhaseClock()
+    untrim = [lambda trainer: vars(trainer).pop("_get_per_token_logps_and_entropies", None)] if padded else []
     result = train_grpo(
         _model(profile, len(tokenizer)), tokenizer, _prompts(steps * profile.rl.prompts_per_step), answer_prefix,
-        profile, workdir, max_steps=steps, callbacks=[clock], hooks=[phases.attach],
+        profile, workdir, max_steps=steps, callbacks=[clock], hooks=[*untrim, phases.attach],
     )
     return clock, phases, list(result.curves["reward"]), result.timings
 
@@ -293,42 +299,49 @@ def run(profile: Profile, steps: int, repeats: int) -> dict[str, Any]:
     return out
 
 
-def scaling(profile: Profile, prompts: Sequence[int], steps: int, repeats: int) -> dict[int, dict[str, float]]:
-    """The kit's step at each number of ``prompts`` per step: medians, rollouts per CPU-second, shares of the peak."""
-    rows: dict[int, list[dict[str, float]]] = {n: [] for n in prompts}
+#: The batch-shape mode's two training forwards: TRL's over the padded batch (the baseline) and the kit's trimmed one.
+FORWARDS = ("padded", "trimmed")
+
+
+def scaling(profile: Profile, prompts: Sequence[int], steps: int, repeats: int) -> dict[tuple[int, str], dict[str, float]]:
+    """The kit's step at each number of ``prompts`` per step, with each of :data:`FORWARDS`: medians, shares of the peak."""
+    rows: dict[tuple[int, str], list[dict[str, float]]] = {(n, f): [] for n in prompts for f in FORWARDS}
     peaks = [matmul_peak()]
     with tempfile.TemporaryDirectory() as workdir:
         for rep in range(repeats):
-            for n in prompts if rep % 2 == 0 else prompts[::-1]:
+            for n, forward in list(rows) if rep % 2 == 0 else list(rows)[::-1]:
                 shaped = apply_overrides(profile, {"rl.prompts_per_step": n})
                 with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its logs
-                    _, phases, _, _ = _kit(shaped, steps, workdir)
-                rows[n] += phases.rows[1:]
+                    _, phases, _, _ = _kit(shaped, steps, workdir, padded=forward == "padded")
+                rows[n, forward] += phases.rows[1:]
             peaks.append(matmul_peak())
     flops, peak = matmul_flops_per_token(_model(profile, len(_tokenizer()))), max(peaks) * 1e9
     out = {}
-    for n, measured in rows.items():
+    for (n, forward), measured in rows.items():
         table = pd.DataFrame(measured)
         step = float(table["step_s"].median())
         work = (table["generated"].sum() + 3 * table["trained"].sum()) * flops
-        out[n] = {"step_s": step, "rollouts_per_cpu_s": n * profile.rl.group_size / step,
-                  "step_peak": float(work / (table["step_s"].sum() * peak)), "peak_gflops": peak / 1e9,
-                  **{f"{p}_s": float(table[f"{p}_s"].median()) for p in PHASES}}
+        out[n, forward] = {"step_s": step, "rollout_s": step / (n * profile.rl.group_size),
+                           "step_peak": float(work / (table["step_s"].sum() * peak)), "peak_gflops": peak / 1e9,
+                           **{f"{p}_s": float(table[f"{p}_s"].median()) for p in PHASES}}
     return out
 
 
-def _print_scaling(out: dict[int, dict[str, float]], group: int) -> None:
+def _print_scaling(out: dict[tuple[int, str], dict[str, float]], group: int) -> None:
     base = next(iter(out))
+    first, last = base[0], list(out)[-1][0]
     print(f"one-thread fp32 matmul peak in this run: {out[base]['peak_gflops']:.1f} GFLOP/s")
-    print("prompts  rollouts  step CPU s  rollouts/CPU-s  share of peak  per-rollout cost "
-          f"{base}/n   " + "  ".join(f"{p:>9}" for p in PHASES))
-    for n, row in out.items():
-        ratio = out[base]["step_s"] / (base * group) / (row["step_s"] / (n * group))
-        print(f"{n:7d}  {n * group:8d}  {row['step_s']:10.3f}  {row['rollouts_per_cpu_s']:14.1f}  "
-              f"{row['step_peak']:13.1%}  {ratio:21.2f}x   " + "  ".join(f"{row[f'{p}_s']:9.3f}" for p in PHASES))
-    last = list(out)[-1]
-    print(f"per-rollout cost {base} vs {last} prompts a step: "
-          f"{out[base]['step_s'] / base / (out[last]['step_s'] / last):.2f}x (target: >= 1.5x)")
+    print(f"prompts  rollouts  training forward  step CPU s  rollouts/CPU-s  share of peak  per-rollout vs {first} padded"
+          "   " + "  ".join(f"{p:>9}" for p in PHASES))
+    for (n, forward), row in out.items():
+        print(f"{n:7d}  {n * group:8d}  {forward:>16}  {row['step_s']:10.3f}  {1 / row['rollout_s']:14.1f}  "
+              f"{row['step_peak']:13.1%}  {out[base]['rollout_s'] / row['rollout_s']:23.2f}x   "
+              + "  ".join(f"{row[f'{p}_s']:9.3f}" for p in PHASES))
+    for forward in FORWARDS:
+        print(f"per-rollout cost, {first} vs {last} prompts a step, {forward} forward: "
+              f"{out[first, forward]['rollout_s'] / out[last, forward]['rollout_s']:.2f}x (target: >= 1.5x)")
+    print(f"{last} prompts a step, trimmed vs {first} padded (today's step against the old one), per rollout: "
+          f"{out[first, 'padded']['rollout_s'] / out[last, 'trimmed']['rollout_s']:.2f}x")
 
 
 def main(argv: Sequence[str] | None = None,
