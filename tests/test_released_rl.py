@@ -283,3 +283,17 @@ def test_streamed_released_math_rewards_equal_the_batched_ones_and_a_hostile_ans
     with StreamingRewards(reward, Chars(), workers=2) as streamed:
         got = streamed(["p"] * 4, texts, completion_ids=[[ord(c) for c in t + "<|im_end|>"] for t in texts], **columns)
     assert got == blocking == [1.0, 0.0, 0.0, 0.5]
+
+
+def test_a_released_instruction_run_refuses_to_start_without_ifevals_checks(monkeypatch):
+    """Without langdetect, NLTK and Punkt five IFEval ids would go unchecked in every verdict: refuse, in one line."""
+    from cascadekit.verify import ifeval
+
+    def missing():
+        raise ImportError("No module named 'langdetect'")
+
+    monkeypatch.setattr(ifeval, "_punkt", missing)
+    with pytest.raises(ValueError) as refused:
+        released_rl.released_records(released_profile(), "instructions", 2, None)
+    line = str(refused.value)
+    assert "\n" not in line and "pip install 'cascadekit[ifeval]'" in line and "langdetect" in line

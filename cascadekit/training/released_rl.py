@@ -31,6 +31,7 @@ from cascadekit.training.pipeline import chat_grpo
 from cascadekit.training.released_data import available_pools, released_sets, stream_records
 from cascadekit.training.swe_rl import swe_rl_settings
 from cascadekit.verify.format_switch import format_switches
+from cascadekit.verify.ifeval import require_ifeval
 from cascadekit.verify.released import (
     MATH_VERIFY_WORKERS, Verdict, require_math_verify, verify_gold_patch, verify_ifeval, verify_math, verify_math_batch,
     verify_stdio,
@@ -63,12 +64,14 @@ def released_records(profile: Profile, domain: str, n: int, think: bool | None) 
 
     ``think`` None alternates, starting with ``/think`` (RLHF's half-half batches,
     fed in order), as :func:`cascadekit.chapters.cascade.rl_records` does. Math
-    rows need math-verify to be judged: without it, this refuses (one line).
+    rows need math-verify to be judged, instruction rows IFEval's checks: without them, this refuses (one line).
     """
     if domain not in RL_SETS:
         raise ValueError(f"no released RL set for domain {domain!r}; there are: {', '.join(RL_SETS)}")
     if domain == "math":
         require_math_verify()
+    if domain == "instructions":
+        require_ifeval()
     name = RL_SETS[domain]
     source = _source(profile, name)
     try:

@@ -61,7 +61,7 @@ import re
 from typing import Any, Callable, Mapping
 
 __all__ = ["Check", "IFEVAL_CHECKS", "MAX_ANSWER_CHARS", "count_sentences", "count_words", "detect_language",
-           "ifeval_check"]
+           "ifeval_check", "require_ifeval"]
 
 Check = Callable[[str], bool]
 
@@ -155,6 +155,20 @@ def _word_tokens(text: str) -> list[str]:
     from nltk.tokenize import NLTKWordTokenizer
     words = NLTKWordTokenizer()
     return [token for sentence in _punkt().tokenize(text) for token in words.tokenize(sentence)]
+
+
+def require_ifeval() -> None:
+    """Refuse a released IF-RL or evaluation run up front, in one line, without langdetect, NLTK and Punkt.
+
+    Without them five ids go unchecked in every verdict (language, both English
+    cases, sentences, capital words): a run would train on another reward than IFEval's.
+    """
+    try:
+        _punkt()
+        _language_factory()
+    except ImportError as err:
+        raise ValueError(f"released instruction following needs IFEval's language and sentence checks ({err}): "
+                         f"pip install 'cascadekit[ifeval]'") from None
 
 
 @functools.lru_cache(maxsize=1)
