@@ -142,7 +142,7 @@ def test_accumulation_reaches_every_trainer_and_deepspeed_agrees(tmp_path, monke
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args(plan(profile, "if-rl").node_commands[0][2:]))
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(args.gradient_accumulation_steps))
     assert DeepSpeedPlugin(zero_stage=3).deepspeed_config["gradient_accumulation_steps"] == "auto"
-    with pytest.raises(LaunchError, match="does not split into 3 accumulation steps"):
+    with pytest.raises(LaunchError, match="do not split into engine.accumulation=3 micro-batches"):
         plan(launch_profile("full", "sft", {"engine.nodes": 4, "engine.accumulation": 3})[0], "sft")
 
 

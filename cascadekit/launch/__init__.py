@@ -69,6 +69,7 @@ from typing import Any
 import yaml
 
 from cascadekit.chapters.cascade import TABLE
+from cascadekit.engine.batching import split_step
 from cascadekit.profiles import Profile, load_profile
 from cascadekit.engine.generation import VLLM_SERVER_ENV as SERVER_ENV
 from cascadekit.training.grpo import micro_batches
@@ -282,10 +283,11 @@ def check_server(command: list[str]) -> None:
 
 
 def _check_batch(profile: Profile, stage: str, processes: int, accumulation: int) -> None:
-    if stage not in RL_STAGES:
-        if profile.sft.batch_size % accumulation:
-            raise LaunchError(f"sft.batch_size={profile.sft.batch_size} does not split into {accumulation} "
-                              f"accumulation steps: change --accumulation")
+    if stage not in RL_STAGES:  # the step's rows over the processes, then --accumulation (the card sizes the rest)
+        try:
+            split_step(profile.sft.batch_size, processes, profile.engine, "sft.batch_size", row=1, state=0, card=None)
+        except ValueError as err:
+            raise LaunchError(f"{err}: change the node count or --accumulation") from None
         return
     try:  # the trainer's own split (engine.rl_micro_batch or the accumulation), refused here rather than on the nodes
         micro_batches(profile.rl, profile.engine, processes, accumulation)

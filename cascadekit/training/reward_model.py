@@ -60,6 +60,7 @@ from cascadekit.domains.general import preference_pairs, quality
 from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, run_folder, run_stage
 from cascadekit.training.pretrain import resume_checkpoint
 from cascadekit.profiles import Profile, precision_inputs, seed_inputs
+from cascadekit.engine.batching import profile_split
 from cascadekit.engine.growth import grow
 from cascadekit.engine.runtime import (
     Placement, choose_device, load_classifier, load_model, load_tokenizer, save_checkpoint, training_precision,
@@ -224,15 +225,16 @@ def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> dic
 def reward_config(profile: Profile, out_dir: Path) -> RewardConfig:
     """TRL's reward-model settings from the profile's ``reward_model`` section.
 
-    Each device's ``batch_size`` pairs per step are ``engine.accumulation`` micro-batches."""
+    ``batch_size`` pairs are the step's batch over every process, each process's share
+    in micro-batches its card holds (:func:`cascadekit.engine.batching.profile_split`): a
+    pair is two sequences, each at most the longest row SFT trained on (``sft.stage2_seq_len``,
+    a prompt and the policy's answer), scored from the last token."""
     cfg = profile.reward_model
-    steps = profile.engine.accumulation
-    if cfg.batch_size % steps:
-        raise ValueError(f"reward_model.batch_size={cfg.batch_size} does not split into engine.accumulation={steps} "
-                         f"micro-batches")
+    split = profile_split(profile, "reward_model.batch_size", cfg.batch_size, 2 * profile.sft.stage2_seq_len,
+                          lm_head=False, lora=profile.engine.quantization == "4bit")
     return RewardConfig(
-        output_dir=str(out_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size // steps,
-        gradient_accumulation_steps=steps,
+        output_dir=str(out_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=split.micro,
+        gradient_accumulation_steps=split.accumulation,
         learning_rate=cfg.lr, lr_scheduler_type="cosine", warmup_steps=0.05, weight_decay=0.0, max_length=None,
         **training_precision(profile), logging_steps=10, report_to="none",
         save_strategy="steps", save_steps=SAVE_EVERY, save_total_limit=2,

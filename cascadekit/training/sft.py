@@ -41,6 +41,7 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
+from cascadekit.engine.batching import profile_split
 from cascadekit.training.chat_base import surface_ops
 from cascadekit.chat import render
 from cascadekit.domains import chat_records, check_record, configured, draw_tasks, prompt_of, stage_domains
@@ -125,14 +126,14 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
     """TRL settings: assistant-only loss, no packing, cosine schedule; device and precision from
     :func:`cascadekit.engine.runtime.choose_device` (the CPU unless the profile asks for CUDA and there is one).
 
-    Each device's ``sft.batch_size`` rows per step are ``engine.accumulation``
-    micro-batches (``cascadekit launch --accumulation``); the step stays the same.
-    On a GPU the activations are checkpointed (recomputed in the backward pass):
-    a 16K-token row's activations would not fit beside the model otherwise."""
+    ``sft.batch_size`` rows are the step's batch over every process, each process's
+    share in micro-batches its card holds at the stage's length
+    (:func:`cascadekit.engine.batching.profile_split`; ``engine.accumulation`` fixes
+    the split instead). On a GPU the activations are checkpointed (recomputed in the
+    backward pass): a 16K-token row's activations would not fit beside the model otherwise."""
     cfg = profile.sft
-    steps = profile.engine.accumulation
-    if cfg.batch_size % steps:
-        raise ValueError(f"sft.batch_size={cfg.batch_size} does not split into engine.accumulation={steps} micro-batches")
+    split = profile_split(profile, "sft.batch_size", cfg.batch_size, seq_len(profile, stage), lm_head=True,
+                          lora=cfg.use_lora)
     refuse_cpu_trl(choose_device(profile), "SFT")
     return SFTConfig(
         output_dir=str(out_dir),
@@ -140,8 +141,8 @@ def sft_config(profile: Profile, stage: int, out_dir: Path, steps_hint: int) -> 
         assistant_only_loss=True,
         packing=False,
         num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size // steps,
-        gradient_accumulation_steps=steps,
+        per_device_train_batch_size=split.micro,
+        gradient_accumulation_steps=split.accumulation,
         learning_rate=cfg.lr,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,
