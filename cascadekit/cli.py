@@ -17,6 +17,7 @@ import json
 import re
 import shlex
 import sys
+import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, NoReturn
@@ -883,57 +884,84 @@ def _structure_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class Command(NamedTuple):
-    """One verb of the command line: what runs it, its help line, and what adds its arguments."""
+    """One verb of the command line: its group, what runs it, its help line, and what adds its arguments."""
 
+    group: str
     handler: Callable[[argparse.Namespace], int]
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     add_help: bool = True  # False: the verb passes --help on to what it runs (bench NAME --help)
 
 
-#: Every verb, in the order ``cascadekit --help`` lists them.
+#: ``cascadekit --help`` lists the verbs under these headings, in this order.
+GROUPS = {"learn": "follow the course", "run": "train and evaluate, one chapter or stage at a time",
+          "inspect": "look at the kit, the machine and its speed", "maintain": "for the kit's maintainers"}
+
+#: Every verb, by group, in the order ``cascadekit --help`` lists them.
 COMMANDS: dict[str, Command] = {
-    "data": Command(cmd_data, "write generated DAG problems to JSONL", _data_arguments),
-    "verify": Command(cmd_verify, "judge model outputs against gold with the process verifier", _verify_arguments),
-    "run": Command(cmd_run, "execute the notebooks headlessly with papermill", _run_arguments),
-    "experiment": Command(cmd_experiment, "run one chapter's experiment and write its results", _experiment_arguments),
-    "cascade": Command(cmd_cascade, "run the whole cascade from the shipped stages, the stage table after each",
+    "run": Command("learn", cmd_run, "execute the notebooks headlessly with papermill", _run_arguments),
+    "chat": Command("learn", cmd_chat, "ask one prompt of every shipped Part II stage (base, SFT, RLHF, ... SWE RL) "
+                    "side by side, with verdicts; --list names every shipped checkpoint", _chat_arguments),
+    "data": Command("learn", cmd_data, "write generated DAG problems to JSONL", _data_arguments),
+    "verify": Command("learn", cmd_verify, "judge model outputs against gold with the process verifier",
+                      _verify_arguments),
+    "experiment": Command("run", cmd_experiment, "run one chapter's experiment and write its results",
+                          _experiment_arguments),
+    "cascade": Command("run", cmd_cascade, "run the whole cascade from the shipped stages, the stage table after each",
                        _cascade_arguments),
-    "chat": Command(cmd_chat, "ask one prompt of every shipped Part II stage (base, SFT, RLHF, ... SWE RL) side "
-                    "by side, with verdicts; --list names every shipped checkpoint", _chat_arguments),
-    "probe": Command(cmd_probe, "run one of chapter 04's probes and write its JSON and text table", _probe_arguments),
-    "evaluate-checkpoints": Command(cmd_evaluate_checkpoints, "the stage table of a list of checkpoints (folders or "
-                                    "hub names), e.g. released ones", _evaluate_checkpoints_arguments),
-    "edges": Command(cmd_edges, "greedy, pass@1, pass@k and best-of-k per domain x mode x op of one checkpoint, "
-                     "each cell banded too easy, edge or too hard", _edges_arguments),
-    "launch": Command(cmd_launch, "run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server",
+    "probe": Command("run", cmd_probe, "run one of chapter 04's probes and write its JSON and text table",
+                     _probe_arguments),
+    "edges": Command("run", cmd_edges, "greedy, pass@1, pass@k and best-of-k per domain x mode x op of one "
+                     "checkpoint, each cell banded too easy, edge or too hard", _edges_arguments),
+    "evaluate-checkpoints": Command("run", cmd_evaluate_checkpoints, "the stage table of a list of checkpoints "
+                                    "(folders or hub names), e.g. released ones", _evaluate_checkpoints_arguments),
+    "launch": Command("run", cmd_launch, "run a Part II stage on GPUs: accelerate (ZeRO-3/FSDP), Slurm, vLLM server",
                       _launch_arguments),
-    "book": Command(cmd_book, "build the HTML book from notebooks executed by `cascadekit run`", _book_arguments),
-    "times": Command(cmd_times, "put a course run's chapter times (its summary.md) into the README's table",
-                     _times_arguments),
-    "ship": Command(cmd_ship, "copy a finished cache entry into data/checkpoints/ to commit it", _ship_arguments),
-    "rekey-base": Command(cmd_rekey_base, "move a chat tokenizer and base cached under their old keys to their "
-                          "content keys (no training)", _rekey_base_arguments),
-    "bench": Command(cmd_bench, f"run a benchmark ({', '.join(BENCHMARKS)}); ratios against a baseline measured "
-                     "in the same run", _bench_arguments, add_help=False),
-    "gpucheck": Command(cmd_gpucheck, "run every GPU path once on random Qwen3-0.6B-shaped weights, each row ok, "
-                        "skipped or failed", _gpucheck_arguments, add_help=False),
-    "env": Command(cmd_env, "stack versions, device, dtype, memory and known problems", _env_arguments),
-    "structure": Command(cmd_structure, "the kit's layout: lines per wing, imports between wings, entry points, "
-                         "direct cache calls", _structure_arguments),
+    "env": Command("inspect", cmd_env, "stack versions, device, dtype, memory and known problems", _env_arguments),
+    "structure": Command("inspect", cmd_structure, "the kit's layout: lines per wing, imports between wings, entry "
+                         "points, direct cache calls", _structure_arguments),
+    "bench": Command("inspect", cmd_bench, f"run a benchmark ({', '.join(BENCHMARKS)}); ratios against a baseline "
+                     "measured in the same run", _bench_arguments, add_help=False),
+    "gpucheck": Command("inspect", cmd_gpucheck, "run every GPU path once on random Qwen3-0.6B-shaped weights, each "
+                        "row ok, skipped or failed", _gpucheck_arguments, add_help=False),
+    "book": Command("maintain", cmd_book, "build the HTML book from notebooks executed by `cascadekit run`",
+                    _book_arguments),
+    "times": Command("maintain", cmd_times, "put a course run's chapter times (its summary.md) into the README's "
+                     "table", _times_arguments),
+    "ship": Command("maintain", cmd_ship, "copy a finished cache entry into data/checkpoints/ to commit it",
+                    _ship_arguments),
+    "rekey-base": Command("maintain", cmd_rekey_base, "move a chat tokenizer and base cached under their old keys "
+                          "to their content keys (no training)", _rekey_base_arguments),
 }
 
 
+def _grouped() -> str:
+    """The verbs under their groups' headings, each with its help line (the ``--help`` epilog)."""
+    width = max(map(len, COMMANDS)) + 2
+    blocks = []
+    for group, what in GROUPS.items():
+        lines = [f"{group} ({what}):"]
+        for name, command in COMMANDS.items():
+            if command.group == group:
+                wrapped = textwrap.wrap(command.help, 100 - width - 2, break_on_hyphens=False) or [""]
+                lines.append(f"  {name:<{width}}{wrapped[0]}")
+                lines += [f"  {'':<{width}}{more}" for more in wrapped[1:]]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="cascadekit")
+    parser = _Parser(prog="cascadekit", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_grouped())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
-        verb = sub.add_parser(name, help=command.help, add_help=command.add_help)
+        verb = sub.add_parser(name, description=command.help, add_help=command.add_help)
         command.arguments(verb)
         verb.set_defaults(func=command.handler)
-    parser.description = (f"The cascadekit course kit's command line. Commands: {', '.join(sub.choices)}. "
-                          "Run 'cascadekit COMMAND --help' for one command's arguments. Bad input is one line "
-                          "on stderr and exit status 2.")
+    parser.description = textwrap.fill(
+        f"The cascadekit course kit's command line. Commands: {', '.join(sub.choices)}. Run 'cascadekit COMMAND "
+        "--help' for one command's arguments. Bad input is one line on stderr and exit status 2. New here? "
+        "'cascadekit run' runs the course; 'cascadekit chat --domain math --draw' asks every trained stage one "
+        "question.", 100, break_on_hyphens=False)
     return parser
 
 
