@@ -95,3 +95,14 @@ def test_the_small_sft_row_runs_the_small_profiles_first_stage_through_the_kits_
     (entry,) = (p for p in (tmp_path / "sft" / "cache" / "sft").iterdir() if not p.name.startswith("."))
     assert text.startswith(f"sft/{entry.name}:") and not (tmp_path / "mine").exists()  # the check's own cache
     assert os.environ["CASCADEKIT_CACHE"] == str(tmp_path / "mine")
+
+
+def test_gpuchecks_engines_take_the_cards_dtype(monkeypatch):
+    """Issue 59.3: on a T4 (no hardware bf16) gpucheck's loaders and vLLM row run fp16, as the kit's runs do."""
+    from cascadekit.engine import runtime
+    from cascadekit.launch import gpucheck
+
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("Tesla T4", False))
+    assert (gpucheck._placement().device, gpucheck._placement().dtype) == ("cuda", "float16")
+    monkeypatch.setattr(runtime, "cuda_device", lambda: ("NVIDIA H100 80GB HBM3", True))
+    assert gpucheck._placement().dtype == "bfloat16"

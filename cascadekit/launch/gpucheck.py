@@ -325,7 +325,7 @@ def needs_gpus(n: int) -> str:
 def check_vllm(folder: Path) -> str:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(_saved_model(folder, full_vocabulary=False)), dtype="bfloat16", gpu_memory_utilization=0.4, seed=0,
+    llm = LLM(model=str(_saved_model(folder, full_vocabulary=False)), dtype=_placement().dtype, gpu_memory_utilization=0.4, seed=0,
               max_model_len=1024, enforce_eager=True)
     params = SamplingParams(temperature=1.0, max_tokens=256, ignore_eos=True)
     start = time.perf_counter()
@@ -336,9 +336,11 @@ def check_vllm(folder: Path) -> str:
 
 
 def _placement() -> Any:
-    from cascadekit.engine.runtime import Placement
+    """The card's own dtype (:func:`cascadekit.engine.runtime.choose_device`: fp16 below compute capability 8.0), as
+    the kit's runs take it, so a T4's rows run what a run on it would."""
+    from cascadekit.engine.runtime import choose_device
 
-    return Placement(DEVICE, "bfloat16", "gpucheck")
+    return choose_device()
 
 
 def _missing(*modules: str) -> str:
