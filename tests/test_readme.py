@@ -61,3 +61,14 @@ def test_the_readme_time_columns_are_the_guides() -> None:
         assert readme[title]["all"] == totals.get(title, ""), title
     assert [t for t in readme if "time" in t or "measured" in t or "retrain" in t] == [
         t for t in columns if "time" in t or "measured" in t or "retrain" in t]
+
+
+def test_a_newcomer_meets_where_to_start_before_the_implementation_detail() -> None:
+    """Issue 58: ~3,000 words of worlds, knobs and speed ratios came before the chapter list."""
+    readme = (ROOT / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", readme, re.M)
+    assert headings.index("Start here") < headings.index("Chapters") < headings.index("Part II's worlds")
+    start = readme.split("## Start here", 1)[1].split("\n## ", 1)[0]
+    assert "01_dag_world.ipynb" in start and "08_unified_thinking_model.ipynb" in start and "cascadekit chat" in start
+    before_chapters = readme.split("## Chapters", 1)[0]
+    assert len(before_chapters.split()) < 1500, len(before_chapters.split())
