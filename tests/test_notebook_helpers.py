@@ -183,3 +183,16 @@ def test_show_source_displays_wherever_it_stands_in_a_cell() -> None:
     finally:
         InteractiveShell.clear_instance()
     assert len(shown) == 1 and "def lookup(" in shown[0]["text/markdown"]
+
+
+def test_a_chapter_prints_the_profile_it_runs_not_the_plain_scale_profile(tmp_path, capsys) -> None:
+    """Part II notebooks printed the plain toy profile (math_rl lengths (36, 48, 64), sft ops (2, 3)) above a
+    chapter running its world's (48-80, ops 4-5): the screen contradicted itself (issue 58)."""
+    from cascadekit.course.notebook import chapter
+    from cascadekit.profiles import load_profile
+
+    ch = chapter("11", "toy", 0, tmp_path / "out")
+    printed = capsys.readouterr().out
+    assert ch.profile.summary() in printed
+    assert ch.profile.math_rl.lengths != load_profile("toy").math_rl.lengths  # the world differs ...
+    assert load_profile("toy").summary() not in printed  # ... and the plain profile is not what is shown

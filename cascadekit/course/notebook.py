@@ -46,11 +46,20 @@ class ChapterSettingsError(ProfileError):
 
 def start_chapter(scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Profile:
     """Resolve and print the profile, the environment's short form, and create ``out_dir``."""
+    return _opened(_scale_profile(scale, seed, overrides), out_dir)
+
+
+def _scale_profile(scale: str, seed: int, overrides: Any) -> Profile:
+    """The scale profile under ``overrides``; a bad override is one :class:`ChapterSettingsError` line."""
     try:
         settings = {k: v for k, v in overrides_mapping(overrides).items() if not k.startswith(CHAPTER_PREFIX)}
-        profile = load_profile(scale, {"seed": seed, **settings})
+        return load_profile(scale, {"seed": seed, **settings})
     except ProfileError as err:
         raise ChapterSettingsError(str(err)) from None
+
+
+def _opened(profile: Profile, out_dir: str | Path) -> Profile:
+    """Print ``profile`` and the environment's short form, create ``out_dir``."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     quiet_known_noise()
     print(profile.summary())
@@ -114,16 +123,19 @@ def claims_summary(paper_vs_run: str) -> str:
 
 
 def chapter(number: str, scale: str, seed: int, out_dir: str | Path, overrides: Any = None) -> Chapter:
-    """Open chapter ``number`` at ``scale``: print the profile and environment, make ``out_dir``.
+    """Open chapter ``number`` at ``scale``: print the profile it runs and the environment, make ``out_dir``.
 
     The config is the scale profile, then the chapter's settings for that scale
-    (``chapters.yaml``), then ``overrides``: the same as ``cascadekit experiment``.
+    (``chapters.yaml``, with its world), then ``overrides``: the same as ``cascadekit
+    experiment``. The profile printed is that one, the one the chapter runs (the plain
+    scale profile said ``math_rl lengths=(36, 48, 64)`` above a chapter running 48-80).
     """
-    start_chapter(scale, seed, out_dir, overrides)
+    _scale_profile(scale, seed, overrides)  # the overrides' own checks first, one line each
     try:
         config = chapters.resolve(number, scale, overrides, seed)
     except ProfileError as err:
         raise ChapterSettingsError(str(err)) from None
+    _opened(config.profile, out_dir)
     if config.settings:
         print(f"chapter {config.spec.id} settings at {scale}: {dict(config.settings)}")
     return Chapter(config, Path(out_dir))
