@@ -59,7 +59,8 @@ from cascadekit.chat import MARKUP_TOKENS, install_chat_template
 from cascadekit.profiles import Profile
 
 __all__ = [
-    "BF16_CAPABILITY", "CPU", "CPU_TRL", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "Placement",
+    "BF16_CAPABILITY", "CPU", "CPU_TRL", "DOWNLOAD_ENV", "CheckpointUnloadable", "DownloadNotAllowed", "MissingExtra", "NoSuchCheckpoint",
+    "Placement",
     "UnsupportedStack", "base_model_source", "checkpoint_folder", "choose_device", "cpu_trl_problem", "cuda_device",
     "download_allowed", "four_bit_config", "hub_cache_dir", "load_chat_tokenizer",
     "load_classifier", "load_model", "load_tokenizer", "lora_config", "refuse_cpu_trl", "require", "save_checkpoint", "with_lora",
@@ -262,7 +263,7 @@ def _local_folder(source: str | os.PathLike) -> Path | None:
     if path.is_dir():
         return path
     looks_like_path = (isinstance(source, os.PathLike) or os.path.isabs(text) or text.startswith((".", "~"))
-                       or text.count("/") > 1 or "\\" in text or not text)
+                       or "\\" in text or not text or "" in text.split("/"))
     if looks_like_path or path.exists():
         raise FileNotFoundError(f"no checkpoint folder at {path}")
     return None
@@ -302,12 +303,32 @@ def _loaded(what: str, folder: str | os.PathLike, load: Callable[..., T], **kwar
         raise CheckpointUnloadable(f"{what} at {folder} cannot be loaded: {reason}") from err
 
 
+class NoSuchCheckpoint(DownloadNotAllowed, FileNotFoundError):
+    """A name shaped both as a relative folder and as a hub repository's subfolder that is neither (nor cached)."""
+
+
+def _hub_parts(name: str) -> tuple[str, str]:
+    """``(repository, subfolder)`` of a hub name: ``owner/repo`` has none; ``owner/repo/stage`` names one of the
+    repository's folders, as the Cascade-1 intermediate checkpoints are (``nvidia/...-Intermediate-ckpts/<stage>``)."""
+    parts = name.split("/")
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
 def _snapshot(name: str, local_files_only: bool) -> Path:
-    """The folder of hub model ``name`` in the HF cache (downloaded first unless ``local_files_only``)."""
+    """The folder of hub model ``name`` in the HF cache (downloaded first unless ``local_files_only``).
+
+    A name with a subfolder (:func:`_hub_parts`) fetches that folder's files alone and is that folder.
+    """
+    repo, subfolder = _hub_parts(name)
+    patterns = [f"{subfolder}/{pattern}" if subfolder else pattern for pattern in _CHECKPOINT_FILES]
     try:
-        return Path(snapshot_download(name, allow_patterns=_CHECKPOINT_FILES, local_files_only=local_files_only))
+        root = Path(snapshot_download(repo, allow_patterns=patterns, local_files_only=local_files_only))
     except ValueError as err:  # not a valid repo id
         raise OSError(str(err)) from err
+    folder = root / subfolder
+    if not folder.is_dir():
+        raise FileNotFoundError(f"hub repository {repo} has no folder {subfolder!r}")
+    return folder
 
 
 def _from_source(what: str, source: str | os.PathLike, load: Callable[..., T], allow_download: bool | None,
@@ -326,6 +347,9 @@ def _from_source(what: str, source: str | os.PathLike, load: Callable[..., T], a
         return _loaded(what, _snapshot(name, local_files_only=True), load, **kwargs)
     except OSError as cached:  # not in the cache, or only partly
         if not download_allowed(allow=allow_download):
+            if _hub_parts(name)[1]:  # owner/repo/folder reads as a relative folder too
+                raise NoSuchCheckpoint(f"no checkpoint folder at {Path(name).expanduser()}, and {_not_allowed(what, name)}"
+                                       ) from cached
             raise _not_allowed(what, name) from cached
         if _hub_offline():
             raise DownloadNotAllowed(f"{what} {name!r} is not in the Hugging Face cache ({hub_cache_dir()}) "
