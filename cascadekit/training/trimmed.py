@@ -15,6 +15,14 @@ advantages and the logs are TRL's. The bigger the step, the closer the chunks fi
 their rows (more rows of each length), so this is what lets a rollout cost less in a
 bigger batch.
 
+Measured (``cascadekit bench grpo --prompts 8,32,64 --steps 3 --repeats 3 --threads 1``, toy shape,
+48-token completions, shared 2-core machine, CPU seconds, medians): the step's forward and backward
+fall from 3.90 to 1.64 s at 64 prompts x 8 rollouts (0.37 to 0.25 s at 8 prompts); a rollout costs
+1.40x less at 64 prompts a step than at 8 (0.90x with the padded forward), and the whole step reaches
+44% of the one-thread matmul peak at 64 prompts (21% padded). What is left is mostly matrix products
+(about two thirds of a chunk's time, near the peak) and the model's elementwise work; chunk budgets of
+512 to 2048 tokens measured within 10% of each other at both shapes.
+
 Where it departs from TRL: a chunk's tokens sit at other absolute positions than in
 the padded batch (less left padding). Rotary attention depends only on relative
 positions, so the values are TRL's up to float rounding, not bit for bit.
