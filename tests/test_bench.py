@@ -83,3 +83,14 @@ def test_the_reward_bench_scores_a_code_step_alike_both_ways():
     out = compare({"every rollout": [_every_rollout(verifier_reward)],
                    "distinct once": [reading_markup(verifier_reward, _Ids())]}, batch, 1)
     assert out["same"] and all(wall > 0 and cpu > 0 for wall, cpu in (out["every rollout"], out["distinct once"]))
+
+
+def test_bench_parity_collects_each_harness_count_line() -> None:
+    """Issue 55: the parity counts are in ``cascadekit bench`` output; each parity test prints its line."""
+    from cascadekit.bench import parity
+    from cascadekit.codeversion import REPO_DIR
+
+    out = "x\nparity: a vs b: 3/3 agree\n.. [100%]\n  parity: c vs d: 1/2 agree  \n"
+    assert parity.parity_lines(out) == ["parity: a vs b: 3/3 agree", "parity: c vs d: 1/2 agree"]
+    for test in parity.PARITY_TESTS:
+        assert 'print(f"\\nparity: ' in (REPO_DIR / test).read_text(), test

@@ -322,7 +322,7 @@ def test_the_kit_agrees_with_ifevals_checkers(reference) -> None:
         if (got.score == 1.0) != want:
             disagreements.append((instruction_id, kwargs, response, want, got.reason))
     agreed = len(all_cases) - len(disagreements)
-    print(f"\nIFEval parity: the kit agrees with IFEval's checkers on {agreed} of {len(all_cases)} cases")
+    print(f"\nparity: IFEval checks vs IFEval's own checkers (if-verifiable): {agreed}/{len(all_cases)} verdicts agree")
     assert agreed >= REQUIRED_AGREEMENT * len(all_cases), disagreements[:10]
 
 

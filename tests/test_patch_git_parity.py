@@ -233,10 +233,24 @@ def test_every_class_agrees_with_git_apply(git_apply: GitApply, name: str, files
     assert kit_apply(files, diff) == git_apply(files, diff)
 
 
+def test_the_classes_agree_with_git_apply_as_counts(git_apply: GitApply) -> None:
+    total, agree, equal, differ = agreement(CLASSES, git_apply)
+    _print_parity("the classes the kit once differed in", CLASSES, total, agree, equal)
+    assert not differ
+
+
 def test_drifted_diffs_agree_with_git_apply(git_apply: GitApply) -> None:
     cases = drifted_cases(300)
     total, agree, equal, differ = agreement(cases, git_apply)
+    _print_parity("drifted diffs", cases, total, agree, equal)
     assert not differ, f"{len(differ)} of {total} differ from git apply: {differ[:10]}"
+
+
+def _print_parity(label: str, cases: list[tuple[str, dict[str, str], str]], total: int, agree: int, equal: int) -> None:
+    """The counts ``cascadekit bench parity`` collects (``pytest -s`` shows them)."""
+    accepted = sum(kit_apply(files, diff) is not None for _, files, diff in cases)
+    print(f"\nparity: patch applier vs git apply, {label}: {agree}/{total} accept/reject agree, "
+          f"bytes equal on {equal}/{accepted} the kit accepts")
 
 
 def agreement(cases: list[tuple[str, dict[str, str], str]], git_apply: GitApply) -> tuple[int, int, int, list[str]]:
@@ -257,6 +271,7 @@ def test_the_repository_history_agrees_with_git_apply(git_apply: GitApply) -> No
         pytest.skip("a shallow clone: the history corpus needs the repository's commits")
     cases = history_corpus(CORPUS_COMMITS)
     total, agree, equal, differ = agreement(cases, git_apply)
+    _print_parity(f"this repository's last {CORPUS_COMMITS} commits", cases, total, agree, equal)
     assert total >= 3 * CORPUS_COMMITS and not differ, f"{len(differ)} differ from git apply: {differ[:10]}"
     rejected = sum(kit_apply(files, diff) is None for _, files, diff in cases)
     assert CORPUS_COMMITS < rejected < total - CORPUS_COMMITS  # both verdicts well represented (git's, as they agree)

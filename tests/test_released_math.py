@@ -131,8 +131,11 @@ def test_a_math_verify_failure_is_no_verdict_and_the_kits_check_decides():
 
 def test_the_kits_check_never_accepts_what_math_verify_rejects():
     said = [(predicted, gold, reference(predicted, gold), checks._by_the_kit(predicted, gold)) for predicted, gold in PAIRS]
-    assert [(p, g) for p, g, ref, kit in said if kit and not ref] == []
     equal = [kit for _, _, ref, kit in said if ref]
+    false = [(p, g) for p, g, ref, kit in said if kit and not ref]
+    print(f"\nparity: the kit's math check (no math-verify) vs math-verify: {len(false)} false accepts on "
+          f"{len(said) - len(equal)} unequal pairs, {sum(equal)}/{len(equal)} equal pairs accepted")
+    assert false == []
     assert len(equal) >= 100 and sum(equal) / len(equal) >= 0.8, f"the kit accepts {sum(equal)} of {len(equal)}"
 
 
