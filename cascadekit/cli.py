@@ -314,12 +314,17 @@ def _command(args: argparse.Namespace) -> str:
 
 def cmd_cascade(args: argparse.Namespace) -> int:
     """One more arm of chapter 14 (:func:`cascadekit.chapters.cascade_arms.lever`), a stage table per stage."""
-    from cascadekit.chapters import resolve
-    from cascadekit.chapters.cascade_arms import lever, write_fresh_prompts, write_lever_claims, write_versus
-    from cascadekit.course.replicates import seed_folder
-    from cascadekit.profiles import set_threads
+    from cascadekit.chapters import chapter_world, resolve
+    from cascadekit.engine.unsloth_first import import_unsloth_first
+    from cascadekit.profiles import CHAPTER_PREFIX, load_profile, set_threads, with_world
 
     _needs_a_gpu_it_has(args.scale)
+    # before the arms import trl, transformers and peft, as cmd_experiment does (chapter 14's world)
+    import_unsloth_first(load_profile(args.scale, with_world({k: v for k, v in _overrides(args).items()
+                                                              if not k.startswith(CHAPTER_PREFIX)},
+                                                             chapter_world("14", args.scale))).engine)
+    from cascadekit.chapters.cascade_arms import lever, write_fresh_prompts, write_lever_claims, write_versus
+    from cascadekit.course.replicates import seed_folder
     seeds = _train_seeds_of(args, one_seed_jobs=2)
     overrides = _with_train_seed(_overrides(args), seeds)
     out, work = Path(args.out), Path(args.work)

@@ -55,3 +55,30 @@ def test_unsloth_is_not_imported_after_the_libraries_it_patches(monkeypatch):
     assert "unsloth" not in sys.modules
     assert len(caught) == 1 and "transformers" in str(caught[0].message) and "would not apply" in str(caught[0].message)
     assert unsloth_first.import_unsloth_first(load_profile("toy").engine) is False  # not asked: nothing said
+
+
+def test_cascadekit_cascade_imports_unsloth_before_anything_it_patches(tmp_path):
+    """Issue 59 item 7: ``cascadekit cascade`` (chapter 14's chain) imports Unsloth first, as ``experiment`` does."""
+    (tmp_path / "unsloth.py").write_text(
+        "import sys\nBEFORE = [m for m in ('trl', 'transformers', 'peft') if m in sys.modules]\n")
+    script = textwrap.dedent("""
+        import sys, types
+        import torch
+        torch.cuda.is_available = lambda: True
+        from cascadekit import cli
+
+        def stop(name):  # the cascade's arms import trl: stop where they are imported
+            print("unsloth imported before the arms:", "unsloth" in sys.modules)
+            print("unsloth imported after:", sys.modules["unsloth"].BEFORE if "unsloth" in sys.modules else None)
+            raise SystemExit(0)
+
+        arms = types.ModuleType("cascadekit.chapters.cascade_arms")
+        arms.__getattr__ = stop
+        sys.modules["cascadekit.chapters.cascade_arms"] = arms
+        cli.main(["cascade", "--scale", "small"])
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "unsloth imported before the arms: True" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "unsloth imported after: []" in done.stdout
