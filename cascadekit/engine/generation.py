@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from cascadekit import distributed
 from cascadekit.chat import stop_token_ids
 from cascadekit.profiles import EngineConfig, Profile
 from cascadekit.engine.runtime import choose_device, require
@@ -143,7 +144,15 @@ def offline_engine(folder: str | Path, engine: EngineConfig | None = None,
 
 @contextlib.contextmanager
 def greedy_generator(folder: str | Path, tokenizer: Any, profile: Profile) -> Iterator[GreedyGenerator]:
-    """Greedy vLLM completions of rendered chat prompts, cut at the chat's stop ids, as transformers gives them."""
+    """Greedy vLLM completions of rendered chat prompts, cut at the chat's stop ids, as transformers gives them.
+
+    Under a multi-process launch only the main process opens the engine (each would
+    take its memory share of the card beside training); every process gets its
+    completions (:func:`cascadekit.distributed.broadcast`), call for call.
+    """
+    if not distributed.is_main():
+        yield lambda prompts, max_new_tokens, batch_size: distributed.broadcast(None)
+        return
     vllm = require("vllm", "gpu", "vLLM generation")
     stops = stop_token_ids(tokenizer)
     with offline_engine(folder, profile.engine, dtype=choose_device(profile).dtype, seed=0) as llm_generate:
@@ -155,6 +164,6 @@ def greedy_generator(folder: str | Path, tokenizer: Any, profile: Profile) -> It
                 ids = list(result.outputs[0].token_ids)
                 n = len(ids) - (1 if ids and ids[-1] in stops else 0)
                 out.append((result.outputs[0].text, n))
-            return out
+            return distributed.broadcast(out)
 
         yield generate
