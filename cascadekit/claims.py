@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from cascadekit.formatting import fixed
 from cascadekit.passk import pass_at_k
 
 Direction = Literal["up", "down", "flat"]
@@ -297,9 +298,16 @@ def verdict(low: float, high: float, direction: Direction, tolerance: float = FL
     raise ValueError(f"direction must be 'up', 'down' or 'flat', got {direction!r}")
 
 
+def in_unit(unit: str, direction: Direction, tolerance: float = FLAT_TOLERANCE) -> str:
+    """A claim's note for a change counted in ``unit``: the unit, and where the paper's direction lies."""
+    expected = {"up": "above 0", "down": "below 0"}.get(direction, f"within +-{tolerance:g} of 0")
+    return f"(in {unit}, not a share: the paper's direction is {expected})"
+
+
 def claim_row(claim: str, paper: str, estimate: float, low: float, high: float, direction: Direction,
               *, tolerance: float = FLAT_TOLERANCE, digits: int = 3, seeds: Sequence[float] | None = None,
-              p_value: float | None = None, primary: bool | None = None, **extra: Any) -> dict[str, Any]:
+              p_value: float | None = None, primary: bool | None = None, unit: str = "",
+              **extra: Any) -> dict[str, Any]:
     """One row of a paper-vs-run table, the same shape in every chapter.
 
     ``{"claim", "paper", "this run", "95% interval", "verdict", **extra}``: ``this run``
@@ -311,18 +319,23 @@ def claim_row(claim: str, paper: str, estimate: float, low: float, high: float, 
     (:func:`bootstrap_p_value`) adds a ``p`` and a ``family`` cell (``primary`` or
     ``secondary``, from ``primary``) for :func:`holm_rows`. Without them the row is
     exactly what it was before seeds and families existed.
+
+    ``unit`` names what a change is counted in when it is not a share (``"tokens"``):
+    the claim then says so and which side of 0 is the paper's direction, since such a
+    row sits among accuracy changes. Cells never write a negative zero
+    (:func:`cascadekit.formatting.fixed`); the verdict reads the unrounded interval.
     """
     if not low <= estimate <= high:
         raise ValueError(f"estimate {estimate} outside its interval [{low}, {high}]")
     if p_value is not None and not 0 <= p_value <= 1:
         raise ValueError(f"p_value must lie in [0, 1], got {p_value}")
-    interval = f"[{low:.{digits}f}, {high:.{digits}f}]"
+    interval = f"[{fixed(low, digits)}, {fixed(high, digits)}]"
     if seeds is not None:
-        interval += " (seeds: " + ", ".join(f"{s:.{digits}f}" for s in seeds) + ")"
+        interval += " (seeds: " + ", ".join(fixed(s, digits) for s in seeds) + ")"
     row = {
-        "claim": claim,
+        "claim": f"{claim} {in_unit(unit, direction, tolerance)}" if unit else claim,
         "paper": paper,
-        "this run": round(estimate, digits),
+        "this run": round(estimate, digits) + 0.0,  # + 0.0: a rounded -0.0 becomes 0.0
         "95% interval": interval,
         "verdict": verdict(low, high, direction, tolerance),
     }

@@ -169,8 +169,10 @@ def markdown_table(rows: Sequence[dict[str, Any]], digits: int = 3) -> str:
         return ""
     columns = list(rows[0])
 
-    def cell(value: Any) -> str:
-        return f"{value:.{digits}f}" if isinstance(value, float) else str(value).replace("|", "\\|")
+    def cell(value: Any) -> str:  # a float never as a negative zero (``-0.000`` read as a drop)
+        from cascadekit.formatting import fixed
+
+        return fixed(value, digits) if isinstance(value, float) else str(value).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]

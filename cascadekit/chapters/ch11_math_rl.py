@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 from cascadekit.chapters import ChapterConfig
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.claims import claim_row, holm_rows, seed_row, unpaired_seed_row
+from cascadekit.formatting import op_span
 from cascadekit.domains import chat_record, domains, draw_tasks, gold_answer
 from cascadekit.evaluation.replicates import combine_runs, replicates, seed_notes
 from cascadekit.evaluation.stage_claims import compact, kept_domains_row
@@ -214,9 +215,9 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
     if all(sum(s["score"] for s in c) and sum(s["score"] for s in f) for c, f in zip(control, final)):
         estimate, low, high, seeds = ratio_change(control, final)
-        rows.append(claim_row("... with fewer tokens per correct answer (IF-RL start minus SFT start)",
+        rows.append(claim_row("... with fewer tokens per correct answer, IF-RL start minus SFT start",
                               "RLHF makes reasoning more token-efficient", estimate, low, high, "down", digits=1,
-                              seeds=seeds if len(seeds) > 1 else None))
+                              seeds=seeds if len(seeds) > 1 else None, unit="tokens per correct answer"))
 
     def gain(on: Sequence[int]) -> list[list[float]]:
         return [[y - x for x, y in zip(at_ops(b, on), at_ops(a, on))] for b, a in zip(before_last, last)]
@@ -224,7 +225,7 @@ def claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows += [
         seed_row(f"the longest length stage lifts the hardest problems (op {hi}): last stage minus the one before",
                  "hard AIME 30% -> 40% in the 40K stage", change(last, before_last, hard), "up"),
-        unpaired_seed_row(f"... more than it lifts ops {lo}-{hi - 1} (difference of the two gains)",
+        unpaired_seed_row(f"... more than it lifts {op_span(lo, hi - 1)} (difference of the two gains)",
                           "the gain is on hard problems", gain(hard), gain(easy), "up"),
     ]
     trained = [[s for s in m["runs"][CASCADE] if s["curves"]] for m in runs]

@@ -24,6 +24,8 @@ from cascadekit.claims import FLAT_TOLERANCE, Direction, bootstrap_interval, boo
 Sample = Mapping[str, Any]
 #: What a chapter's metrics keep of every stage-table sample: enough for every paired claim.
 PER_SAMPLE_FIELDS = ("domain", "think", "score", "tokens", "repetition")
+#: The unit a claim names for a per-sample field counted in something other than a share.
+UNITS = {"tokens": "tokens"}
 #: A cell whose score before the stage is at least this is at its ceiling: it can only fall.
 CEILING = 0.95
 
@@ -105,9 +107,13 @@ def change_row(claim: str, paper: str, before: Sequence[Iterable[Sample]], after
                direction: Direction, field: str = "score", names: Sequence[str] | None = None,
                think: bool | None = None, *, primary: bool = False, tolerance: float = FLAT_TOLERANCE,
                digits: int = 3) -> dict[str, Any]:
-    """A claim row of a stage's change over seeds and prompts (:func:`cascadekit.claims.seed_row`)."""
+    """A claim row of a stage's change over seeds and prompts (:func:`cascadekit.claims.seed_row`).
+
+    A change of a field that is not a score names its unit in the claim (:data:`UNITS`):
+    a tokens row sits among accuracy changes in every Part II table.
+    """
     return seed_row(claim, paper, seed_differences(before, after, field, names, think), direction, primary=primary,
-                    tolerance=tolerance, digits=digits)
+                    tolerance=tolerance, digits=digits, unit=UNITS.get(field, ""))
 
 
 def _modes(samples: Iterable[Sample], domain: str) -> list[bool]:
