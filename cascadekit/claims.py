@@ -33,6 +33,7 @@ Stdlib and numpy only, so the notebooks and the book can use it without torch.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
@@ -462,3 +463,29 @@ def holm_rows(rows: Sequence[Mapping[str, Any]], alpha: float = 0.05) -> list[di
                      "Holm": holm_cells.get(i, "n/a")})
         result.append({**head, **{k: v for k, v in r.items() if k not in head}})
     return result
+
+
+_DECIMALS = re.compile(r"\[-?\d+(?:\.(\d+))?")
+
+
+def claims_view(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The claim rows as a notebook shows them: five columns, not eight.
+
+    ``claim``, ``paper``, this run's figure with its interval (at the interval's
+    precision), the ``verdict`` and, where rows carry one (:func:`holm_rows`), the
+    verdict after Holm with its family (the adjusted p is in that cell, so the raw
+    ``p`` column is left to ``paper_vs_run.md``, which keeps all eight).
+    """
+    view = []
+    for row in rows:
+        estimate, interval = row["this run"], str(row["95% interval"])
+        if isinstance(estimate, float):
+            decimals = _DECIMALS.match(interval)
+            estimate = fixed(estimate, len(decimals.group(1) or "") if decimals else 3)
+        cells = {"claim": row["claim"], "paper": row["paper"], "this run [95% interval]": f"{estimate} {interval}",
+                 "verdict": row["verdict"]}
+        if "Holm" in row:
+            tested = row.get("family", "n/a") != "n/a"
+            cells["after Holm"] = f"{row['Holm']}, {row['family']} family" if tested else "no p-value: not corrected"
+        view.append(cells)
+    return view

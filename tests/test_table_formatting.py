@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cascadekit.claims import claim_row, seed_row
+from cascadekit.claims import claim_row, claims_view, holm_rows, seed_row
 from cascadekit.evaluation.stage_claims import change_row
 from cascadekit.formatting import fixed, op_span
 from cascadekit.results import RESULTS_DIR, markdown_table
@@ -91,3 +91,16 @@ def test_every_committed_tokens_row_names_its_unit(folder: str) -> None:
     rows = [line.split(" | ")[0] for line in _claims_table(folder) if "tokens" in line.split(" | ")[0]]
     assert rows, f"{folder} has no tokens row"
     assert all("(in tokens" in claim and ("below 0" in claim or "above 0" in claim) for claim in rows), rows
+
+
+def test_the_notebook_view_of_claims_has_five_columns_at_the_interval_precision() -> None:
+    rows = holm_rows([claim_row("a", "p", 0.25, 0.1, 0.4, "up", p_value=0.01, primary=True),
+                      claim_row("tokens", "p", -0.1, -27.0, 28.9, "down", digits=1, unit="tokens"),
+                      claim_row("b", "p", -0.0002, -0.003, 0.002, "up", p_value=0.5)])
+    view = claims_view(rows)
+    assert [list(r) for r in view] == [["claim", "paper", "this run [95% interval]", "verdict", "after Holm"]] * 3
+    assert view[0]["this run [95% interval]"] == "0.250 [0.100, 0.400]"
+    assert view[0]["after Holm"] == "reproduced (adj. p 0.010), primary family"
+    assert view[1]["this run [95% interval]"] == "-0.1 [-27.0, 28.9]" and "not corrected" in view[1]["after Holm"]
+    assert view[2]["this run [95% interval]"] == "0.000 [-0.003, 0.002]"
+    assert "after Holm" not in claims_view([claim_row("c", "p", 0.1, 0.0, 0.2, "up")])[0]

@@ -1,0 +1,60 @@
+"""Notebooks that teach before they tabulate (issue 58), read from the committed notebook JSON.
+
+* An RL chapter shows its claims table once, in the section that explains how to read it, explanation
+  first: the committed run's table; the notebook's own run's table only when it trained one (guarded by
+  ``trained_here``). Chapters 10 and 11 showed the same eight-column table three times before any
+  explanation (at a glance, this run, the committed run).
+* Prose is rendered by the chapter's library, not by a long notebook cell: no code cell that renders prose
+  (``render(``) runs longer than :data:`MAX_PROSE_CELL_LINES` lines (chapters 04 and 07 had 78 and 79).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+#: The RL chapters whose claims table is shown once, where it is explained.
+TEACH_FIRST = ("10", "11")
+#: A code cell that renders prose may be this long; longer rendering belongs in the chapter's module.
+MAX_PROSE_CELL_LINES = 15
+
+_CLAIMS = re.compile(r"ch\.claims\((\w+)\)|at_a_glance\(")
+
+
+def _notebook(number: str) -> list:
+    return nbformat.read(next(NOTEBOOKS.glob(f"{number}_*.ipynb")), as_version=4).cells
+
+
+def _claims_cells(cells: list) -> list[tuple[int, str]]:
+    """(index, what it renders) of every code cell that shows a claims table."""
+    shown = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code":
+            for match in _CLAIMS.finditer(cell.source):
+                shown.append((i, match.group(1) or "at a glance"))
+    return shown
+
+
+@pytest.mark.parametrize("number", TEACH_FIRST)
+def test_the_claims_table_is_shown_once_after_its_explanation(number: str) -> None:
+    cells = _notebook(number)
+    shown = _claims_cells(cells)
+    committed = [i for i, what in shown if what == "toy"]
+    assert len(committed) == 1, f"chapter {number}: the committed run's claims shown {len(committed)} times: {shown}"
+    assert all(what in ("toy", "metrics") for _, what in shown), f"chapter {number}: another claims table: {shown}"
+    for i, what in shown:
+        if what == "metrics":  # this notebook's own run: only when it trained one
+            guarded = re.search(r"^if trained_here:.*\n(?:    .*\n)*?    .*ch\.claims\(metrics\)", cells[i].source, re.M)
+            assert guarded, f"chapter {number}: this run's claims shown even when it is the committed run"
+    explained = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "How to read the claims" in c.source]
+    assert explained and explained[0] < committed[0], f"chapter {number}: the claims come before their explanation"
+
+
+@pytest.mark.parametrize("number", ("04", "07", *TEACH_FIRST))
+def test_no_long_cell_renders_prose(number: str) -> None:
+    long = [(i, len(c.source.splitlines())) for i, c in enumerate(_notebook(number))
+            if c.cell_type == "code" and "render(" in c.source and len(c.source.splitlines()) > MAX_PROSE_CELL_LINES]
+    assert not long, f"chapter {number}: prose rendered by long cells (index, lines): {long}"
