@@ -214,6 +214,8 @@ class SWERLConfig:
     (``judge_eval_tasks`` held out), whether a candidate patch passes the hidden
     tests: the gold patch, its corruptions and ``judge_samples`` of the policy's
     own answers per prompt. ``workers`` sandbox runs verify rollouts at once.
+    ``applicable`` (a lever, not the paper's reward) makes the similarity 0 for a
+    patch that does not apply to calc.py, as ``git apply`` judges applicability.
     """
 
     ops: tuple[int, int]
@@ -230,6 +232,7 @@ class SWERLConfig:
     judge_lr: float
     judge_batch_size: int
     workers: int
+    applicable: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from cascadekit.stages import StageOutput
 from cascadekit.profiles import ProfileError, load_profile, profile_names
 from cascadekit.training.swe_judge import auc, constructed, executed, held_out_check
 from cascadekit.training.swe_rl import (
-    execution_free_reward, execution_reward, lexical_reward, stage_records, swe_domain, swe_rl_settings, swe_tasks,
+    applied_lexical_reward, arm_rewards, execution_free_reward, execution_reward, lexical_reward, stage_records,
+    swe_domain, swe_rl_settings, swe_tasks,
 )
 
 GARBAGE = ["", "no patch here", "calc.py\n<<<<<<< SEARCH\n", "<<<<<<< SEARCH\n=======\n>>>>>>> REPLACE",
@@ -75,6 +76,28 @@ def test_execution_free_reward_weighs_lexical_and_semantic():
         execution_free_reward(semantic, 1.5)
     with pytest.raises(ValueError, match="'gold' dataset column"):
         lexical_reward([None], ["x"])
+
+
+def test_asking_applicability_zeroes_a_patch_that_does_not_apply_and_keeps_the_rest():
+    """Issue 55 item 6: the option where the file's contents are known; the paper's reward stays the default."""
+    task = swe_tasks(load_profile("smoke"), 1, "rl", 0, [1])[0]
+    gold_text = gold_answer(chat_record(task, True))
+    search = task.gold["patch"].split("\n")[2]
+    misplaced = gold_text.replace(search, search + "  # not in calc.py", 1)  # close to the gold, applies nowhere
+    answers, golds = [gold_text, misplaced, "garbage"], [json.dumps(task.gold)] * 3
+    plain = lexical_reward([None] * 3, answers, gold=golds)
+    applied = applied_lexical_reward([None] * 3, answers, gold=golds)
+    assert plain[0] == applied[0] == 1.0 and plain[1] > 0.9 and applied[1] == 0.0 and applied[2] == plain[2] == 0.0
+
+    def semantic(prompts, completions, **kwargs):
+        return [0.0] * len(completions)
+
+    semantic.__name__ = "swe_judge_test"
+    assert execution_free_reward(semantic, 0.5).__name__ == "swe_execution_free_0.5_swe_judge_test"  # keys kept
+    assert execution_free_reward(semantic, 0.5, applicable=True).__name__ == (
+        "swe_execution_free_0.5_applied_swe_judge_test")
+    free, _ = arm_rewards(load_profile("smoke", {"swe_rl.applicable": True}), semantic)["execution-free"]
+    assert free([None] * 3, answers, gold=golds) == [0.5, 0.0, 0.0]
 
 
 def test_judge_candidates_are_labelled_by_execution():

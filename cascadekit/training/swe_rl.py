@@ -98,6 +98,23 @@ def lexical_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) ->
 lexical_reward.__name__ = "swe_lexical"
 
 
+def applied_lexical_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """The lexical half asking applicability too: 0 for a patch that does not apply to the task's file.
+
+    A lever, not the paper's reward (issue 55): measured on 512 rollouts of the
+    shipped Code RL checkpoint (seed 0, 64 SWE prompts x 8 at temperature 1), 302
+    patches do not apply to calc.py yet earn a mean similarity of 0.81, and none
+    passes the tests; asking applicability raised the reward's correlation with
+    execution truth from 0.32 to 0.60.
+    """
+    golds = _golds(completions, kwargs)
+    return [patch_similarity(completion_text(c), gold["patch"], files={gold["file"]: gold["source"]})
+            for c, gold in zip(completions, golds)]
+
+
+applied_lexical_reward.__name__ = "swe_lexical_applied"
+
+
 def execution_reward(workers: int) -> RewardFn:
     """Execution truth as a reward: 1 when the patch applies and every hidden test passes in the sandbox."""
     def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
@@ -107,22 +124,27 @@ def execution_reward(workers: int) -> RewardFn:
     return reward
 
 
-def execution_free_reward(semantic: SemanticJudge, lexical_weight: float) -> RewardFn:
-    """The paper's SWE RL reward: ``lexical_weight`` x lexical similarity + the rest x the judge's P(YES)."""
+def execution_free_reward(semantic: SemanticJudge, lexical_weight: float, applicable: bool = False) -> RewardFn:
+    """The paper's SWE RL reward: ``lexical_weight`` x lexical similarity + the rest x the judge's P(YES).
+
+    With ``applicable`` the similarity is :func:`applied_lexical_reward`'s (a lever; the paper's reward keeps its name).
+    """
     if not 0.0 <= lexical_weight <= 1.0:
         raise ValueError(f"lexical_weight must lie in [0, 1], got {lexical_weight!r}")
+    similarity = applied_lexical_reward if applicable else lexical_reward
 
     def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        lexical = lexical_reward(prompts, completions, **kwargs)
+        lexical = similarity(prompts, completions, **kwargs)
         return [lexical_weight * x + (1 - lexical_weight) * y for x, y in zip(lexical, semantic(prompts, completions))]
 
-    reward.__name__ = reward.__qualname__ = f"swe_execution_free_{lexical_weight:g}_{semantic.__name__}"
+    applied = "_applied" if applicable else ""
+    reward.__name__ = reward.__qualname__ = f"swe_execution_free_{lexical_weight:g}{applied}_{semantic.__name__}"
     return reward
 
 
 def arm_rewards(profile: Profile, semantic: SemanticJudge) -> dict[str, tuple[RewardFn, list[RewardFn]]]:
     """The two arms' rewards, each with the rewards watched beside it: execution-free, and execution."""
-    free = execution_free_reward(semantic, profile.swe_rl.lexical_weight)
+    free = execution_free_reward(semantic, profile.swe_rl.lexical_weight, profile.swe_rl.applicable)
     truth = execution_reward(profile.swe_rl.workers)
     return {"execution-free": (free, [lexical_reward, semantic, truth]),
             "execution": (truth, [lexical_reward, semantic, free])}
