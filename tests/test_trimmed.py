@@ -1,4 +1,4 @@
-"""GRPO's training forward in length-sorted, padding-trimmed chunks: TRL's log-probs, entropies and gradients."""
+"""GRPO's training forward, each prompt once, completions in trimmed chunks: TRL's log-probs, entropies, gradients."""
 from __future__ import annotations
 
 import torch
@@ -16,7 +16,8 @@ def count_ones(completions, **kwargs):
 
 
 def trainer(tmp_path, rollouts: str) -> GRPOTrainer:
-    profile = load_profile("smoke", {"rl.max_completion_length": 12, "engine.rollouts": rollouts})
+    profile = load_profile("smoke", {"rl.max_completion_length": 12, "rl.temperature": 0.7,
+                                     "engine.rollouts": rollouts})
     config = grpo.build_grpo_config(profile, str(tmp_path), max_steps=1, disable_tqdm=True)
     dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
     return grpo.make_grpo_trainer(tiny_model(), tiny_tokenizer(), dataset, count_ones, config,
@@ -24,16 +25,17 @@ def trainer(tmp_path, rollouts: str) -> GRPOTrainer:
 
 
 def padded_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """TRL's layout: 12 rows, prompts of 1-6 tokens left-padded, completions of 1-10 right-padded."""
+    """TRL's layout: 4 prompts of 1-6 tokens left-padded, 3 rollouts each of 1-10 tokens right-padded."""
     rng = torch.Generator().manual_seed(seed)
     prompt, completion = 6, 10
-    prompt_lengths = torch.randint(1, prompt + 1, (12,), generator=rng)
+    prompt_lengths = torch.randint(1, prompt + 1, (4,), generator=rng).repeat_interleave(3)
     completion_lengths = torch.randint(1, completion + 1, (12,), generator=rng)
     completion_lengths[0], completion_lengths[1] = 1, completion  # the shortest and the longest
     columns = torch.arange(prompt + completion)
     mask = ((columns >= prompt - prompt_lengths[:, None]) & (columns < prompt + completion_lengths[:, None])).long()
-    ids = torch.randint(3, 19, (12, prompt + completion), generator=rng) * mask
-    return ids, mask, completion
+    ids = torch.randint(3, 19, (12, prompt + completion), generator=rng)
+    ids[:, :prompt] = ids[::3, :prompt].repeat_interleave(3, 0)  # a group's rollouts share its prompt
+    return ids * mask, mask, completion
 
 
 def test_the_kit_path_trains_without_the_padding_and_trls_own_path_is_untouched(tmp_path):

@@ -37,15 +37,18 @@ Three measurements in one process, on the same model shape, data and settings:
 
 **Batch shape** (``--prompts``, issue 57): the kit's step alone (no bare run, rollouts by
 the kit's loop) at each number of prompts per step, ``group_size`` rollouts each, twice:
-with the kit's training forward (:mod:`cascadekit.training.trimmed`: length-sorted chunks
-without the batch's padding) and with TRL's own over the padded batch, all in alternating
-order (8, 32, 64, then back) so that load drift hits every run alike. For each: the median
-CPU seconds of a step (each run's first step left out), rollouts per CPU-second, the phases
-above, and the share of the run's matmul peak that the whole step reaches (``2 N`` FLOP a
-generated token, ``6 N`` a trained one, over the step's CPU seconds). The baseline is the
-first shape with the padded forward: every row's per-rollout cost is printed as a ratio
-against it (above 1 when a rollout costs less), and the per-rollout cost of the last shape
-against the first for each forward.
+with the kit's training forward (:mod:`cascadekit.training.trimmed`: each group's prompt
+once, the completions in length-sorted chunks without the batch's padding) and with TRL's
+own over the padded batch, all in alternating order (8, 32, 64, then back) so that load
+drift hits every run alike. For each: the median CPU seconds of a step (each run's first
+step left out), rollouts per CPU-second, the phases above, and the share of the run's
+matmul peak that the whole step reaches (``2 N`` FLOP a generated token, ``6 N`` a trained
+one, over the step's CPU seconds; a trained token is one of the masks, so a rollout's
+prompt counts with each rollout: with the kit's forward, which runs a group's prompt once,
+it is the share a step that did not share prompts would need). The baseline is the first
+shape with the padded forward: every row's per-rollout cost is printed as a ratio against
+it (above 1 when a rollout costs less), and the per-rollout cost of the last shape against
+the first for each forward.
 
 The model is the profile's shape over a one-character-per-token vocabulary and
 the reward is a cheap partial-credit answer check, so the reward phase is a lower
@@ -303,8 +306,9 @@ def run(profile: Profile, steps: int, repeats: int) -> dict[str, Any]:
 FORWARDS = ("padded", "trimmed")
 
 
-def scaling(profile: Profile, prompts: Sequence[int], steps: int, repeats: int) -> dict[tuple[int, str], dict[str, float]]:
-    """The kit's step at each number of ``prompts`` per step, with each of :data:`FORWARDS`: medians, shares of the peak."""
+def scaling(profile: Profile, prompts: Sequence[int], steps: int,
+            repeats: int) -> dict[tuple[int, str], dict[str, float]]:
+    """The kit's step at each number of ``prompts`` per step with each of :data:`FORWARDS`: medians, peak shares."""
     rows: dict[tuple[int, str], list[dict[str, float]]] = {(n, f): [] for n in prompts for f in FORWARDS}
     peaks = [matmul_peak()]
     with tempfile.TemporaryDirectory() as workdir:
@@ -331,8 +335,8 @@ def _print_scaling(out: dict[tuple[int, str], dict[str, float]], group: int) -> 
     base = next(iter(out))
     first, last = base[0], list(out)[-1][0]
     print(f"one-thread fp32 matmul peak in this run: {out[base]['peak_gflops']:.1f} GFLOP/s")
-    print(f"prompts  rollouts  training forward  step CPU s  rollouts/CPU-s  share of peak  per-rollout vs {first} padded"
-          "   " + "  ".join(f"{p:>9}" for p in PHASES))
+    print("prompts  rollouts  training forward  step CPU s  rollouts/CPU-s  share of peak  "
+          f"per-rollout vs {first} padded   " + "  ".join(f"{p:>9}" for p in PHASES))
     for (n, forward), row in out.items():
         print(f"{n:7d}  {n * group:8d}  {forward:>16}  {row['step_s']:10.3f}  {1 / row['rollout_s']:14.1f}  "
               f"{row['step_peak']:13.1%}  {out[base]['rollout_s'] / row['rollout_s']:23.2f}x   "
