@@ -58,3 +58,34 @@ def test_no_long_cell_renders_prose(number: str) -> None:
     long = [(i, len(c.source.splitlines())) for i, c in enumerate(_notebook(number))
             if c.cell_type == "code" and "render(" in c.source and len(c.source.splitlines()) > MAX_PROSE_CELL_LINES]
     assert not long, f"chapter {number}: prose rendered by long cells (index, lines): {long}"
+
+
+@pytest.mark.parametrize("number", ("04", "07"))
+def test_the_story_is_rendered_by_the_chapter_from_its_committed_metrics(number: str) -> None:
+    from cascadekit import chapters
+    from cascadekit.results import load_metrics
+
+    spec = chapters.specs()[number]
+    metrics, longer = load_metrics(spec.folder), load_metrics(f"{spec.folder}/base-32M")
+    module = chapters.chapter_module(number)
+    text = module.story(metrics, longer)
+    assert "{" not in text and "}" not in text, "a field was left unfilled"
+    edge = metrics["settings"]["ops"]["edge"]
+    assert f"{min(edge)}-{max(edge)}" in text  # the bands the run measured, read from its settings
+    assert text.startswith(module.story(metrics).rstrip())  # the longer base only adds its section
+    cells = [c.source for c in _notebook(number) if c.cell_type == "code"]
+    assert any(f"ch{number}.story(" in source for source in cells), f"chapter {number} does not show the story"
+
+
+def test_chapter_04_draws_its_arms_on_the_bands_the_run_measured() -> None:
+    from cascadekit.bands import Bands
+    from cascadekit.chapters import resolve
+    from cascadekit.chapters.ch04_edge_of_competence import run_bands
+    from cascadekit.results import load_metrics
+
+    metrics = load_metrics("04_edge_of_competence")
+    bands = run_bands(metrics)
+    assert {name: list(bands.ops(name)) for name in metrics["settings"]["ops"]} == metrics["settings"]["ops"]
+    assert bands != Bands.of_world(resolve("04", "toy").profile.world)  # the profile's edge is not the run's
+    drawing = [c.source for c in _notebook("04") if c.cell_type == "code" and "band_problems(" in c.source]
+    assert drawing and all("run_bands(" in source for source in drawing), "the arms are drawn on the profile's bands"

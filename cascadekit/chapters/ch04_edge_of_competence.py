@@ -35,18 +35,20 @@ Where the kit departs from the paper:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from cascadekit.chapters import ChapterConfig
-from cascadekit.claims import FLAT_TOLERANCE
+from cascadekit.bands import Bands
+from cascadekit.claims import FLAT_TOLERANCE, binomial_interval, claim_row
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, curve_summary, deltas, edge_caveat,
                                            pass_rows, plot_curves, plot_passk, rl_arm, run_sizes, settings,
                                            signal_row)
+from cascadekit.results import markdown_table
 from cascadekit.training.grpo import grpo_advantages
 from cascadekit.training.pipeline import pretrained
 from cascadekit.rewards import strict_reward
@@ -126,6 +128,158 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
 def committed(result: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The metrics with the claims and a summary of each arm's curves beside them."""
     return {**result, "paper_vs_run": claims(result), "curve_summary": curve_summary(result["runs"])}
+
+
+# ---------------------------------------------------------------------------
+# The committed run in prose (the notebook shows the result, not the code)
+# ---------------------------------------------------------------------------
+
+#: The bands in the order the prose names them, with their names there.
+BAND_NAMES = {"in_distribution": "too easy", "edge": "edge", "hard": "too hard"}
+
+
+def _evaluation(metrics: Mapping[str, Any], model: str) -> dict[str, Any]:
+    return (metrics["base"] if model == "base" else metrics["runs"][model])["evaluation"]
+
+
+def _row(metrics: Mapping[str, Any], model: str, band: str) -> dict[str, Any]:
+    """One committed by-range row of a model: its problems and rates."""
+    return next(r for r in _evaluation(metrics, model)["by_range"] if r["range"] == band)
+
+
+def _ops(metrics: Mapping[str, Any], band: str) -> str:
+    """A band's ops as the run measured them (``settings.ops``), in prose: 2, or 3-5."""
+    low, high = min(metrics["settings"]["ops"][band]), max(metrics["settings"]["ops"][band])
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def run_bands(metrics: Mapping[str, Any]) -> Bands:
+    """The bands a run used (measured on its base at the CPU scales), not the profile's fixed ones."""
+    return Bands(**{band: (min(ops), max(ops)) for band, ops in metrics["settings"]["ops"].items()})
+
+
+def _pass_table(metrics: Mapping[str, Any], models: Sequence[str]) -> str:
+    """pass@1 / pass@n per band, one row per model."""
+    k = metrics["base"]["evaluation"]["samples_per_problem"]
+    return markdown_table([{"model": m.replace("_", " "), **{
+        f"{name} ({_ops(metrics, band)})": f"{_row(metrics, m, band)['pass@1']:.2f} / {_row(metrics, m, band)[f'pass@{k}']:.2f}"
+        for band, name in BAND_NAMES.items()}} for m in models])
+
+
+def story_claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The changes the chapter's prose quotes, each paired over the same problems; the too-hard arm's level
+    with an exact binomial interval (its hard pass@n is a level, not a change)."""
+    k = metrics["base"]["evaluation"]["samples_per_problem"]
+    base, edge, easy = (_evaluation(metrics, m) for m in ("base", "edge", "too_easy"))
+    hard = _row(metrics, "too_hard", "hard")
+    return [
+        change_row("edge RL: edge pass@1", "rises", base, edge, "edge", 1, "up"),
+        change_row(f"edge RL: edge pass@{k}", "rises", base, edge, "edge", k, "up"),
+        change_row(f"edge RL: hard pass@{k}", "rises", base, edge, "hard", k, "up"),
+        change_row("too-easy RL: in-distribution pass@1", "rises", base, easy, "in_distribution", 1, "up"),
+        change_row(f"too-easy RL: in-distribution pass@{k} (within 5 points)", "flat (saturated)", base, easy,
+                   "in_distribution", k, "flat"),
+        claim_row(f"too-hard RL: hard pass@{k}, a level (below 5 points)", "stays near 0", hard[f"pass@{k}"],
+                  *binomial_interval(round(hard[f"pass@{k}"] * hard["problems"]), hard["problems"]), "flat"),
+    ]
+
+
+def _facts(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The committed metrics with the derived values the prose quotes."""
+    k = metrics["base"]["evaluation"]["samples_per_problem"]
+    signal = {r["run"]: 1 - r["mean_frac_reward_zero_std"] for r in metrics["curve_summary"]}
+    errors = {m: {r["range"]: r for r in _evaluation(metrics, m)["errors_by_range"]} for m in ("base", "edge")}
+    entropy = [c["entropy"] for c in metrics["runs"]["too_easy"]["curves"]]
+    return {
+        **metrics, "k": k, "minutes": metrics["wall_s"] / 60, "edge_ops": _ops(metrics, "edge"),
+        "signal_easy": signal["too_easy"], "signal_edge": signal["edge"], "signal_hard": signal["too_hard"],
+        "entropy_first": entropy[0], "entropy_last": entropy[-1],
+        "dep_base": errors["base"]["in_distribution"]["n_dependency"],
+        "dep_edge": errors["edge"]["in_distribution"]["n_dependency"],
+        **dict(zip(("edge_p1", "edge_pk", "edge_hard", "easy_p1", "easy_pk", "hard_level"), story_claims(metrics))),
+    }
+
+
+_STORY = """
+**The committed run.** It measured the three bands on chapter 03's base, then trained each
+arm on {{runs.edge.prompts}} prompts x {{settings.rl.group_size}} rollouts ({{runs.edge.steps}} GRPO steps,
+strict reward, lr {{settings.rl.lr}}). Evaluation used {{settings.evaluation.problems_per_op}} problems per op x
+{{settings.evaluation.samples}} samples. It took {{minutes:.0f}} minutes on one of 2 shared cores. The bands:
+
+{bands}
+
+Chapter 03's ladder (other problems) gives the same bands. After RL, pass@1 / pass@{{k}} per band
+(groups with signal: too easy {{signal_easy:.0%}}, edge {{signal_edge:.0%}}, too hard {{signal_hard:.1%}}):
+
+{arms}
+
+**What moved as the paper says, and what the intervals can confirm.** Each bullet gives
+the interval's verdict: at {{settings.evaluation.problems_per_op}} problems per op most single changes cannot be
+told from noise.
+* **Only data the base can sometimes solve teaches.** The too-hard arm's groups had signal in
+  {{signal_hard:.1%}} of them; its reward stayed 0 and its hard pass@{{k}} stayed at
+  {{runs.too_hard.evaluation.by_range[range=hard].pass@16:.2f}} ({{hard_level.verdict}},
+  interval {{hard_level.95% interval}}).
+* **RL sharpens where it trains.** Too-easy RL lifted op 2 pass@1 from
+  {{base.evaluation.by_op[op=2].pass@1:.2f}} to {{runs.too_easy.evaluation.by_op[op=2].pass@1:.2f}} (token entropy
+  {{entropy_first:.2f}} -> {{entropy_last:.2f}}); on its band the change is
+  {{easy_p1.this run:+.3f}}, interval {{easy_p1.95% interval}}:
+  **{{easy_p1.verdict}}**. Edge RL lifted edge pass@1 from
+  {{base.evaluation.by_range[range=edge].pass@1:.2f}} to {{runs.edge.evaluation.by_range[range=edge].pass@1:.2f}}
+  (interval {{edge_p1.95% interval}}: **{{edge_p1.verdict}}**).
+* **Too-easy RL narrows the edge.** Edge pass@{{k}} went {{base.evaluation.by_range[range=edge].pass@16:.2f}} ->
+  {{runs.too_easy.evaluation.by_range[range=edge].pass@16:.2f}}: the paper's in-distribution pattern, where pass@1
+  rises and pass@k does not. Its own band's pass@{{k}} moved {{easy_pk.this run:+.3f}}
+  (interval {{easy_pk.95% interval}}: the "flat" claim is
+  **{{easy_pk.verdict}}** at {{settings.evaluation.problems_per_op}} problems).
+
+**What did not: the headline.** Edge RL did not *expand* what the base can solve.
+* Edge pass@{{k}} went {{base.evaluation.by_range[range=edge].pass@16:.2f}} -> {{runs.edge.evaluation.by_range[range=edge].pass@16:.2f}}
+  (interval {{edge_pk.95% interval}}: **{{edge_pk.verdict}}**), where the
+  paper has pass@128 rising.
+* The hard range stayed at 0 for every arm (**{{edge_hard.verdict}}**: nothing moved, so
+  nothing can be said).
+* Edge RL cost op 2 pass@1 ({{base.evaluation.by_op[op=2].pass@1:.2f}} -> {{runs.edge.evaluation.by_op[op=2].pass@1:.2f}}).
+  Dependency mismatches there rose from {{dep_base:.0%}} to {{dep_edge:.0%}}: the model now writes op 2
+  problems with the longer structure of ops {{edge_ops}}.
+
+**Why answers and process diverge.** After edge RL the model gives the right *answer* at op 3
+almost always (answer-only pass@1 {{base.evaluation.by_op[op=3].answer_pass@1:.2f}} ->
+{{runs.edge.evaluation.by_op[op=3].answer_pass@1:.2f}}), yet most of those solutions fail the judge.
+`probe/` in the results folder shows the commonest way: it swaps the values of two leaves, and
+the sum hides the swap (an example below). This is the reward-hacking shape chapter 07 is about.
+An outcome reward would pay it.
+"""
+
+_LONGER_BASE = """
+**The lever tried: a base trained twice as long.** Chapter 03's 32M-token base (`toy-32M`)
+has the same bands and a much easier edge. The whole chapter, rerun on it unchanged
+(`base-32M/` in the results folder, {{minutes32:.0f}} min), pass@1 / pass@{{k}}:
+
+{arms32}
+
+It did not bring the expansion closer. The longer base still solves nothing beyond op 5, and
+edge RL only narrowed the edge (pass@{{k}} {{b32_base:.2f}} -> {{b32_edge:.2f}}).
+"""
+
+
+def story(metrics: Mapping[str, Any], longer_base: Mapping[str, Any] | None = None) -> str:
+    """The committed run told in Markdown, every number read from ``metrics`` (and from ``longer_base``, the
+    same chapter rerun on chapter 03's 32M-token base, when given): the notebook shows only the text."""
+    from cascadekit.course.notebook import render  # the notebook helper: {path:spec} fields from the metrics
+
+    facts = _facts(metrics)
+    k = facts["k"]
+    bands = markdown_table([{"band": name, "ops": _ops(metrics, band), f"base pass@1 / pass@{k}":
+                             f"{_row(metrics, 'base', band)['pass@1']:.2f} / {_row(metrics, 'base', band)[f'pass@{k}']:.2f}"}
+                            for band, name in BAND_NAMES.items()])
+    text = render(_STORY.format(bands=bands, arms=_pass_table(metrics, ("too_easy", "edge", "too_hard"))), facts).data
+    if longer_base is None:
+        return text
+    longer = {**facts, "minutes32": longer_base["wall_s"] / 60,
+              **{f"b32_{m}": _row(longer_base, m, "edge")[f"pass@{k}"] for m in ("base", "edge")}}
+    return text + render(_LONGER_BASE.format(arms32=_pass_table(longer_base, ("base", "too_easy", "edge", "too_hard"))),
+                         longer).data
 
 
 # ---------------------------------------------------------------------------

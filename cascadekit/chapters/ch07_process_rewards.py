@@ -28,7 +28,7 @@ CPU scales the edge and hard ranges are measured on the base, as in chapter 04
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -40,6 +40,8 @@ from cascadekit.exercises.answers import Case, Choice, Function, Number
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, deltas, edge_caveat, pass_rows,
                                            plot_curves, plot_passk, rl_arm, run_sizes, settings)
+from cascadekit.formatting import op_span
+from cascadekit.results import markdown_table
 from cascadekit.training.pipeline import pretrained
 from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, outcome_score, process_score, strict_reward
 from cascadekit.verify.process import ProcessVerdict
@@ -192,6 +194,145 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
 def committed(result: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The metrics with the claims beside them."""
     return {**result, "paper_vs_run": claims(result)}
+
+
+# ---------------------------------------------------------------------------
+# The committed run in prose (the notebook shows the result, not the code)
+# ---------------------------------------------------------------------------
+
+
+def _row(metrics: Mapping[str, Any], model: str, band: str) -> dict[str, Any]:
+    """A model's committed by-range row, with its error rates over the band's problems beside it."""
+    evaluation = (metrics["base"] if model == "base" else metrics["runs"][model])["evaluation"]
+    row = next(r for r in evaluation["by_range"] if r["range"] == band)
+    return {**row, **next(e for e in metrics["errors"] if e["model"] == model and e["range"] == band)}
+
+
+def _op_row(metrics: Mapping[str, Any], model: str, op: int) -> dict[str, Any]:
+    evaluation = (metrics["base"] if model == "base" else metrics["runs"][model])["evaluation"]
+    return next(r for r in evaluation["by_op"] if r["op"] == op)
+
+
+def _ops(metrics: Mapping[str, Any], band: str) -> str:
+    """A band's ops as the run measured them (``settings.ops``), in prose: ops 3-5, or op 2."""
+    ops = metrics["settings"]["ops"][band]
+    return op_span(min(ops), max(ops))
+
+
+def story_claims(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Mixed against outcome on the same problems, the rows the chapter's prose quotes (paired bootstrap)."""
+    k = metrics["base"]["evaluation"]["samples_per_problem"]
+    outcome, mixed = (metrics["runs"][m]["evaluation"] for m in ("outcome", "mixed"))
+    return [
+        change_row("hard pass@1: outcome -> mixed", "+4.3 points", outcome, mixed, "hard", 1, "up"),
+        change_row(f"hard pass@{k} (paper @128): outcome -> mixed", "+4.5 points", outcome, mixed, "hard", k, "up"),
+        change_row("edge pass@1: outcome -> mixed (paper: op 2-14)", "+4.6 to +5.2 points", outcome, mixed, "edge",
+                   1, "up"),
+        change_row("edge dependency mismatch: outcome -> mixed", "process reward cuts it (paper: on hard)", outcome,
+                   mixed, "edge", None, "down", "n_dependency"),
+        change_row("edge missing node: outcome -> mixed", "process reward cuts it (paper: on hard)", outcome, mixed,
+                   "edge", None, "down", "n_missing"),
+    ]
+
+
+def _signal_table(metrics: Mapping[str, Any]) -> str:
+    """Per reward: the share of groups with signal, and the mean reward over the first and the last quarter."""
+    rows = []
+    for model in MODELS[1:]:
+        curves = metrics["runs"][model]["curves"]
+        quarter = max(1, len(curves) // 4)
+        first, last = curves[:quarter], curves[-quarter:]
+        rows.append({"reward": model,
+                     "groups with signal": f"{1 - sum(c['frac_reward_zero_std'] for c in curves) / len(curves):.0%}",
+                     "mean reward, first -> last quarter": f"{np.mean([c['reward'] for c in first]):.2f} -> "
+                                                           f"{np.mean([c['reward'] for c in last]):.2f}"})
+    return markdown_table(rows)
+
+
+def _edge_table(metrics: Mapping[str, Any]) -> str:
+    """Edge pass@1 / pass@k, error rates and op 2 pass@1 per model."""
+    k = metrics["base"]["evaluation"]["samples_per_problem"]
+    return markdown_table([{
+        "model": m,
+        f"edge pass@1 / pass@{k}": f"{_row(metrics, m, 'edge')['pass@1']:.2f} / {_row(metrics, m, 'edge')[f'pass@{k}']:.2f}",
+        "edge dependency mismatch": f"{_row(metrics, m, 'edge')['dependency mismatch']:.3f}",
+        "edge missing node": f"{_row(metrics, m, 'edge')['missing node']:.3f}",
+        "op 2 pass@1": f"{_op_row(metrics, m, 2)['pass@1']:.2f}",
+    } for m in MODELS])
+
+
+_STORY = """
+**The committed run.** It trained on the base's measured edge ({edge_ops}; chapter 04 shows how
+the bands are found), with {{runs.outcome.prompts}} prompts x {{settings.rl.group_size}} rollouts per
+reward and {{runs.outcome.steps}} GRPO steps. Evaluation used {{settings.evaluation.problems_per_op}}
+problems per op x {{settings.evaluation.samples}} samples. It took {{minutes:.0f}} minutes on one of 2 shared cores.
+
+**The hard range cannot answer.** Hard ({hard_ops}) stayed at pass@{{k}} = 0 for the base and for
+every reward, so the paper's hard-range rows read 0 -> 0: *cannot tell*, not a failure to reproduce.
+
+**The training range (edge, {edge_ops}) can.** All three rewards had signal:
+
+{signal}
+
+{edge_table}
+
+* **Every reward cut dependency mismatches on the edge, the process-aware ones more.** Against
+  the base, the rate moved {{dep_outcome:+.0f}} points under outcome, {{dep_mixed:+.0f}} under mixed and
+  {{dep_strict:+.0f}} under strict: the paper's direction (-1.9 under outcome against -10.5 under
+  mixed, on its hard range). Mixed against outcome: {{edge_dep.this run:+.3f}}, interval
+  {{edge_dep.95% interval}}: **{{edge_dep.verdict}}**.
+* **Outcome reward hacks.** Answer-only pass@1 at op 3 rose from
+  {{base.evaluation.by_op[op=3].answer_pass@1:.2f}} to {{runs.outcome.evaluation.by_op[op=3].answer_pass@1:.2f}} under
+  outcome, far more than process-verified pass@1 did. Under outcome, the share of edge samples that
+  skip a node rose from {{base.evaluation.errors_by_range[range=edge].n_missing:.2f}} to
+  {{runs.outcome.evaluation.errors_by_range[range=edge].n_missing:.2f}}. Chapter 04's probe shows another shortcut:
+  two leaf values swapped where a sum hides the swap. Outcome reward pays both.
+* **Mixed skips fewer nodes than outcome.** Its missing-node rate on the edge was {{mixed_missing:.2f}}
+  against outcome's {{outcome_missing:.2f}} (mixed against outcome {{edge_missing.this run:+.3f}}, interval
+  {{edge_missing.95% interval}}: **{{edge_missing.verdict}}**). The kit's process term, `1 - P/|V|`, takes off
+  one penalty point per skipped node, so a solution that skips one node still keeps most of its credit;
+  strict pays nothing for it. (The run before this one, on a base built with 2 threads instead of 1,
+  had mixed's rate rising almost as much as outcome's: this effect is not robust to the base.)
+* **Mixed against outcome on edge pass@1: {{edge_p1.verdict}}.** Mixed's edge over outcome is
+  {{edge_p1.this run:+.3f}} with a 95% interval of {{edge_p1.95% interval}}: the interval spans changes
+  of either sign many times larger than the estimate, so this run cannot tell whether mixed beats
+  outcome, against the paper's +4.6 to +5.2 points. Edge pass@{{k}} fell a little under every reward
+  ({{base.evaluation.by_range[range=edge].pass@16:.2f}} -> {{runs.outcome.evaluation.by_range[range=edge].pass@16:.2f}} under outcome).
+* **Strict lost op 2.** pass@1 there fell from {{base.evaluation.by_op[op=2].pass@1:.2f}} to
+  {{runs.strict.evaluation.by_op[op=2].pass@1:.2f}}. It is the same run as chapter 04's edge arm. Outcome and
+  mixed kept op 2.
+"""
+
+_LONGER_BASE = """
+**The lever tried: a base trained twice as long** (chapter 03's `toy-32M`; `base-32M/` in the
+results folder, {{minutes32:.0f}} min). Same bands; hard still 0 for every model. On the edge:
+
+{edge_table32}
+
+The stronger base makes far fewer dependency mismatches on the edge, so there is less to cut;
+the differences between rewards are a point or two, within noise.
+"""
+
+
+def story(metrics: Mapping[str, Any], longer_base: Mapping[str, Any] | None = None) -> str:
+    """The committed run told in Markdown, every number read from ``metrics`` (and from ``longer_base``, the
+    same chapter rerun on chapter 03's 32M-token base, when given): the notebook shows only the text."""
+    from cascadekit.course.notebook import render  # the notebook helper: {path:spec} fields from the metrics
+
+    dep = {m: _row(metrics, m, "edge")["dependency mismatch"] for m in MODELS}
+    facts = {
+        **metrics, "k": metrics["base"]["evaluation"]["samples_per_problem"], "minutes": metrics["wall_s"] / 60,
+        **{f"dep_{m}": (dep[m] - dep["base"]) * 100 for m in MODELS[1:]},
+        **dict(zip(("edge_p1", "edge_dep", "edge_missing"), story_claims(metrics)[2:])),
+        "mixed_missing": _row(metrics, "mixed", "edge")["missing node"],
+        "outcome_missing": _row(metrics, "outcome", "edge")["missing node"],
+    }
+    text = render(_STORY.format(edge_ops=_ops(metrics, "edge"), hard_ops=_ops(metrics, "hard"),
+                                signal=_signal_table(metrics), edge_table=_edge_table(metrics)), facts).data
+    if longer_base is None:
+        return text
+    return text + render(_LONGER_BASE.format(edge_table32=_edge_table(longer_base)),
+                         {"minutes32": longer_base["wall_s"] / 60}).data
 
 
 # ---------------------------------------------------------------------------
