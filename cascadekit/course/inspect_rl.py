@@ -163,10 +163,15 @@ def loss_and_gradient(model: Any, tokenizer: Any, prompts: Sequence[str], comple
     return float(loss.detach()), norm
 
 
-def group_step(stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: int = 4,
+def group_step(stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: int | None = None,
                sample_seed: int = 0) -> GroupStep:
-    """Re-run the first ``prompts`` groups of recorded step ``step`` of ``stage`` (seconds on a CPU at toy scale)."""
-    records = step_records(stage, seed, step)[:max(1, prompts)]
+    """Re-run the first ``prompts`` groups (default: all) of recorded step ``step`` of ``stage``.
+
+    Seconds on a CPU at toy scale (a whole Code RL step of 8 x 8 rollouts: about 12 s on a loaded two-core machine).
+    """
+    if prompts is not None and prompts < 1:
+        raise ValueError(f"re-run at least one group, not {prompts}")
+    records = step_records(stage, seed, step)[:prompts]
     inputs = stage_json(stage, seed)["inputs"]
     rl, group = inputs["rl"], inputs["rl"]["group_size"]
     policy = _shipped(INSPECTED[stage][0], seed)
@@ -190,9 +195,9 @@ def group_step(stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: in
                      recorded_steps(stage, seed)[step - 1])
 
 
-def _cell(text: str, limit: int = 160) -> str:
-    short = text if len(text) <= limit else text[:limit] + " …"
-    return f"<pre style='white-space:pre-wrap;margin:0'>{html.escape(short)}</pre>"
+def _cell(text: str) -> str:
+    """The whole text, in a box that scrolls past a dozen lines (a code rollout's verdict is in its last lines)."""
+    return f"<pre style='white-space:pre-wrap;max-height:12em;overflow:auto;margin:0'>{html.escape(text)}</pre>"
 
 
 def group_html(step: GroupStep) -> str:
@@ -221,13 +226,15 @@ def group_html(step: GroupStep) -> str:
 class GroupInspector:
     """The controls: stage, seed, step (with previous/next buttons), groups; :meth:`show` is every callback."""
 
-    def __init__(self, stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: int = 4) -> None:
+    def __init__(self, stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: int | None = None) -> None:
         import ipywidgets as w
+
+        per_step = stage_json(stage, seed)["inputs"]["rl"]["prompts_per_step"]
 
         self.stage = w.Dropdown(options=list(INSPECTED), value=stage, description="stage")
         self.seed = w.IntText(value=seed, description="train seed")
         self.step = w.BoundedIntText(value=step, min=1, max=len(recorded_steps(stage, seed)), description="step")
-        self.prompts = w.IntSlider(value=prompts, min=1, max=8, description="groups")
+        self.prompts = w.IntSlider(value=prompts or per_step, min=1, max=per_step, description="groups")
         self.previous, self.next = w.Button(description="◀ step"), w.Button(description="step ▶")
         self.run = w.Button(description="re-run step", button_style="primary")
         self.table = w.HTML()
@@ -266,7 +273,8 @@ def _live() -> bool:
     return True
 
 
-def group_inspector(stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: int = 4) -> GroupInspector | None:
+def group_inspector(stage: str = "Code RL", seed: int = 0, step: int = 1,
+                    prompts: int | None = None) -> GroupInspector | None:
     """Show step ``step`` of ``stage`` re-run; live, the panel to step through the recorded steps (headless: None)."""
     from IPython.display import HTML, display
 
