@@ -15,13 +15,14 @@ def count_ones(completions, **kwargs):
     return [float(c.count("1")) for c in completions]
 
 
-def trainer(tmp_path, rollouts: str) -> GRPOTrainer:
+def trainer(tmp_path, rollouts: str, forward: str = "kit") -> GRPOTrainer:
     profile = load_profile("smoke", {"rl.max_completion_length": 12, "rl.temperature": 0.7,
-                                     "engine.rollouts": rollouts})
+                                     "engine.rollouts": rollouts, "engine.training_forward": forward})
     config = grpo.build_grpo_config(profile, str(tmp_path), max_steps=1, disable_tqdm=True)
     dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
     return grpo.make_grpo_trainer(tiny_model(), tiny_tokenizer(), dataset, count_ones, config,
-                                  rollout_func=grpo.choose_rollouts(profile, profile.rl))
+                                  rollout_func=grpo.choose_rollouts(profile, profile.rl),
+                                  kit_forward=profile.engine.training_forward == "kit")
 
 
 def padded_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -38,9 +39,18 @@ def padded_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
     return ids * mask, mask, completion
 
 
-def test_the_kit_path_trains_without_the_padding_and_trls_own_path_is_untouched(tmp_path):
+def test_the_kit_forward_is_chosen_by_its_setting_and_trls_own_is_the_default(tmp_path):
     assert "_get_per_token_logps_and_entropies" in vars(trainer(tmp_path, "kit"))  # the instance's own: wrapped
-    assert "_get_per_token_logps_and_entropies" not in vars(trainer(tmp_path, "generate"))
+    assert "_get_per_token_logps_and_entropies" in vars(trainer(tmp_path, "generate"))
+    assert "_get_per_token_logps_and_entropies" not in vars(trainer(tmp_path, "kit", "trl"))
+
+
+def test_the_kit_forward_enters_a_grpo_key_only_when_set():
+    """The shipped stages were trained by TRL's padded forward: at the default their keys (and bytes) stay."""
+    from cascadekit.training.rollouts import forward_inputs
+
+    assert load_profile("toy").engine.training_forward == "trl" and forward_inputs(load_profile("toy")) == {}
+    assert forward_inputs(load_profile("toy", {"engine.training_forward": "kit"})) == {"training_forward": "kit"}
 
 
 def test_chunks_hold_every_row_once_in_length_order_within_the_token_budget():

@@ -431,6 +431,7 @@ def make_grpo_trainer(
     use_lora: bool = False,
     callbacks: Sequence[TrainerCallback] = (),
     rollout_func: RolloutFunc | None = None,
+    kit_forward: bool = False,
 ) -> GRPOTrainer:
     """A ``GRPOTrainer`` for ``config``; ``prompts_dataset`` needs a ``prompt`` column.
 
@@ -451,7 +452,7 @@ def make_grpo_trainer(
         callbacks=list(callbacks),
         rollout_func=rollout_func,  # None: TRL's own generate (or vLLM); engine.rollouts=kit: cascadekit.training.rollouts
     )
-    if rollout_func is not None:  # the kit's CPU path: the training forward skips the batch's padding too
+    if kit_forward:  # engine.training_forward=kit: each prompt once, the batch's padding skipped
         trim_padding(trainer)
     if not config.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
@@ -492,7 +493,7 @@ def train_grpo(
     model = model if isinstance(model, torch.nn.Module) else model()
     trainer = make_grpo_trainer(
         model, tokenizer, prompts_dataset, reward_funcs, config, use_lora=rl.use_lora, callbacks=callbacks,
-        rollout_func=choose_rollouts(profile, rl),
+        rollout_func=choose_rollouts(profile, rl), kit_forward=profile.engine.training_forward == "kit",
     )
     timer = PhaseTimer()
     timer.attach(trainer)

@@ -31,7 +31,7 @@ from cascadekit.stages import CHECKPOINT, Stage, StageOutput, content_id, digest
 from cascadekit.training.async_rewards import StreamingRewards
 from cascadekit.training.grpo import train_grpo
 from cascadekit.training.pretrain import cached_pretrained, midtrain, pretrain_key
-from cascadekit.training.rollouts import rollout_inputs
+from cascadekit.training.rollouts import forward_inputs, rollout_inputs
 from cascadekit.world import Problem
 
 #: Bumped when the same inputs would build other bytes (enters every key this module makes: stages.py).
@@ -218,7 +218,7 @@ def _grpo_stage(start: StageOutput, dataset: Dataset, prompts_id: str, reward: R
     inputs = {"start": content_id(start), "prompts": prompts_id, "n_prompts": len(dataset),
               "reward": reward.__name__ if callable(reward) else [r.__name__ for r in rewards], "steps": steps, "rl": dataclasses.asdict(rl), "seed": profile.seed,
               **seed_inputs(profile, "train"), **precision_inputs(profile), **engine_settings(profile.engine),
-              **rollout_inputs(profile)}
+              **rollout_inputs(profile), **forward_inputs(profile)}
     if chat:
         inputs["chat"] = {"stop": END_OF_TURN, "in_order": in_order}
     if watched:

@@ -77,3 +77,8 @@ def kit_sampling(profile: Profile) -> bool:
 def rollout_inputs(profile: Profile) -> dict[str, str]:
     """What a GRPO stage's key adds for ``engine.rollouts``: nothing at ``generate``, so no shipped key moves."""
     return {} if profile.engine.rollouts == "generate" else {"rollouts": profile.engine.rollouts}
+
+
+def forward_inputs(profile: Profile) -> dict[str, str]:
+    """What a GRPO stage's key adds for ``engine.training_forward``: nothing at ``trl``, so no shipped key moves."""
+    return {} if profile.engine.training_forward == "trl" else {"training_forward": profile.engine.training_forward}
