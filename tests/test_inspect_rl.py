@@ -28,6 +28,19 @@ def test_step_records_rebuild_the_pool_the_stage_trained_on():
     assert not {records_digest([r]) for r in first} & {records_digest([r]) for r in second}
 
 
+def test_history_line_reads_the_quarters_and_the_loss_size():
+    curves = [{"reward": r, "loss": l, "grad_norm": 0.5} for r, l in [(0.1, 0.01), (0.3, -0.03), (0.5, 0.0),
+                                                                      (0.7, 0.02)]]
+    line = inspect_rl.history_line(curves)
+    assert "from 0.100 (first quarter) to 0.700 (last quarter)" in line
+    assert "mean |loss| 0.0150" in line and "mean norm 0.500" in line
+
+
+def test_group_step_refuses_no_groups():
+    with pytest.raises(ValueError, match="at least one group"):
+        inspect_rl.group_step("IF-RL", 0, 1, prompts=0)
+
+
 @pytest.mark.parametrize("stage, step, error", [("Code RL", 0, "recorded steps 1 to 32"),
                                                 ("Code RL", 33, "recorded steps 1 to 32"),
                                                 ("RLHF", 1, "learned model")])
@@ -75,10 +88,11 @@ def test_inspector_steps_forward_and_stays_within_the_recorded_steps(monkeypatch
     assert panel.step.value == 2 and "step 2." in panel.table.value
     panel.move(-5)
     assert panel.step.value == 1 and "step 1." in panel.table.value
-    panel.stage.value = "Code RL"
     panel.step.value = 40  # within IF-RL's 64 steps, past Code RL's 32
-    panel.move(0)
-    assert panel.step.value == 32 and "step 32." in panel.table.value
+    panel.stage.value = "Code RL"  # re-runs the step, clamped to the new stage's recorded steps
+    assert panel.step.value == 32 and "Code RL</b>, training seed 0, step 32." in panel.table.value
+    panel.seed.value = 7
+    assert panel.table.value.startswith("<p><b>error:</b> Code RL is not shipped for training seed 7")
 
 
 def test_headless_inspector_and_token_view_show_html_and_no_widget(monkeypatch):

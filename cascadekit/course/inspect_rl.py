@@ -131,7 +131,12 @@ class GroupStep:
     advantages: list[list[float]]
     loss: float
     grad_norm: float
-    recorded: dict[str, Any]  # the step's logged metrics
+    curves: list[dict[str, Any]]  # every recorded step's logged metrics
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """This step's logged metrics."""
+        return self.curves[self.step - 1]
 
     @property
     def zero_std_share(self) -> float:
@@ -192,7 +197,7 @@ def group_step(stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: in
                      [prompt_of(r)[0][-1]["content"] for r in records],
                      [[d.text for d in done[i:i + group]] for i in range(0, len(done), group)],
                      rewards.view(-1, group).tolist(), advantages.view(-1, group).tolist(), loss, norm,
-                     recorded_steps(stage, seed)[step - 1])
+                     recorded_steps(stage, seed))
 
 
 def _cell(text: str) -> str:
@@ -200,10 +205,24 @@ def _cell(text: str) -> str:
     return f"<pre style='white-space:pre-wrap;max-height:12em;overflow:auto;margin:0'>{html.escape(text)}</pre>"
 
 
+def _mean(rows: Sequence[dict[str, Any]], key: str, absolute: bool = False) -> float:
+    return sum(abs(r[key]) if absolute else r[key] for r in rows) / len(rows)
+
+
+def history_line(curves: Sequence[dict[str, Any]]) -> str:
+    """The whole run in one line: the reward's first and last quarter, beside the mean |loss| and gradient norm."""
+    quarter = max(1, len(curves) // 4)
+    return (f"Over its {len(curves)} recorded steps the reward went from {_mean(curves[:quarter], 'reward'):.3f} "
+            f"(first quarter) to {_mean(curves[-quarter:], 'reward'):.3f} (last quarter), while the logged loss "
+            f"stayed near zero (mean |loss| {_mean(curves, 'loss', True):.4f}) and the gradient did not "
+            f"(mean norm {_mean(curves, 'grad_norm'):.3f}).")
+
+
 def group_html(step: GroupStep) -> str:
-    """The step as HTML: the recorded metrics, then one table per group (rollout, reward, advantage)."""
+    """The step as HTML: the run's history, the step's recorded metrics, the re-run, then one table per group."""
     r = step.recorded
-    head = (f"<p><b>{html.escape(step.stage)}</b>, training seed {step.seed}, step {step.step}. "
+    head = (f"<p>{html.escape(history_line(step.curves))}</p>"
+            f"<p><b>{html.escape(step.stage)}</b>, training seed {step.seed}, step {step.step}. "
             f"Recorded while training: reward {r['reward']:.3f}, zero-variance groups "
             f"{r['frac_reward_zero_std']:.0%}, loss {r['loss']:+.4f}, grad norm {r['grad_norm']:.3f}.</p>"
             f"<p>Re-run here ({len(step.rewards)} groups of {len(step.rewards[0])} from "
@@ -241,18 +260,21 @@ class GroupInspector:
         self.previous.on_click(lambda _: self.move(-1))
         self.next.on_click(lambda _: self.move(1))
         self.run.on_click(lambda _: self.show())
+        self.stage.observe(lambda _: self.move(0), names="value")
+        self.seed.observe(lambda _: self.move(0), names="value")
         self.box = w.VBox([w.HBox([self.stage, self.seed]), w.HBox([self.previous, self.step, self.next]),
                            w.HBox([self.prompts, self.run]), self.table])
 
     def move(self, by: int) -> None:
         """Step forward or back (within the recorded steps) and re-run."""
-        self.step.max = len(recorded_steps(self.stage.value, self.seed.value))
-        self.step.value = min(max(1, self.step.value + by), self.step.max)
+        self.step.value = max(1, self.step.value + by)
         self.show()
 
     def show(self) -> GroupStep | None:
-        """Re-run the chosen step into the table; a bad choice is one line in the table instead."""
+        """Re-run the chosen step (kept within the stage's recorded steps) into the table; a bad choice is one
+        line in the table instead."""
         try:
+            self.step.max = len(recorded_steps(self.stage.value, self.seed.value))
             step = group_step(self.stage.value, self.seed.value, self.step.value, self.prompts.value)
         except ValueError as err:
             self.table.value = f"<p><b>error:</b> {html.escape(str(err))}</p>"
