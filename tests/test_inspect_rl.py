@@ -36,6 +36,10 @@ def test_history_line_reads_the_quarters_and_the_loss_size():
     assert "mean |loss| 0.0150" in line and "mean norm 0.500" in line
 
 
+def test_a_mean_advantage_of_rounding_noise_prints_without_a_sign():
+    assert f"{inspect_rl._no_negative_zero(-1e-9):+.4f}" == "+0.0000"
+
+
 def test_group_step_refuses_no_groups():
     with pytest.raises(ValueError, match="at least one group"):
         inspect_rl.group_step("IF-RL", 0, 1, prompts=0)

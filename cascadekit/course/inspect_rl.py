@@ -218,6 +218,11 @@ def history_line(curves: Sequence[dict[str, Any]]) -> str:
             f"(mean norm {_mean(curves, 'grad_norm'):.3f}).")
 
 
+def _no_negative_zero(value: float, places: int = 4) -> float:
+    """``value`` rounded, with a -0.0 made 0.0 (a mean advantage of -1e-9 printed as -0.0000 reads as a sign)."""
+    return round(value, places) + 0.0
+
+
 def group_html(step: GroupStep) -> str:
     """The step as HTML: the run's history, the step's recorded metrics, the re-run, then one table per group."""
     r = step.recorded
@@ -228,14 +233,16 @@ def group_html(step: GroupStep) -> str:
             f"<p>Re-run here ({len(step.rewards)} groups of {len(step.rewards[0])} from "
             f"<code>{html.escape(step.policy)}</code>, the stage's start): zero-variance groups "
             f"<b>{step.zero_std_share:.0%}</b>; mean advantage "
-            f"{sum(map(sum, step.advantages)) / sum(map(len, step.advantages)):+.4f} (zero by construction); "
+            f"{_no_negative_zero(sum(map(sum, step.advantages)) / sum(map(len, step.advantages))):+.4f} "
+            "(zero by construction); "
             f"loss <b>{step.loss:+.4f}</b>; gradient norm <b>{step.grad_norm:.3f}</b> "
             f"(not zero: the loss is about zero, the gradient is not).</p>")
     groups = []
     for i, (prompt, outs, rewards, advs) in enumerate(zip(step.prompts, step.completions, step.rewards,
                                                             step.advantages)):
         flat = " <b>no signal: every rollout scored the same</b>" if len(set(rewards)) == 1 else ""
-        rows = "".join(f"<tr><td>{j}</td><td>{_cell(o)}</td><td>{rw:.2f}</td><td>{a:+.2f}</td></tr>"
+        rows = "".join(f"<tr style='vertical-align:top'><td>{j}</td><td>{_cell(o)}</td><td>{rw:.2f}</td>"
+                       f"<td>{a:+.2f}</td></tr>"
                        for j, (o, rw, a) in enumerate(zip(outs, rewards, advs)))
         groups.append(f"<p>group {i}: {_cell(prompt)}{flat}</p><table class='cascadekit-group'>"
                       f"<tr><th>#</th><th>rollout</th><th>reward</th><th>advantage</th></tr>{rows}</table>")
