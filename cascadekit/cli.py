@@ -885,6 +885,18 @@ def _gpucheck_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the check's own options (--work DIR, --help)")
 
 
+def cmd_readme_leads(args: argparse.Namespace) -> int:
+    from cascadekit.evaluation.readme_lead import rewrite_leads
+
+    stale = rewrite_leads(check=args.check)
+    print(("stale: " if args.check else "rewrote: ") + (", ".join(stale) or "none"))
+    return 1 if args.check and stale else 0
+
+
+def _readme_leads_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check", action="store_true", help="only name the chapters whose lead is missing or stale")
+
+
 def _structure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default="", help="the repository to describe (default: this kit's)")
 
@@ -936,6 +948,8 @@ COMMANDS: dict[str, Command] = {
                      "table", _times_arguments),
     "ship": Command("maintain", cmd_ship, "copy a finished cache entry into data/checkpoints/ to commit it",
                     _ship_arguments),
+    "readme-leads": Command("maintain", cmd_readme_leads, "rewrite each chapter results README's lead (what the run "
+                            "found) from its paper_vs_run.md", _readme_leads_arguments),
     "rekey-base": Command("maintain", cmd_rekey_base, "move a chat tokenizer and base cached under their old keys "
                           "to their content keys (no training)", _rekey_base_arguments),
 }

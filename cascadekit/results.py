@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 
 from cascadekit.atomic import atomic_open, atomic_write_text
 from cascadekit.codeversion import REPO_DIR, code_version, git_commit
+from cascadekit.formatting import fixed
 
 RESULTS_DIR = REPO_DIR / "data" / "results"
 
@@ -170,8 +171,6 @@ def markdown_table(rows: Sequence[dict[str, Any]], digits: int = 3) -> str:
     columns = list(rows[0])
 
     def cell(value: Any) -> str:  # a float never as a negative zero (``-0.000`` read as a drop)
-        from cascadekit.formatting import fixed
-
         return fixed(value, digits) if isinstance(value, float) else str(value).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

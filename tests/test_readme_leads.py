@@ -26,7 +26,7 @@ def test_the_readme_leads_with_the_findings_and_keeps_its_history_below(folder) 
     headings = [line for line in readme.splitlines() if line.startswith("## ")]
     assert headings[:2] == [LEAD, HISTORY], f"{folder.name}: sections {headings[:3]}"
     assert readme == with_lead(readme, lead(folder)), (
-        f"{folder.name}/README.md: its lead is stale; run python -m cascadekit.evaluation.readme_lead")
+        f"{folder.name}/README.md: its lead is stale; run cascadekit readme-leads")
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.name)

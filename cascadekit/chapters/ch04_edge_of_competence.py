@@ -45,6 +45,7 @@ from cascadekit.claims import FLAT_TOLERANCE, binomial_interval, claim_row
 from cascadekit.exercises import Exercise
 from cascadekit.exercises.answers import Case, Function, Number
 from cascadekit.exercises.committed import committed_metrics
+from cascadekit.formatting import fill
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, curve_summary, deltas, edge_caveat,
                                            pass_rows, plot_curves, plot_passk, rl_arm, run_sizes, settings,
                                            signal_row)
@@ -266,20 +267,18 @@ edge RL only narrowed the edge (pass@{{k}} {{b32_base:.2f}} -> {{b32_edge:.2f}})
 def story(metrics: Mapping[str, Any], longer_base: Mapping[str, Any] | None = None) -> str:
     """The committed run told in Markdown, every number read from ``metrics`` (and from ``longer_base``, the
     same chapter rerun on chapter 03's 32M-token base, when given): the notebook shows only the text."""
-    from cascadekit.course.notebook import render  # the notebook helper: {path:spec} fields from the metrics
-
     facts = _facts(metrics)
     k = facts["k"]
     bands = markdown_table([{"band": name, "ops": _ops(metrics, band), f"base pass@1 / pass@{k}":
                              f"{_row(metrics, 'base', band)['pass@1']:.2f} / {_row(metrics, 'base', band)[f'pass@{k}']:.2f}"}
                             for band, name in BAND_NAMES.items()])
-    text = render(_STORY.format(bands=bands, arms=_pass_table(metrics, ("too_easy", "edge", "too_hard"))), facts).data
+    text = fill(_STORY.format(bands=bands, arms=_pass_table(metrics, ("too_easy", "edge", "too_hard"))), facts)
     if longer_base is None:
         return text
     longer = {**facts, "minutes32": longer_base["wall_s"] / 60,
               **{f"b32_{m}": _row(longer_base, m, "edge")[f"pass@{k}"] for m in ("base", "edge")}}
-    return text + render(_LONGER_BASE.format(arms32=_pass_table(longer_base, ("base", "too_easy", "edge", "too_hard"))),
-                         longer).data
+    return text + fill(_LONGER_BASE.format(arms32=_pass_table(longer_base, ("base", "too_easy", "edge", "too_hard"))),
+                         longer)
 
 
 # ---------------------------------------------------------------------------

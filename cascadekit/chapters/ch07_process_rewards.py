@@ -40,7 +40,7 @@ from cascadekit.exercises.answers import Case, Choice, Function, Number
 from cascadekit.exercises.committed import committed_metrics
 from cascadekit.chapters.interplay import (base_bands, base_caveat, change_row, deltas, edge_caveat, pass_rows,
                                            plot_curves, plot_passk, rl_arm, run_sizes, settings)
-from cascadekit.formatting import op_span
+from cascadekit.formatting import fill, op_span
 from cascadekit.results import markdown_table
 from cascadekit.training.pipeline import pretrained
 from cascadekit.rewards import RewardFn, mixed_reward, outcome_reward, outcome_score, process_score, strict_reward
@@ -317,8 +317,6 @@ the differences between rewards are a point or two, within noise.
 def story(metrics: Mapping[str, Any], longer_base: Mapping[str, Any] | None = None) -> str:
     """The committed run told in Markdown, every number read from ``metrics`` (and from ``longer_base``, the
     same chapter rerun on chapter 03's 32M-token base, when given): the notebook shows only the text."""
-    from cascadekit.course.notebook import render  # the notebook helper: {path:spec} fields from the metrics
-
     dep = {m: _row(metrics, m, "edge")["dependency mismatch"] for m in MODELS}
     facts = {
         **metrics, "k": metrics["base"]["evaluation"]["samples_per_problem"], "minutes": metrics["wall_s"] / 60,
@@ -327,12 +325,12 @@ def story(metrics: Mapping[str, Any], longer_base: Mapping[str, Any] | None = No
         "mixed_missing": _row(metrics, "mixed", "edge")["missing node"],
         "outcome_missing": _row(metrics, "outcome", "edge")["missing node"],
     }
-    text = render(_STORY.format(edge_ops=_ops(metrics, "edge"), hard_ops=_ops(metrics, "hard"),
-                                signal=_signal_table(metrics), edge_table=_edge_table(metrics)), facts).data
+    text = fill(_STORY.format(edge_ops=_ops(metrics, "edge"), hard_ops=_ops(metrics, "hard"),
+                                signal=_signal_table(metrics), edge_table=_edge_table(metrics)), facts)
     if longer_base is None:
         return text
-    return text + render(_LONGER_BASE.format(edge_table32=_edge_table(longer_base)),
-                         {"minutes32": longer_base["wall_s"] / 60}).data
+    return text + fill(_LONGER_BASE.format(edge_table32=_edge_table(longer_base)),
+                         {"minutes32": longer_base["wall_s"] / 60})
 
 
 # ---------------------------------------------------------------------------

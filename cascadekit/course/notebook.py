@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 from cascadekit import chapters
 from cascadekit.chapters import ChapterConfig
 from cascadekit.engine.envinfo import describe_environment
+from cascadekit.formatting import fill, lookup, quote  # noqa: F401 - the notebooks' helpers, kept here by name
 from cascadekit.profiles import CHAPTER_PREFIX, Profile, ProfileError, load_profile, overrides_mapping
 from cascadekit.results import RESULTS_DIR, load_metrics
 
@@ -265,58 +266,6 @@ def show_source(obj: Callable | type) -> None:
     display(Markdown(f"`{where}`\n\n```python\n{inspect.getsource(obj)}```"))
 
 
-_STEP = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
-
-
-def lookup(data: Any, path: str) -> Any:
-    """The value at ``path`` in nested dicts and lists.
-
-    Steps are dict keys separated by dots; ``[3]`` indexes a list and
-    ``[key=value,...]`` picks the list's only dict whose fields equal those
-    values (compared as numbers when both are numbers, else as text), e.g.
-    ``runs.edge.evaluation.by_range[range=edge].pass@1`` or
-    ``variants[b_share=0.01].after[op=3,context=B].pass@32``.
-    """
-    value = data
-    for key, selector in _STEP.findall(path):
-        try:
-            if key:
-                value = value[key]
-            elif "=" not in selector:
-                value = value[int(selector)]
-            else:
-                value = _select(value, dict(c.split("=", 1) for c in selector.split(",")))
-        except (KeyError, IndexError, TypeError, ValueError) as error:
-            raise KeyError(f"{path!r}: no {key or f'[{selector}]'} ({error})") from None
-    return value
-
-
-def _select(items: list[Mapping[str, Any]], wanted: Mapping[str, str]) -> Mapping[str, Any]:
-    def equal(value: Any, text: str) -> bool:
-        try:
-            return float(value) == float(text)
-        except (TypeError, ValueError):
-            return str(value) == text
-
-    matches = [item for item in items if all(f in item and equal(item[f], v) for f, v in wanted.items())]
-    if len(matches) != 1:
-        raise ValueError(f"{len(matches)} items match {dict(wanted)}")
-    return matches[0]
-
-
-class _PathFormatter(string.Formatter):
-    """``{path:fmt}`` fields looked up with :func:`lookup` in the one mapping given."""
-
-    def get_field(self, field_name: str, args: Any, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
-        return lookup(kwargs["data"], field_name), field_name
-
-
-def quote(data: Mapping[str, Any], path: str, fmt: str = "") -> str:
-    """One value of ``data`` as text: ``quote(toy, "runs.edge.prompts")`` or with ``fmt="{:.2f}"``."""
-    value = lookup(data, path)
-    return fmt.format(value) if fmt else str(value)
-
-
 def render(template: str, data: Mapping[str, Any]) -> Any:
     """Markdown with every ``{path:spec}`` field filled from ``data`` (``{{`` and ``}}`` are literal braces).
 
@@ -326,4 +275,4 @@ def render(template: str, data: Mapping[str, Any]) -> Any:
     """
     from IPython.display import Markdown
 
-    return Markdown(_PathFormatter().vformat(template, (), {"data": data}))
+    return Markdown(fill(template, data))

@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass
 
 from cascadekit import distributed
+from cascadekit.engine.runtime import choose_device
 from cascadekit.profiles import EngineConfig, ModelConfig, Profile
 
 __all__ = ["CARD_SHARE", "Split", "card_bytes", "profile_split", "row_bytes", "split_step", "state_bytes"]
@@ -122,8 +123,6 @@ def split_step(batch: int, processes: int, engine: EngineConfig, what: str, *, r
 def profile_split(profile: Profile, what: str, batch: int, tokens: int, *, lm_head: bool, lora: bool) -> Split:
     """:func:`split_step` of ``profile``'s step of ``batch`` rows of up to ``tokens``, over the launched processes,
     sized by this process's card when the profile trains on one (:func:`cascadekit.engine.runtime.choose_device`)."""
-    from cascadekit.engine.runtime import choose_device
-
     processes = distributed.launched_world_size()
     vocab = profile.tokenizer.vocab_size
     card = card_bytes() if choose_device(profile).on_gpu else None

@@ -6,14 +6,14 @@ first. :func:`lead` writes them from the folder's ``paper_vs_run.md``, the table
 code wrote from its ``metrics.json``, so no number in the lead is typed: each claim with its interval
 and verdict, grouped by verdict (or, for a table of levels without verdicts, each row as it stands).
 :func:`with_lead` puts that section first and keeps everything the README said before under
-``## History``. Run ``python -m cascadekit.evaluation.readme_lead`` after a chapter's results change;
+``## History``. Run ``cascadekit readme-leads`` after a chapter's results change;
 ``tests/test_readme_leads.py`` fails while a lead is missing or stale.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from cascadekit.atomic import atomic_write_text
 from cascadekit.results import RESULTS_DIR
 
 LEAD = "## What the run found"
@@ -53,7 +53,7 @@ def lead(folder: Path) -> str:
     rows = claims_table(text)
     made = text.strip().splitlines()[-1].strip("*").removeprefix("Produced by ").rstrip(".")
     parts = [LEAD, "",
-             f"Copied by `python -m cascadekit.evaluation.readme_lead` from this folder's `paper_vs_run.md`, written "
+             f"Copied by `cascadekit readme-leads` from this folder's `paper_vs_run.md`, written "
              f"by {made}: no number here is typed, and the notes and every other table are there."]
     if rows and "verdict" in rows[0]:
         parts += ["", "Each claim of the paper beside this run's figure, its 95% interval, and the verdict read "
@@ -88,9 +88,8 @@ def chapter_folders(root: Path = RESULTS_DIR) -> list[Path]:
             and (f / "paper_vs_run.md").is_file()]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Rewrite each chapter README's lead in place (``--check``: only say which are missing or stale)."""
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
+def rewrite_leads(check: bool = False) -> list[str]:
+    """Rewrite each chapter README's lead in place (``check``: only find them); the folders whose lead was stale."""
     stale = []
     for folder in chapter_folders():
         path = folder / "README.md"
@@ -99,10 +98,5 @@ def main(argv: list[str] | None = None) -> int:
         if new != old:
             stale.append(folder.name)
             if not check:
-                path.write_text(new)
-    print(("stale: " if check else "rewrote: ") + (", ".join(stale) or "none"))
-    return 1 if check and stale else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+                atomic_write_text(path, new)
+    return stale
