@@ -31,12 +31,12 @@ def test_every_stage_resolves_to_its_shipped_toy_key_without_training_each_once(
     stage; nothing is built, and every artifact on the way is resolved exactly once, however often it is asked."""
     locked, resolved = artifacts._get_or_build_locked, Counter()
 
-    def shipped_only(stage, key, builder, target, folder, use_shipped=True):
+    def shipped_only(stage, key, builder, target, folder, use_shipped=True, needs=()):
         resolved[(stage, key)] += 1
 
         def never(tmp):
             raise AssertionError(f"{stage}/{key} is not shipped and would be built")
-        return locked(stage, key, never, target, folder, use_shipped)
+        return locked(stage, key, never, target, folder, use_shipped, needs)
 
     monkeypatch.setattr(artifacts, "_get_or_build_locked", shipped_only)
     profile = resolve("14", "toy").profile  # the chapter's own: the second world, its first training seed

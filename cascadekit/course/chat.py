@@ -1,7 +1,7 @@
 """Talk to the model at every stage: one prompt, every shipped Part II checkpoint's answer side by side.
 
-``cascadekit chat`` and :func:`chat_widget` ask the base, SFT, RLHF, IF-RL, Math RL,
-Code RL, SWE RL and MOPD checkpoints of one training seed the same prompt, in the
+``cascadekit chat`` and :func:`chat_widget` ask the chat base, every stage of the cascade's
+table (:data:`cascadekit.chapters.cascade.TABLE`) and MOPD of one training seed the same prompt, in the
 mode the chat format's flag asks (:func:`cascadekit.chat.with_flag`), and show each
 answer with the verifier's verdict and reward when the prompt was drawn from a
 domain (the toy world's own generators, the evaluation split). Typed text has no
@@ -50,6 +50,7 @@ from transformers.utils import logging as hf_logging
 from cascadekit.artifacts import shipped_folder, shipped_root, verify
 from cascadekit.atomic import atomic_write_json
 from cascadekit.chat import strip_flag, with_flag
+from cascadekit.chapters.cascade import TABLE
 from cascadekit.domains import chat_record, configured, domains, draw_tasks, prompt_of
 from cascadekit.engine.runtime import load_model, load_tokenizer
 from cascadekit.evaluation.stage_table import follows_mode, generate, rollout
@@ -59,7 +60,7 @@ from cascadekit.stages import StageOutput, one_cpu_thread
 #: The index of shipped Part II checkpoints by stage and training seed (written by :func:`write_index`).
 INDEX = shipped_root() / "stages.json"
 #: The stages chat asks, in the cascade's order: the chat base, SFT, the RL stages, then MOPD (chapter 15).
-CHAT_STAGES = ("base", "SFT", "RLHF", "IF-RL", "Math RL", "Code RL", "SWE RL", "MOPD")
+CHAT_STAGES = ("base", *(spec.name for spec in TABLE), "MOPD")
 #: The chapter whose profile resolves the stages (the whole cascade's, as ``cascadekit cascade`` uses).
 CHAPTER = "14"
 #: The top-p of sampled answers (the paper's evaluation setting).
