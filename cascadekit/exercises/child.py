@@ -227,8 +227,11 @@ def _private_view(hidden: list[str]) -> None:
     every mount becomes read-only (``mount_setattr``, Linux 5.12; older kernels keep
     the files writable), so the job cannot change the committed results the parent
     computes expected values from, nor the kit; and ``/tmp`` is a private tmpfs of
-    :data:`CHILD_TMP_BYTES`. The mount namespace is made private first, or nothing
-    is mounted: a mount must never reach the notebook's own view.
+    :data:`CHILD_TMP_BYTES`, unless the kit, the interpreter or the working folder
+    lies under ``/tmp`` (a checkout there, as a CI clone may be), which the tmpfs
+    would hide from the job: there ``/tmp`` stays the read-only one. The mount
+    namespace is made private first, or nothing is mounted: a mount must never
+    reach the notebook's own view.
     """
     libc = _libc()
     if libc.mount(None, b"/", None, *_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
@@ -241,8 +244,16 @@ def _private_view(hidden: list[str]) -> None:
     read_only = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
     libc.syscall(ctypes.c_long(_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), b"/", ctypes.c_uint(_AT_RECURSIVE),
                  ctypes.byref(read_only), ctypes.c_size_t(ctypes.sizeof(read_only)))
-    libc.mount(b"tmpfs", b"/tmp", b"tmpfs", *_ulong(_MS_NOSUID | _MS_NODEV),
-               f"size={CHILD_TMP_BYTES},mode=1777".encode())
+    if not _needed_under_tmp():
+        libc.mount(b"tmpfs", b"/tmp", b"tmpfs", *_ulong(_MS_NOSUID | _MS_NODEV),
+                   f"size={CHILD_TMP_BYTES},mode=1777".encode())
+
+
+def _needed_under_tmp() -> bool:
+    """Whether the kit, the interpreter's prefix or the working folder lies under ``/tmp``."""
+    tmp = os.path.realpath("/tmp")
+    places = (os.path.dirname(os.path.realpath(__file__)), os.path.realpath(sys.prefix), os.path.realpath(os.getcwd()))
+    return any(os.path.commonpath([tmp, place]) == tmp for place in places)
 
 
 def _hard_limit(resource: Any, which: int, value: int) -> None:
