@@ -305,16 +305,21 @@ def _live() -> bool:
 def group_inspector(stage: str = "Code RL", seed: int = 0, step: int = 1,
                     prompts: int | None = None) -> GroupInspector | None:
     """Show step ``step`` of ``stage`` re-run; live, the panel to step through the recorded steps (headless: None)."""
+    return _shown(group_html(group_step(stage, seed, step, prompts)),
+                  lambda: GroupInspector(stage, seed, step, prompts), "table")
+
+
+def _shown(text: str, panel: Any, slot: str) -> Any:
+    """``text`` as static HTML when headless (None), else ``panel()`` live with ``text`` in its ``slot`` widget."""
     from IPython.display import HTML, display
 
-    shown = group_html(group_step(stage, seed, step, prompts))
     if not _live():
-        display(HTML(shown))
+        display(HTML(text))
         return None
-    panel = GroupInspector(stage, seed, step, prompts)
-    panel.table.value = shown
-    display(panel.box)
-    return panel
+    live = panel()
+    getattr(live, slot).value = text
+    display(live.box)
+    return live
 
 
 # ---------------------------------------------------------------------------
@@ -448,13 +453,5 @@ class TokenPanel:
 def teacher_token_view(domain: str = "math", number: int = 0, seed: int = 0,
                        teacher: str | None = None) -> TokenPanel | None:
     """Show the student's sample coloured by the teacher; live, the panel to change domain, prompt and teacher."""
-    from IPython.display import HTML, display
-
-    shown = token_html(token_view(domain, number, seed, teacher))
-    if not _live():
-        display(HTML(shown))
-        return None
-    panel = TokenPanel(domain, number, seed, teacher)
-    panel.view.value = shown
-    display(panel.box)
-    return panel
+    return _shown(token_html(token_view(domain, number, seed, teacher)),
+                  lambda: TokenPanel(domain, number, seed, teacher), "view")
