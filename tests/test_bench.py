@@ -82,7 +82,9 @@ def test_the_reward_bench_scores_a_code_step_alike_both_ways():
     assert len(set(zip(batch[0], batch[1]))) == 4 and len(batch[1]) == 8  # smoke: 2 prompts x 4 rollouts, 2 distinct each
     out = compare({"every rollout": [_every_rollout(verifier_reward)],
                    "distinct once": [reading_markup(verifier_reward, _Ids())]}, batch, 1)
-    assert out["same"] and all(wall > 0 and cpu > 0 for wall, cpu in (out["every rollout"], out["distinct once"]))
+    # times are measured, never asserted on: the programs run in the sandbox's own processes, so this process's
+    # CPU time for a smoke batch can round to 0 (no test depends on the machine's speed or load)
+    assert out["same"] and all(wall >= 0 and cpu >= 0 for wall, cpu in (out["every rollout"], out["distinct once"]))
 
 
 def test_bench_parity_collects_each_harness_count_line() -> None:
