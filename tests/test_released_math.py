@@ -230,3 +230,10 @@ def test_the_kits_check_never_accepts_what_math_verify_rejects_on_generated_answ
     assert [(p, g) for p, g, ref, kit in said if kit and not ref] == []
     equal = [kit for _, _, ref, kit in said if ref]
     assert len(equal) >= 50 and sum(equal) / len(equal) >= 0.6, f"the kit accepts {sum(equal)} of {len(equal)}"
+
+
+def test_a_think_tag_inside_the_answer_is_content_not_an_open_think_block():
+    """Only a leading <think> opens a block (answer_part's rule): the released math verdict reads such an answer."""
+    mentioned = "The tag <think> is not a block here, so \\boxed{7}"
+    assert checks.verify_math(mentioned, "7").score == 1.0
+    assert checks.verify_math("<think>still thinking \\boxed{7}", "7").reason == "think block never closed: no answer"

@@ -202,7 +202,7 @@ def _boxed_answer(text: Any, answer: Any) -> str | Verdict:
     """The last boxed answer after the think block, or the verdict when there is nothing to judge."""
     if not isinstance(text, str) or not isinstance(answer, str) or not answer.strip():
         return Verdict(0.0, "no text or no gold answer")
-    if "<think>" in text and "</think>" not in text:
+    if think_left_open(text):
         return Verdict(0.0, "think block never closed: no answer")
     boxed = extract_boxed(answer_part(text))
     return boxed[-1] if boxed else Verdict(0.0, "no \\boxed answer after the think block")
