@@ -237,5 +237,5 @@ def test_loading_a_stage_shows_no_progress_bar(index, capsys):
     """In a notebook each of transformers' "Loading weights" bars is a widget output above the table."""
     from transformers.utils import logging as hf_logging
 
-    talk._loaded.__wrapped__(index[0].folder)
+    talk.load_shipped.__wrapped__(index[0].folder)
     assert "Loading weights" not in capsys.readouterr().err and hf_logging.is_progress_bar_enabled()

@@ -10,7 +10,7 @@ import torch
 from trl.trainer.utils import RepeatSampler
 
 from cascadekit.course import inspect_rl, widgets
-from cascadekit.course.chat import _loaded
+from cascadekit.course.chat import load_shipped
 from cascadekit.domains import records_digest
 
 
@@ -37,7 +37,11 @@ def test_history_line_reads_the_quarters_and_the_loss_size():
 
 
 def test_a_mean_advantage_of_rounding_noise_prints_without_a_sign():
-    assert f"{inspect_rl._no_negative_zero(-1e-9):+.4f}" == "+0.0000"
+    curves = [{"reward": 0.5, "frac_reward_zero_std": 0.0, "loss": 0.0, "grad_norm": 0.1}]
+    step = inspect_rl.GroupStep("Code RL", 0, 1, "grpo/x", ["p"], [["a", "b"]], [[0.0, 1.0]],
+                                [[-0.7071068, 0.7071067]], 0.0, 0.1, curves)
+    shown = inspect_rl.group_html(step)
+    assert "mean advantage 0.0000 " in shown and "-0.0000" not in shown
 
 
 def test_group_step_refuses_no_groups():
@@ -54,7 +58,7 @@ def test_step_records_refuse_what_cannot_be_rerun(stage, step, error):
 
 
 def test_the_loss_is_the_length_weighted_mean_advantage_and_its_gradient_is_not_zero():
-    model, tokenizer = _loaded(inspect_rl._shipped("SFT", 0).folder)
+    model, tokenizer = load_shipped(inspect_rl._shipped("SFT", 0).folder)
     prompts = ["<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"] * 2
     completions = ["<think>\n</think>\n\nfour", "<think>\n</think>\n\nfour apples and two pears"]
     lengths = [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]

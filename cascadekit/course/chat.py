@@ -334,7 +334,7 @@ def _no_progress_bars() -> Iterator[None]:
 
 
 @lru_cache(maxsize=16)
-def _loaded(folder: str) -> tuple[Any, Any]:
+def load_shipped(folder: str) -> tuple[Any, Any]:
     """A shipped checkpoint's model and tokenizer, checked against its manifest first (kept for the next ask)."""
     path = shipped_root() / folder
     verify(path, *folder.split("/"))
@@ -345,7 +345,7 @@ def _loaded(folder: str) -> tuple[Any, Any]:
 def _answer(shipped: Shipped, record: dict[str, Any], temperature: float, sample_seed: int,
             max_new_tokens: int) -> Answer:
     started = time.perf_counter()
-    model, tokenizer = _loaded(shipped.folder)
+    model, tokenizer = load_shipped(shipped.folder)
     torch.manual_seed(sample_seed)
     with one_cpu_thread():
         (done,) = rollout(None, None, [record], max_new_tokens, 1, lambda prompts, n, batch: generate(

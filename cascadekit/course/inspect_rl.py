@@ -44,8 +44,9 @@ import torch
 
 from cascadekit.artifacts import shipped_root
 from cascadekit.chat import render
-from cascadekit.course.chat import Shipped, _loaded, profile_for, stages_of, drawn_record
+from cascadekit.course.chat import Shipped, drawn_record, load_shipped, profile_for, stages_of
 from cascadekit.domains import domains, prompt_of, records_digest
+from cascadekit.formatting import fixed
 from cascadekit.evaluation.stage_table import generate, rollout
 from cascadekit.stages import one_cpu_thread
 from cascadekit.training.grpo import completion_logprobs, grpo_advantages, token_level_loss
@@ -180,7 +181,7 @@ def group_step(stage: str = "Code RL", seed: int = 0, step: int = 1, prompts: in
     inputs = stage_json(stage, seed)["inputs"]
     rl, group = inputs["rl"], inputs["rl"]["group_size"]
     policy = _shipped(INSPECTED[stage][0], seed)
-    model, tokenizer = _loaded(policy.folder)
+    model, tokenizer = load_shipped(policy.folder)
     repeated = [r for r in records for _ in range(group)]
     torch.manual_seed(sample_seed)
     with one_cpu_thread():
@@ -218,11 +219,6 @@ def history_line(curves: Sequence[dict[str, Any]]) -> str:
             f"(mean norm {_mean(curves, 'grad_norm'):.3f}).")
 
 
-def _no_negative_zero(value: float, places: int = 4) -> float:
-    """``value`` rounded, with a -0.0 made 0.0 (a mean advantage of -1e-9 printed as -0.0000 reads as a sign)."""
-    return round(value, places) + 0.0
-
-
 def group_html(step: GroupStep) -> str:
     """The step as HTML: the run's history, the step's recorded metrics, the re-run, then one table per group."""
     r = step.recorded
@@ -233,7 +229,7 @@ def group_html(step: GroupStep) -> str:
             f"<p>Re-run here ({len(step.rewards)} groups of {len(step.rewards[0])} from "
             f"<code>{html.escape(step.policy)}</code>, the stage's start): zero-variance groups "
             f"<b>{step.zero_std_share:.0%}</b>; mean advantage "
-            f"{_no_negative_zero(sum(map(sum, step.advantages)) / sum(map(len, step.advantages))):+.4f} "
+            f"{fixed(sum(map(sum, step.advantages)) / sum(map(len, step.advantages)), 4)} "
             "(zero by construction); "
             f"loss <b>{step.loss:+.4f}</b>; gradient norm <b>{step.grad_norm:.3f}</b> "
             f"(not zero: the loss is about zero, the gradient is not).</p>")
@@ -358,7 +354,7 @@ class TokenView:
 @lru_cache(maxsize=32)
 def _sample(domain: str, number: int, seed: int, sample_seed: int) -> tuple[dict[str, Any], str]:
     record = drawn_record(domain, number, True)
-    model, tokenizer = _loaded(_shipped(STUDENT, seed).folder)
+    model, tokenizer = load_shipped(_shipped(STUDENT, seed).folder)
     text = render(*prompt_of(record), add_generation_prompt=True, prefill_empty_think=False)
     torch.manual_seed(sample_seed)
     with one_cpu_thread():
@@ -368,7 +364,7 @@ def _sample(domain: str, number: int, seed: int, sample_seed: int) -> tuple[dict
 
 
 def _logps(folder: str, prompt: str, completion_ids: torch.Tensor) -> list[float]:
-    model, tokenizer = _loaded(folder)
+    model, tokenizer = load_shipped(folder)
     prompt_ids, prompt_mask = _ids(tokenizer, [prompt], "left")
     with torch.inference_mode(), one_cpu_thread():
         return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids,
@@ -382,7 +378,7 @@ def token_view(domain: str = "math", number: int = 0, seed: int = 0, teacher: st
     teacher = teacher or chapter_teachers(seed)[domain]
     record, answer = _sample(domain, number, seed, sample_seed)
     student = _shipped(STUDENT, seed)
-    _, tokenizer = _loaded(student.folder)
+    _, tokenizer = load_shipped(student.folder)
     prompt = render(*prompt_of(record), add_generation_prompt=True, prefill_empty_think=False)
     ids = torch.tensor([tokenizer(answer, add_special_tokens=False)["input_ids"]])
     return TokenView(domain, prompt_of(record)[0][-1]["content"], STUDENT, teacher,
