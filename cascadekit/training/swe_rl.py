@@ -101,11 +101,10 @@ lexical_reward.__name__ = "swe_lexical"
 def applied_lexical_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """The lexical half asking applicability too: 0 for a patch that does not apply to the task's file.
 
-    A lever, not the paper's reward (issue 55): measured on 512 rollouts of the
-    shipped Code RL checkpoint (seed 0, 64 SWE prompts x 8 at temperature 1), 302
-    patches do not apply to calc.py yet earn a mean similarity of 0.81, and none
-    passes the tests; asking applicability raised the reward's correlation with
-    execution truth from 0.32 to 0.60.
+    A lever, not the paper's reward (``swe_rl.applicable``): over three training seeds it
+    raised the execution-free reward's correlation with execution truth on the start
+    policy's rollouts from 0.412 to 0.649, and SWE RL's resolve rate did not move
+    (``data/results/second_world/levers/swe-applicable`` and the levers README).
     """
     golds = _golds(completions, kwargs)
     return [patch_similarity(completion_text(c), gold["patch"], files={gold["file"]: gold["source"]})
